@@ -1,0 +1,44 @@
+"""Tile configurations. Chosen per call by the launcher, never by an autotuner inside a kernel,
+so a flag's effect is never confounded with a different tile choice made behind its back."""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+MIN_DOT_DIM = 16  # smallest tl.dot operand dimension the GPU compiler accepts
+
+
+@dataclass(frozen=True)
+class TileConfig:
+    block_m: int  # query rows per program step
+    block_n: int  # keys per K/V tile
+    num_warps: int = 4
+    num_stages: int = 2
+    key_slices: int = 4  # split-K only: slices a K/V tile is cut into (FA1 used 4 warps)
+    input_precision: str = "ieee"  # for float32 operands; "tf32" only when asked for
+
+    def for_variant(self, variant, on_gpu: bool) -> "TileConfig":
+        """Fit key_slices to block_n: each slice must be a valid dot operand on the GPU."""
+        if variant.split_q:
+            return self
+        slices = self.key_slices
+        if on_gpu:
+            slices = max(1, min(slices, self.block_n // MIN_DOT_DIM))
+        return replace(self, key_slices=slices)
+
+
+def default_config(head_dim: int, on_gpu: bool, variant=None) -> TileConfig:
+    """A reasonable starting point; `fa2check.ablate` tunes every variant separately."""
+    if not on_gpu:
+        # The interpreter's cost grows with the number of tile steps, not their size; small
+        # tiles still exercise partial tiles and multi-tile loops at small sequence lengths.
+        config = TileConfig(block_m=32, block_n=16, num_warps=4, num_stages=1)
+    elif head_dim <= 64:
+        config = TileConfig(block_m=128, block_n=64, num_warps=4, num_stages=3)
+    elif head_dim <= 128:
+        config = TileConfig(block_m=128, block_n=64, num_warps=8, num_stages=3)
+    else:
+        config = TileConfig(block_m=64, block_n=32, num_warps=4, num_stages=2)
+    if variant is not None and not variant.split_q and on_gpu and head_dim >= 128:
+        # split-K keeps one partial output per slice: (slices, BLOCK_M, D) float32 registers
+        config = replace(config, block_m=64)
+    return config.for_variant(variant, on_gpu) if variant is not None else config

@@ -1,0 +1,240 @@
+"""FlashAttention forward pass with FA2's three changes as constexpr switches.
+
+For one query row block Q_i (BLOCK_M rows) and the K/V tiles K_j, V_j (BLOCK_N keys each), with
+scores in log2 units (S = Q K^T * softmax_scale * log2(e), so exp2 replaces exp):
+
+    m_new  = max(m_i, rowmax(S_ij))
+    alpha  = exp2(m_i - m_new)                       # rescales everything accumulated so far
+    P_ij   = exp2(S_ij - m_new)
+    l_new  = alpha * l_i + rowsum(P_ij)
+
+  DEFER_NORM (FA2, Algorithm 1 of the FA2 paper):
+    acc    = alpha * acc + P_ij V_j                  # unnormalised
+    after the loop: O_i = acc / l_i once, and L_i = m_i + log(l_i) is stored for the backward.
+  not DEFER_NORM (FA1, Algorithm 1 of the FA1 paper):
+    acc    = (l_i * alpha * acc + P_ij V_j) / l_new  # normalised at every tile
+    after the loop: O_i = acc, and m_i and l_i are stored separately.
+
+SPLIT_Q off (split-K): each K/V tile is cut into KEY_SLICES slices of keys. Every slice computes
+its own max m_s, sum l_s and partial output O_s = exp2(S_s - m_s) V_s independently; the slices
+are then merged (m_tile = max m_s, weights exp2(m_s - m_new)), which is the cross-slice
+communication that FA1's split-K warp partitioning pays at every tile. Triton picks the warp
+mapping itself, so this reproduces split-K's data flow, not its exact warp assignment.
+
+SEQ_PARALLEL: grid (row blocks, batch * heads), one program per row block; off: grid
+(batch * heads,) and each program walks the row blocks in turn, as FA1 scheduled the work.
+In both cases the K/V loop is the inner loop and a row block's state (m, l, acc) stays on chip.
+
+Causal masking is bottom-right aligned: query i sees key j iff j <= i + (seqlen_k - seqlen_q).
+K/V tiles wholly above the diagonal are never visited; only tiles that cross the diagonal or the
+end of the keys compute a mask. Masked scores are -inf. A row that sees no key gets O = 0 and
+L = -inf.
+"""
+import triton
+import triton.language as tl
+
+LOG2E = 1.4426950408889634  # 1 / ln 2
+LN2 = 0.6931471805599453  # ln 2
+
+
+@triton.jit
+def _visible_key_range(start_m, seqlen_q, seqlen_k,
+                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, IS_CAUSAL: tl.constexpr):
+    """Keys [0, full_end) are visible to every row of the block and need no mask; keys
+    [full_end, hi) need one; keys >= hi are invisible to the whole block (never loaded)."""
+    if IS_CAUSAL:
+        diag = seqlen_k - seqlen_q  # query i sees key j iff j <= i + diag
+        all_rows_see = tl.minimum(tl.maximum(start_m + diag + 1, 0), seqlen_k)
+        hi = tl.minimum(tl.maximum(start_m + BLOCK_M + diag, 0), seqlen_k)
+    else:
+        all_rows_see = seqlen_k
+        hi = seqlen_k
+    full_end = (all_rows_see // BLOCK_N) * BLOCK_N
+    return full_end, hi
+
+
+@triton.jit
+def _online_softmax_step(m_i, l_i, acc, q, K_tile_ptrs, V_tile_ptrs, start_n, offs_m, offs_n,
+                         seqlen_q, seqlen_k, qk_scale,
+                         MASK: tl.constexpr, IS_CAUSAL: tl.constexpr, DEFER_NORM: tl.constexpr,
+                         SPLIT_Q: tl.constexpr, KEY_SLICES: tl.constexpr,
+                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
+                         INPUT_PRECISION: tl.constexpr):
+    """Fold one K/V tile (keys start_n .. start_n + BLOCK_N) into the running (m_i, l_i, acc)."""
+    keys = start_n + offs_n
+    if MASK:
+        key_ok = keys < seqlen_k
+        kT = tl.load(K_tile_ptrs, mask=key_ok[None, :], other=0.0)  # (D, BLOCK_N)
+        v = tl.load(V_tile_ptrs, mask=key_ok[:, None], other=0.0)  # (BLOCK_N, D)
+    else:
+        kT = tl.load(K_tile_ptrs)
+        v = tl.load(V_tile_ptrs)
+    s = tl.dot(q, kT, input_precision=INPUT_PRECISION) * qk_scale  # (BLOCK_M, BLOCK_N), log2 units
+    if MASK:
+        visible = key_ok[None, :]
+        if IS_CAUSAL:
+            visible = visible & (keys[None, :] <= offs_m[:, None] + (seqlen_k - seqlen_q))
+        s = tl.where(visible, s, float("-inf"))
+
+    if SPLIT_Q:
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with nothing visible yet
+        p = tl.math.exp2(s - m_use[:, None])
+        l_tile = tl.sum(p, 1)
+        pv = tl.dot(p.to(v.dtype), v, input_precision=INPUT_PRECISION)  # (BLOCK_M, D)
+    else:
+        SLICE: tl.constexpr = BLOCK_N // KEY_SLICES
+        s3 = tl.reshape(s, (BLOCK_M, KEY_SLICES, SLICE))
+        m_s = tl.max(s3, 2)  # (BLOCK_M, KEY_SLICES): each slice's own max
+        m_s_use = tl.where(m_s == float("-inf"), 0.0, m_s)
+        p3 = tl.math.exp2(s3 - m_s_use[:, :, None])
+        l_s = tl.sum(p3, 2)  # each slice's own sum
+        v3 = tl.reshape(v, (KEY_SLICES, SLICE, HEAD_DIM))
+        o_s = tl.dot(tl.permute(p3, (1, 0, 2)).to(v.dtype), v3,
+                     input_precision=INPUT_PRECISION)  # (KEY_SLICES, BLOCK_M, D) partial outputs
+        # merge the slices: the split-K communication
+        m_new = tl.maximum(m_i, tl.max(m_s, 1))
+        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+        w = tl.math.exp2(m_s - m_use[:, None])  # (BLOCK_M, KEY_SLICES)
+        l_tile = tl.sum(w * l_s, 1)
+        pv = tl.sum(o_s * tl.permute(w, (1, 0))[:, :, None], 0)
+
+    alpha = tl.math.exp2(m_i - m_use)
+    l_new = alpha * l_i + l_tile
+    if DEFER_NORM:
+        acc = acc * alpha[:, None] + pv
+    else:
+        inv_l_new = 1.0 / tl.where(l_new == 0.0, 1.0, l_new)
+        acc = (acc * (l_i * alpha * inv_l_new)[:, None]) + pv * inv_l_new[:, None]
+    return m_new, l_new, acc
+
+
+@triton.jit
+def _attn_fwd_row_block(Q, K, V, O, LSE, M, L, start_m, off_b, off_h, off_hkv,
+                        stride_qb, stride_qh, stride_qm, stride_qd,
+                        stride_kb, stride_kh, stride_kn, stride_kd,
+                        stride_vb, stride_vh, stride_vn, stride_vd,
+                        stride_ob, stride_oh, stride_om, stride_od,
+                        stride_lb, stride_lh,
+                        seqlen_q, seqlen_k, qk_scale,
+                        IS_CAUSAL: tl.constexpr, DEFER_NORM: tl.constexpr, SPLIT_Q: tl.constexpr,
+                        KEY_SLICES: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                        HEAD_DIM: tl.constexpr, INPUT_PRECISION: tl.constexpr):
+    """Attention for query rows start_m .. start_m + BLOCK_M of one (batch, head)."""
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    row_ok = offs_m < seqlen_q
+
+    q_base = Q + off_b.to(tl.int64) * stride_qb + off_h.to(tl.int64) * stride_qh
+    k_base = K + off_b.to(tl.int64) * stride_kb + off_hkv.to(tl.int64) * stride_kh
+    v_base = V + off_b.to(tl.int64) * stride_vb + off_hkv.to(tl.int64) * stride_vh
+    q = tl.load(q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
+                mask=row_ok[:, None], other=0.0)  # (BLOCK_M, D)
+    K_ptrs = k_base + offs_n[None, :] * stride_kn + offs_d[:, None] * stride_kd  # (D, BLOCK_N)
+    V_ptrs = v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd  # (BLOCK_N, D)
+
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+
+    full_end, hi = _visible_key_range(start_m, seqlen_q, seqlen_k, BLOCK_M, BLOCK_N, IS_CAUSAL)
+    for start_n in range(0, full_end, BLOCK_N):
+        m_i, l_i, acc = _online_softmax_step(
+            m_i, l_i, acc, q, K_ptrs + start_n * stride_kn, V_ptrs + start_n * stride_vn,
+            start_n, offs_m, offs_n, seqlen_q, seqlen_k, qk_scale,
+            False, IS_CAUSAL, DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM,
+            INPUT_PRECISION)
+    for start_n in range(full_end, hi, BLOCK_N):
+        m_i, l_i, acc = _online_softmax_step(
+            m_i, l_i, acc, q, K_ptrs + start_n * stride_kn, V_ptrs + start_n * stride_vn,
+            start_n, offs_m, offs_n, seqlen_q, seqlen_k, qk_scale,
+            True, IS_CAUSAL, DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM,
+            INPUT_PRECISION)
+
+    sees_a_key = l_i > 0.0
+    if DEFER_NORM:
+        acc = acc / tl.where(sees_a_key, l_i, 1.0)[:, None]  # the one deferred division
+        log2_l = tl.math.log2(tl.where(sees_a_key, l_i, 1.0))
+        lse = tl.where(sees_a_key, (m_i + log2_l) * 0.6931471805599453, float("-inf"))  # ln 2
+        tl.store(LSE + off_b * stride_lb + off_h * stride_lh + offs_m, lse, mask=row_ok)
+    else:
+        stat = off_b * stride_lb + off_h * stride_lh + offs_m
+        tl.store(M + stat, m_i * 0.6931471805599453, mask=row_ok)  # natural-log units
+        tl.store(L + stat, l_i, mask=row_ok)
+    o_base = O + off_b.to(tl.int64) * stride_ob + off_h.to(tl.int64) * stride_oh
+    tl.store(o_base + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od,
+             acc.to(O.dtype.element_ty), mask=row_ok[:, None])
+
+
+@triton.jit
+def _attn_fwd(Q, K, V, O, LSE, M, L,
+              stride_qb, stride_qh, stride_qm, stride_qd,
+              stride_kb, stride_kh, stride_kn, stride_kd,
+              stride_vb, stride_vh, stride_vn, stride_vd,
+              stride_ob, stride_oh, stride_om, stride_od,
+              stride_lb, stride_lh,
+              heads_q, group_size, seqlen_q, seqlen_k, qk_scale,
+              IS_CAUSAL: tl.constexpr, DEFER_NORM: tl.constexpr, SEQ_PARALLEL: tl.constexpr,
+              SPLIT_Q: tl.constexpr, KEY_SLICES: tl.constexpr, BLOCK_M: tl.constexpr,
+              BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, INPUT_PRECISION: tl.constexpr):
+    if SEQ_PARALLEL:
+        off_bh = tl.program_id(1)
+    else:
+        off_bh = tl.program_id(0)
+    off_b = off_bh // heads_q
+    off_h = off_bh % heads_q
+    off_hkv = off_h // group_size  # GQA/MQA: query head h reads kv head h // group_size
+
+    if SEQ_PARALLEL:
+        _attn_fwd_row_block(Q, K, V, O, LSE, M, L, tl.program_id(0) * BLOCK_M, off_b, off_h, off_hkv,
+                            stride_qb, stride_qh, stride_qm, stride_qd,
+                            stride_kb, stride_kh, stride_kn, stride_kd,
+                            stride_vb, stride_vh, stride_vn, stride_vd,
+                            stride_ob, stride_oh, stride_om, stride_od, stride_lb, stride_lh,
+                            seqlen_q, seqlen_k, qk_scale, IS_CAUSAL, DEFER_NORM, SPLIT_Q,
+                            KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM, INPUT_PRECISION)
+    else:
+        for start_m in range(0, seqlen_q, BLOCK_M):
+            _attn_fwd_row_block(Q, K, V, O, LSE, M, L, start_m, off_b, off_h, off_hkv,
+                                stride_qb, stride_qh, stride_qm, stride_qd,
+                                stride_kb, stride_kh, stride_kn, stride_kd,
+                                stride_vb, stride_vh, stride_vn, stride_vd,
+                                stride_ob, stride_oh, stride_om, stride_od, stride_lb, stride_lh,
+                                seqlen_q, seqlen_k, qk_scale, IS_CAUSAL, DEFER_NORM, SPLIT_Q,
+                                KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM, INPUT_PRECISION)
+
+
+def attn_fwd(q, k, v, causal, softmax_scale, variant, config):
+    """Launch the forward kernel. q (B, Hq, Sq, D), k and v (B, Hkv, Sk, D), already validated.
+
+    Returns (o, stats): stats is (lse,) when variant.defer_norm, else (m, l), each float32
+    (B, Hq, Sq) with m in natural-log units.
+    """
+    import torch
+
+    batch, heads_q, seqlen_q, head_dim = q.shape
+    heads_kv, seqlen_k = k.shape[1], k.shape[2]
+    o = torch.empty_like(q, memory_format=torch.contiguous_format)
+    stat_shape = (batch, heads_q, seqlen_q)
+    if variant.defer_norm:
+        stats = (torch.empty(stat_shape, device=q.device, dtype=torch.float32),)
+        lse, m, l = stats[0], stats[0], stats[0]  # m and l are not written
+    else:
+        stats = tuple(torch.empty(stat_shape, device=q.device, dtype=torch.float32) for _ in range(2))
+        m, l = stats
+        lse = m  # not written
+    if variant.seq_parallel:
+        grid = (triton.cdiv(seqlen_q, config.block_m), batch * heads_q)
+    else:
+        grid = (batch * heads_q,)
+    _attn_fwd[grid](
+        q, k, v, o, lse, m, l,
+        *q.stride(), *k.stride(), *v.stride(), *o.stride(), stats[0].stride(0), stats[0].stride(1),
+        heads_q, heads_q // heads_kv, seqlen_q, seqlen_k, softmax_scale * LOG2E,
+        IS_CAUSAL=causal, DEFER_NORM=variant.defer_norm, SEQ_PARALLEL=variant.seq_parallel,
+        SPLIT_Q=variant.split_q, KEY_SLICES=config.key_slices, BLOCK_M=config.block_m,
+        BLOCK_N=config.block_n, HEAD_DIM=head_dim, INPUT_PRECISION=config.input_precision,
+        num_warps=config.num_warps, num_stages=config.num_stages,
+    )
+    return o, stats

@@ -1,0 +1,135 @@
+"""`flash_attention`: argument checks, the autograd function, and the calls into the kernels."""
+from __future__ import annotations
+
+import math
+import os
+
+import torch
+
+from .config import TileConfig, default_config
+from .variant import Variant
+
+SUPPORTED_HEAD_DIMS = (16, 32, 64, 128, 256)
+SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+INT32_MAX = 2**31 - 1
+
+
+def interpreting() -> bool:
+    """True when Triton runs kernels through its CPU interpreter."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def flash_attention(q, k, v, *, causal=False, softmax_scale=None, variant=Variant(),
+                    return_lse=False, config: TileConfig | None = None):
+    """softmax(q k^T * softmax_scale [+ causal mask]) v, differentiable in q, k and v.
+
+    q (batch, heads_q, seqlen_q, head_dim); k and v (batch, heads_kv, seqlen_k, head_dim) with
+    heads_q % heads_kv == 0 (query head h reads kv head h // (heads_q // heads_kv)).
+    causal is bottom-right aligned: query i sees key j iff j <= i + seqlen_k - seqlen_q; a row
+    that sees no key gets output 0 and lse -inf.
+    Returns o in q's dtype, and with return_lse=True also lse: float32 (batch, heads_q,
+    seqlen_q), natural log. `config` overrides the tile sizes (see kernels.config).
+    """
+    _check_inputs(q, k, v, causal, softmax_scale, variant)
+    q, k, v = (_int32_addressable(t, name) for t, name in ((q, "q"), (k, "k"), (v, "v")))
+    head_dim = q.shape[-1]
+    if softmax_scale is None:
+        softmax_scale = head_dim ** -0.5
+    on_gpu = q.is_cuda and not interpreting()
+    config = (config or default_config(head_dim, on_gpu, variant)).for_variant(variant, on_gpu)
+    _check_config(config)
+    o, lse = _FlashAttention.apply(q, k, v, bool(causal), float(softmax_scale), variant, config)
+    return (o, lse) if return_lse else o
+
+
+def lse_from_m_l(m, l):
+    """lse = m + log(l), and -inf for rows whose l is 0 (rows that see no key)."""
+    return torch.where(l > 0, m + torch.log(l), torch.full_like(m, float("-inf")))
+
+
+class _FlashAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, causal, softmax_scale, variant, config):
+        from .forward import attn_fwd
+
+        o, stats = attn_fwd(q, k, v, causal, softmax_scale, variant, config)
+        lse = stats[0] if variant.defer_norm else lse_from_m_l(*stats)
+        ctx.save_for_backward(q, k, v, o, *stats)
+        ctx.causal, ctx.softmax_scale, ctx.variant, ctx.config = causal, softmax_scale, variant, config
+        ctx.set_materialize_grads(False)
+        return o, lse
+
+    @staticmethod
+    def backward(ctx, do, dlse):
+        from .backward import attn_bwd
+
+        q, k, v, o, *stats = ctx.saved_tensors
+        if do is None and dlse is None:
+            return (None,) * 7
+        if do is None:
+            do = torch.zeros_like(o)
+        dq, dk, dv = attn_bwd(q, k, v, o, stats, do, dlse, ctx.causal, ctx.softmax_scale,
+                              ctx.variant, ctx.config)
+        return dq, dk, dv, None, None, None, None
+
+
+def _check_inputs(q, k, v, causal, softmax_scale, variant):
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() != 4:
+            raise ValueError(f"{name} must have 4 dimensions (batch, heads, seqlen, head_dim), "
+                             f"got shape {tuple(t.shape)}")
+        if t.dtype not in SUPPORTED_DTYPES:
+            raise TypeError(f"{name} must be float16, bfloat16 or float32, got {t.dtype}")
+        if min(t.shape) < 1:
+            raise ValueError(f"{name} has an empty dimension: shape {tuple(t.shape)}")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError(f"q, k and v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if not (q.device == k.device == v.device):
+        raise ValueError(f"q, k and v must be on one device, got {q.device}, {k.device}, {v.device}")
+    if not q.is_cuda and not interpreting():
+        raise ValueError(f"q is on {q.device}: the kernels need a CUDA device, or Triton's "
+                         "interpreter (set TRITON_INTERPRET=1 before importing triton)")
+    if k.shape != v.shape:
+        raise ValueError(f"k and v must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
+    if k.shape[0] != q.shape[0]:
+        raise ValueError(f"k has batch {k.shape[0]} but q has batch {q.shape[0]}")
+    if k.shape[3] != q.shape[3]:
+        raise ValueError(f"k has head_dim {k.shape[3]} but q has head_dim {q.shape[3]}")
+    if q.shape[1] % k.shape[1] != 0:
+        raise ValueError(f"heads_q ({q.shape[1]}) must be a multiple of heads_kv ({k.shape[1]})")
+    if q.shape[3] not in SUPPORTED_HEAD_DIMS:
+        raise ValueError(f"head_dim {q.shape[3]} is not supported; expected one of {SUPPORTED_HEAD_DIMS}")
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+    if softmax_scale is not None:
+        if isinstance(softmax_scale, bool) or not isinstance(softmax_scale, (int, float)):
+            raise TypeError(f"softmax_scale must be a float or None, got {type(softmax_scale).__name__}")
+        if not math.isfinite(softmax_scale):
+            raise ValueError(f"softmax_scale must be finite, got {softmax_scale}")
+    if not isinstance(variant, Variant):
+        raise TypeError(f"variant must be a kernels.Variant, got {type(variant).__name__}")
+
+
+def _check_config(config: TileConfig):
+    for name in ("block_m", "block_n"):
+        value = getattr(config, name)
+        if value < 16 or value & (value - 1):
+            raise ValueError(f"config.{name} must be a power of two >= 16, got {value}")
+    if config.block_n % config.key_slices:
+        raise ValueError(f"config.block_n ({config.block_n}) must be divisible by "
+                         f"config.key_slices ({config.key_slices})")
+    if config.input_precision not in ("ieee", "tf32"):
+        raise ValueError(f"config.input_precision must be 'ieee' or 'tf32', got {config.input_precision!r}")
+
+
+def _int32_addressable(t, name):
+    """Within one (batch, head) the kernels index with int32; copy a view whose rows span more."""
+    span = (t.shape[2] - 1) * abs(t.stride(2)) + (t.shape[3] - 1) * abs(t.stride(3))
+    if span <= INT32_MAX:
+        return t
+    t = t.contiguous()
+    if (t.shape[2] * t.shape[3]) > INT32_MAX:
+        raise ValueError(f"{name}: seqlen * head_dim = {t.shape[2] * t.shape[3]} exceeds int32 indexing")
+    return t
