@@ -15,6 +15,11 @@ class TileConfig:
     num_stages: int = 2
     key_slices: int = 4  # split-K only: slices a K/V tile is cut into (FA1 used 4 warps)
     input_precision: str = "ieee"  # for float32 operands; "tf32" only when asked for
+    # backward: one program per key/value column block of bwd_block_n keys
+    bwd_block_m: int = 64
+    bwd_block_n: int = 64
+    bwd_num_warps: int = 4
+    bwd_num_stages: int = 2
 
     def for_variant(self, variant, on_gpu: bool) -> "TileConfig":
         """Fit key_slices to block_n: each slice must be a valid dot operand on the GPU."""
@@ -31,13 +36,15 @@ def default_config(head_dim: int, on_gpu: bool, variant=None) -> TileConfig:
     if not on_gpu:
         # The interpreter's cost grows with the number of tile steps, not their size; small
         # tiles still exercise partial tiles and multi-tile loops at small sequence lengths.
-        config = TileConfig(block_m=32, block_n=16, num_warps=4, num_stages=1)
+        config = TileConfig(block_m=32, block_n=16, num_warps=4, num_stages=1,
+                            bwd_block_m=16, bwd_block_n=32, bwd_num_stages=1)
     elif head_dim <= 64:
         config = TileConfig(block_m=128, block_n=64, num_warps=4, num_stages=3)
     elif head_dim <= 128:
-        config = TileConfig(block_m=128, block_n=64, num_warps=8, num_stages=3)
+        config = TileConfig(block_m=128, block_n=64, num_warps=8, num_stages=3, bwd_num_warps=8)
     else:
-        config = TileConfig(block_m=64, block_n=32, num_warps=4, num_stages=2)
+        config = TileConfig(block_m=64, block_n=32, num_warps=4, num_stages=2,
+                            bwd_block_m=32, bwd_block_n=32, bwd_num_warps=8, bwd_num_stages=1)
     if variant is not None and not variant.split_q and on_gpu and head_dim >= 128:
         # split-K keeps one partial output per slice: (slices, BLOCK_M, D) float32 registers
         config = replace(config, block_m=64)

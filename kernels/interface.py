@@ -113,7 +113,7 @@ def _check_inputs(q, k, v, causal, softmax_scale, variant):
 
 
 def _check_config(config: TileConfig):
-    for name in ("block_m", "block_n"):
+    for name in ("block_m", "block_n", "bwd_block_m", "bwd_block_n"):
         value = getattr(config, name)
         if value < 16 or value & (value - 1):
             raise ValueError(f"config.{name} must be a power of two >= 16, got {value}")

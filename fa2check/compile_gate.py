@@ -1,0 +1,328 @@
+"""Compile gate: build every kernel variant for Hopper (sm_90) on a machine without a GPU.
+
+    python -m fa2check.compile_gate [--variant fa2] [--dtype bfloat16] [--head-dim 64] [--causal]
+
+Each case goes through Triton's full pipeline (TTIR -> TTGIR -> LLVM IR -> PTX -> cubin) with
+`triton.compile(ASTSource(...), target=GPUTarget("cuda", 90, 32))`. Registers and spills need a
+driver on the CompiledKernel (`n_regs`/`n_spills` are only set by `_init_handles`), so they come
+from running Triton's bundled `ptxas -v` on the PTX again; shared memory is `metadata.shared`.
+A case fails if it does not compile or needs more shared memory than an sm_90 block may have.
+
+New kernels join the gate by adding a `KernelSpec` to `SPECS` (e.g. a backward kernel).
+The kernels must be `triton.jit` functions: with TRITON_INTERPRET set they are interpreter
+objects that cannot be compiled, so `main` then reruns itself without that variable.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from multiprocessing import get_context
+from typing import Callable
+
+from kernels import SUPPORTED_HEAD_DIMS, TileConfig, Variant, default_config
+
+DTYPES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}  # torch name -> Triton type
+SM90_MAX_SHARED = 232448  # bytes of shared memory one block may opt in to on H100/H200 (227 KiB)
+
+
+@dataclass(frozen=True)
+class Case:
+    """One cell of the gate: what a launcher call would fix at compile time."""
+    variant: Variant
+    dtype: str  # a key of DTYPES
+    head_dim: int
+    causal: bool
+    config: TileConfig
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    name: str
+    kernel: Callable[[], object]  # returns the triton.jit function (imported lazily)
+    specialize: Callable[[object, Case], tuple[dict, dict, dict]]  # -> signature, constexprs, attrs
+
+
+def runtime_specialization(fn, pointers: dict[str, str], constexprs: dict, floats=(), unit=(),
+                           div16=()):
+    """(signature, constexprs, attrs) for ASTSource, as the runtime launcher would specialise.
+
+    Like Triton's launcher: ints equal to 1 (`unit`, the innermost strides of contiguous
+    tensors) become constexpr 1, and pointers plus ints in `div16` carry tt.divisibility=16.
+    Other ints are plain i32 (sequence lengths and head counts can be anything).
+    """
+    signature, consts, attrs = {}, dict(constexprs), {}
+    for i, name in enumerate(fn.arg_names):
+        if name in constexprs:
+            signature[name] = "constexpr"
+        elif name in unit:
+            signature[name], consts[name] = "constexpr", 1
+        elif name in pointers:
+            signature[name] = "*" + pointers[name]
+            attrs[(i,)] = [["tt.divisibility", 16]]  # torch allocations are 16-byte aligned
+        elif name in floats:
+            signature[name] = "fp32"
+        else:
+            signature[name] = "i32"
+            if name in div16:
+                attrs[(i,)] = [["tt.divisibility", 16]]
+    return signature, consts, attrs
+
+
+def _forward_kernel():
+    from kernels.forward import _attn_fwd
+    return _attn_fwd
+
+
+def _forward_specialization(fn, case: Case):
+    """Arguments of `kernels.forward.attn_fwd` for contiguous (B, H, S, D) q, k, v and o."""
+    cfg, v = case.config, case.variant
+    io = DTYPES[case.dtype]
+    pointers = {"Q": io, "K": io, "V": io, "O": io, "LSE": "fp32", "M": "fp32", "L": "fp32"}
+    # contiguous: stride_*d == 1; stride_*m/n, *h, *b are multiples of head_dim, hence of 16
+    unit = [f"stride_{t}d" for t in "qkvo"]
+    div16 = [f"stride_{name}" for name in ("qb", "qh", "qm", "kb", "kh", "kn", "vb", "vh", "vn",
+                                           "ob", "oh", "om")]
+    constexprs = dict(IS_CAUSAL=case.causal, DEFER_NORM=v.defer_norm, SEQ_PARALLEL=v.seq_parallel,
+                      SPLIT_Q=v.split_q, KEY_SLICES=cfg.key_slices, BLOCK_M=cfg.block_m,
+                      BLOCK_N=cfg.block_n, HEAD_DIM=case.head_dim,
+                      INPUT_PRECISION=cfg.input_precision)
+    return runtime_specialization(fn, pointers, constexprs, floats=("qk_scale",), unit=unit,
+                                  div16=div16)
+
+
+SPECS = {spec.name: spec for spec in [
+    KernelSpec("attn_fwd", _forward_kernel, _forward_specialization),
+]}
+
+
+@dataclass
+class CompileReport:
+    kernel: str
+    variant: str
+    dtype: str
+    head_dim: int
+    causal: bool
+    block_m: int
+    block_n: int
+    num_warps: int
+    num_stages: int
+    key_slices: int
+    input_precision: str
+    registers: int | None = None  # per thread, from ptxas -v
+    spill_stores: int | None = None  # bytes, from ptxas -v
+    spill_loads: int | None = None
+    stack_bytes: int | None = None  # stack frame per thread (spills live there)
+    shared_bytes: int | None = None  # metadata.shared: dynamic shared memory per block
+    wgmma: bool | None = None  # PTX uses Hopper's warpgroup MMA
+    compile_s: float | None = None  # near zero on a Triton cache hit (~/.triton/cache)
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def ptxas_usage(ptx: str) -> dict:
+    """Registers, spill bytes and stack frame of the (single) kernel in `ptx`, via ptxas -v."""
+    from triton.backends.nvidia.compiler import get_ptxas
+    with tempfile.TemporaryDirectory() as tmp:
+        src = os.path.join(tmp, "k.ptx")
+        with open(src, "w") as f:
+            f.write(ptx)
+        log = subprocess.run([get_ptxas(90).path, "-v", "--gpu-name=sm_90a", src, "-o", src + ".o"],
+                             check=True, capture_output=True, text=True).stderr
+    found = lambda pattern: int(re.search(pattern, log).group(1))  # noqa: E731
+    return dict(registers=found(r"Used (\d+) registers"),
+                spill_stores=found(r"(\d+) bytes spill stores"),
+                spill_loads=found(r"(\d+) bytes spill loads"),
+                stack_bytes=found(r"(\d+) bytes stack frame"))
+
+
+def make_case(variant: Variant, dtype: str, head_dim: int, causal: bool,
+              config: TileConfig | None = None) -> Case:
+    config = (config or default_config(head_dim, on_gpu=True, variant=variant))
+    return Case(variant, dtype, head_dim, causal, config.for_variant(variant, on_gpu=True))
+
+
+def compile_for_sm90(spec_name: str, variant: Variant, dtype: str, head_dim: int, causal: bool,
+                     config: TileConfig | None = None) -> CompileReport:
+    """Compile one case for sm_90; raises on a compile error (see `run_gate` for collecting)."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    spec, case = SPECS[spec_name], make_case(variant, dtype, head_dim, causal, config)
+    fn = spec.kernel()
+    if not isinstance(fn, triton.runtime.JITFunction):
+        raise RuntimeError(f"{spec_name} is a {type(fn).__name__}, not a JITFunction: unset "
+                           "TRITON_INTERPRET before triton is imported to compile for sm_90")
+    signature, constexprs, attrs = spec.specialize(fn, case)
+    cfg = case.config
+    report = _blank_report(spec_name, case)
+    start = time.perf_counter()
+    compiled = triton.compile(ASTSource(fn, signature, constexprs, attrs),
+                              target=GPUTarget("cuda", 90, 32),
+                              options=dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages))
+    report.compile_s = round(time.perf_counter() - start, 2)
+    report.shared_bytes = compiled.metadata.shared
+    report.wgmma = "wgmma" in compiled.asm["ptx"]
+    for key, value in ptxas_usage(compiled.asm["ptx"]).items():
+        setattr(report, key, value)
+    if report.shared_bytes > SM90_MAX_SHARED:
+        report.error = (f"needs {report.shared_bytes} bytes of shared memory; "
+                        f"an sm_90 block may have {SM90_MAX_SHARED}")
+    return report
+
+
+def _blank_report(spec_name: str, case: Case) -> CompileReport:
+    cfg = case.config
+    return CompileReport(spec_name, str(case.variant), case.dtype, case.head_dim, case.causal,
+                         cfg.block_m, cfg.block_n, cfg.num_warps, cfg.num_stages, cfg.key_slices,
+                         cfg.input_precision)
+
+
+def _compile_or_report(spec_name: str, case: Case) -> CompileReport:
+    try:
+        return compile_for_sm90(spec_name, case.variant, case.dtype, case.head_dim, case.causal,
+                                case.config)
+    except Exception as e:  # noqa: BLE001 - every failure becomes a report
+        report = _blank_report(spec_name, case)
+        report.error = f"{type(e).__name__}: {e}".strip()
+        return report
+
+
+def run_gate(variants, dtypes, head_dims, causals, specs=tuple(SPECS), overrides=None,
+             jobs: int = 1, progress: Callable[[CompileReport], None] | None = None):
+    """Compile every combination; failures are returned as reports with `error` set.
+
+    overrides: TileConfig fields replacing the default config's; jobs > 1 compiles in that
+    many worker processes; progress is called with each report as it finishes.
+    """
+    cases = []
+    for spec in specs:
+        for variant in variants:
+            for dtype in dtypes:
+                for head_dim in head_dims:
+                    for causal in causals:
+                        config = default_config(head_dim, on_gpu=True, variant=variant)
+                        config = dataclasses.replace(config, **(overrides or {}))
+                        cases.append((spec, make_case(variant, dtype, head_dim, causal, config)))
+    reports = [None] * len(cases)
+
+    def done(i, report):
+        reports[i] = report
+        if progress:
+            progress(report)
+
+    if jobs <= 1:
+        for i, (spec, case) in enumerate(cases):
+            done(i, _compile_or_report(spec, case))
+    else:  # spawn: no fork of a process that runs rich's refresh thread
+        with ProcessPoolExecutor(jobs, mp_context=get_context("spawn")) as pool:
+            futures = {pool.submit(_compile_or_report, spec, case): i
+                       for i, (spec, case) in enumerate(cases)}
+            from concurrent.futures import as_completed
+            for future in as_completed(futures):
+                done(futures[future], future.result())
+    return reports
+
+
+def _table(reports):
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title="sm_90 compile gate")
+    for column in ("kernel", "variant", "dtype", "D", "causal", "BM", "BN", "warps", "stages",
+                   "slices", "regs", "spill st/ld", "smem", "wgmma", "s", "status"):
+        table.add_column(column, justify="left" if column in ("kernel", "variant", "dtype",
+                                                               "status") else "right")
+    for r in reports:
+        status = Text("ok", "green") if r.ok else Text(r.error.splitlines()[0][:60], "red")
+        spills = Text("" if r.spill_stores is None else f"{r.spill_stores}/{r.spill_loads}",
+                      "yellow" if r.spill_stores else "")
+        table.add_row(r.kernel, r.variant, r.dtype, str(r.head_dim), "y" if r.causal else "n",
+                      str(r.block_m), str(r.block_n), str(r.num_warps), str(r.num_stages),
+                      str(r.key_slices), _s(r.registers), spills, _s(r.shared_bytes),
+                      _s(None if r.wgmma is None else "yn"[not r.wgmma]), _s(r.compile_s), status)
+    return table
+
+
+def _s(value) -> str:
+    return "" if value is None else str(value)
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(prog="python -m fa2check.compile_gate", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--kernel", action="append", choices=sorted(SPECS), help="default: all")
+    p.add_argument("--variant", action="append", type=Variant.parse,
+                   help="e.g. fa2, fa1 or '+defer-seqpar+splitq' (repeatable); default: all 8")
+    p.add_argument("--dtype", action="append", choices=list(DTYPES), help="default: all")
+    p.add_argument("--head-dim", action="append", type=int, help="default: all supported")
+    p.add_argument("--causal", action=argparse.BooleanOptionalAction, default=None,
+                   help="only causal / only non-causal; default: both")
+    for field in ("block_m", "block_n", "num_warps", "num_stages", "key_slices"):
+        p.add_argument("--" + field.replace("_", "-"), type=int, help="override the default config")
+    p.add_argument("--jobs", "-j", type=int, default=os.cpu_count() or 1,
+                   help="worker processes (default: one per CPU)")
+    p.add_argument("--json", metavar="PATH", help="write the reports as JSON")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+        # triton.jit already built interpreter objects in this process: start a clean one
+        env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+        return subprocess.run([sys.executable, "-m", "fa2check.compile_gate", *argv],
+                              env=env).returncode
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    args = parse_args(argv)
+    overrides = {f: getattr(args, f) for f in ("block_m", "block_n", "num_warps", "num_stages",
+                                               "key_slices") if getattr(args, f) is not None}
+    variants = args.variant or Variant.all()
+    dtypes = args.dtype or list(DTYPES)
+    head_dims = args.head_dim or list(SUPPORTED_HEAD_DIMS)
+    causals = [args.causal] if args.causal is not None else [False, True]
+    specs = args.kernel or list(SPECS)
+    total = len(specs) * len(variants) * len(dtypes) * len(head_dims) * len(causals)
+
+    console = Console()
+    start = time.perf_counter()
+    with Progress(TextColumn("compiling for sm_90"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), TextColumn("{task.description}"), console=console) as bar:
+        task = bar.add_task("", total=total)
+
+        def progress(r):
+            bar.update(task, advance=1, description=f"{r.kernel} {r.variant} {r.dtype} "
+                                                    f"D={r.head_dim} causal={r.causal}")
+        reports = run_gate(variants, dtypes, head_dims, causals, specs=specs, overrides=overrides,
+                           jobs=args.jobs, progress=progress)
+    console.print(_table(reports))
+    failed = [r for r in reports if not r.ok]
+    for r in failed:
+        console.print(f"FAILED {r.kernel} {r.variant} {r.dtype} D={r.head_dim} causal={r.causal} "
+                      f"(BM={r.block_m} BN={r.block_n} warps={r.num_warps} stages={r.num_stages} "
+                      f"slices={r.key_slices}):\n{r.error}", style="red", markup=False,
+                      highlight=False)
+    console.print(f"{len(reports) - len(failed)}/{len(reports)} compiled for sm_90 in "
+                  f"{time.perf_counter() - start:.0f} s")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump([dataclasses.asdict(r) for r in reports], f, indent=1)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
