@@ -1,6 +1,6 @@
 """The references every implementation is judged against.
 
-- `reference`: float64 attention on the CPU, written independently of the kernels: the causal
+- `reference`: float64 attention, written independently of the kernels: the causal
   mask is built from the index rule, GQA by explicitly repeating K/V heads, softmax by torch.
   Differentiable, so float64 autograd gives the reference gradients.
 - `mp_reference`: the same quantities for chosen rows with mpmath at about 50 significant
@@ -35,12 +35,12 @@ def default_scale(head_dim: int) -> float:
 
 
 def reference(q, k, v, *, causal=False, softmax_scale=None):
-    """float64 (o, lse) on the CPU; differentiable through q, k, v if they require grad."""
+    """float64 (o, lse) on the inputs' device; differentiable through q, k, v."""
     scale = default_scale(q.shape[-1]) if softmax_scale is None else softmax_scale
-    q64, k64, v64 = (t.to("cpu", torch.float64) for t in (q, k, v))  # keeps the autograd graph
+    q64, k64, v64 = (t.to(torch.float64) for t in (q, k, v))  # keeps the autograd graph
     k64, v64 = expand_kv(k64, q.shape[1]), expand_kv(v64, q.shape[1])
     s = (q64 @ k64.transpose(-1, -2)) * scale
-    seen = visible_mask(q.shape[2], k.shape[2], causal)
+    seen = visible_mask(q.shape[2], k.shape[2], causal, q.device)
     s = s.masked_fill(~seen, float("-inf"))
     lse = torch.logsumexp(s, dim=-1)  # -inf for a row that sees no key
     sees_any = seen.any(dim=-1)[:, None]  # (Sq, 1)

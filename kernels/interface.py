@@ -19,6 +19,12 @@ def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
+if interpreting():
+    from .interpreter_fixes import patch_bf16
+
+    patch_bf16()
+
+
 def flash_attention(q, k, v, *, causal=False, softmax_scale=None, variant=Variant(),
                     return_lse=False, config: TileConfig | None = None):
     """softmax(q k^T * softmax_scale [+ causal mask]) v, differentiable in q, k and v.

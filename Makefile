@@ -1,0 +1,34 @@
+# make verify: set up and run the main job. make test: set up and run the tests.
+# On a machine with a CUDA GPU and torch/triton already installed (the device machine), run
+# `make verify PYTHON=python3` or `make test PYTHON=python3` to skip the virtualenv.
+VENV ?= .venv
+PYTHON ?= $(VENV)/bin/python
+# torch: the CPU wheel this project's machines carry; CUDA machines bring their own
+TORCH_CPU ?= torch==2.13.0
+STAMP := $(VENV)/.installed
+
+.PHONY: setup verify test test-gpu compile-gate clean
+
+$(STAMP): pyproject.toml
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q "$(TORCH_CPU)"
+	$(VENV)/bin/pip install -q -e ".[test]"
+	touch $(STAMP)
+
+setup: $(if $(filter $(VENV)/bin/python,$(PYTHON)),$(STAMP))
+
+verify: setup
+	$(PYTHON) -m fa2check.verify $(ARGS)
+
+test: setup
+	$(PYTHON) -m pytest $(ARGS)
+
+test-gpu:
+	$(PYTHON) -m pytest -m gpu $(ARGS)
+
+compile-gate: setup
+	env -u TRITON_INTERPRET $(PYTHON) -m fa2check.compile_gate $(ARGS)
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -1,0 +1,61 @@
+"""Where a run happens: device choice (CPU interpreter or CUDA) and provenance for results."""
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import subprocess
+
+
+def select_device() -> str:
+    """'cuda' when a GPU is usable and the interpreter was not asked for, else 'cpu' with
+    TRITON_INTERPRET=1 set (which must happen before triton is imported)."""
+    import torch
+
+    if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") in ("", "0"):
+        return "cuda"
+    os.environ["TRITON_INTERPRET"] = "1"
+    return "cpu"
+
+
+def git_commit() -> str:
+    try:
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True).stdout.strip()
+        return out.stdout.strip() + ("-dirty" if dirty else "") if out.returncode == 0 else "unknown"
+    except OSError:
+        return "unknown"
+
+
+def describe_environment(device: str) -> dict:
+    import numpy
+    import torch
+    import triton
+
+    env = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "device": device,
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "numpy": numpy.__version__,
+        "python": platform.python_version(),
+        "host": platform.node(),
+        "git_commit": git_commit(),
+        "triton_interpret": os.environ.get("TRITON_INTERPRET", ""),
+    }
+    if device == "cuda":
+        props = torch.cuda.get_device_properties(0)
+        env.update(gpu=props.name, sms=props.multi_processor_count,
+                   cuda=torch.version.cuda, driver=_driver_version())
+    return env
+
+
+def _driver_version() -> str:
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20)
+        return out.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"

@@ -1,0 +1,42 @@
+"""`Problem`: one attention call's shapes, dtype and masking, and its seeded inputs."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+
+DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
+
+
+@dataclass(frozen=True)
+class Problem:
+    batch: int
+    heads_q: int
+    heads_kv: int
+    seqlen_q: int
+    seqlen_k: int
+    head_dim: int
+    dtype: str = "float16"
+    causal: bool = False
+    seed: int = 0
+
+    def __str__(self) -> str:
+        mask = "causal" if self.causal else "full"
+        return (f"b{self.batch}-h{self.heads_q}/{self.heads_kv}-q{self.seqlen_q}-k{self.seqlen_k}"
+                f"-d{self.head_dim}-{self.dtype}-{mask}-s{self.seed}")
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return DTYPES[self.dtype]
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def inputs(self, device="cpu", scale: float = 1.0):
+        """q, k, v (standard normal times `scale`) and an upstream gradient dO, all seeded."""
+        gen = torch.Generator().manual_seed(self.seed)
+        shape_q = (self.batch, self.heads_q, self.seqlen_q, self.head_dim)
+        shape_kv = (self.batch, self.heads_kv, self.seqlen_k, self.head_dim)
+        q, k, v, do = (torch.randn(s, generator=gen) * (scale if i < 3 else 1.0)
+                       for i, s in enumerate((shape_q, shape_kv, shape_kv, shape_q)))
+        return tuple(t.to(device=device, dtype=self.torch_dtype) for t in (q, k, v, do))

@@ -1,0 +1,60 @@
+"""Bad input raises ValueError or TypeError naming the argument and what was expected."""
+import pytest
+import torch
+
+from kernels import TileConfig, Variant, flash_attention
+
+
+def _qkv(device, shape_q=(1, 4, 8, 32), shape_kv=(1, 2, 8, 32), dtype=torch.float16):
+    return (torch.randn(shape_q, device=device, dtype=dtype),
+            torch.randn(shape_kv, device=device, dtype=dtype),
+            torch.randn(shape_kv, device=device, dtype=dtype))
+
+
+CASES = [
+    ("q not a tensor", lambda q, k, v: ([1.0], k, v, {}), TypeError, "q must be a torch.Tensor"),
+    ("q rank 3", lambda q, k, v: (q[0], k, v, {}), ValueError, "q must have 4 dimensions"),
+    ("k rank 5", lambda q, k, v: (q, k[None], v, {}), ValueError, "k must have 4 dimensions"),
+    ("int dtype", lambda q, k, v: (q.to(torch.int32), k, v, {}), TypeError, "q must be float16"),
+    ("float64", lambda q, k, v: (q, k, v.double(), {}), TypeError, "v must be float16"),
+    ("mixed dtypes", lambda q, k, v: (q, k.float(), v, {}), TypeError, "share one dtype"),
+    ("k v shapes", lambda q, k, v: (q, k, v[:, :, :4], {}), ValueError, "k and v must have the same shape"),
+    ("batch", lambda q, k, v: (q, torch.cat([k, k]), torch.cat([v, v]), {}), ValueError, "batch"),
+    ("head_dim mismatch", lambda q, k, v: (q, k[..., :16], v[..., :16], {}), ValueError, "head_dim"),
+    ("heads not divisible", lambda q, k, v: (q[:, :3], k, v, {}), ValueError, "multiple of heads_kv"),
+    ("head_dim 24", lambda q, k, v: (q[..., :24], k[..., :24], v[..., :24], {}), ValueError, "head_dim 24"),
+    ("empty seqlen", lambda q, k, v: (q[:, :, :0], k, v, {}), ValueError, "empty"),
+    ("causal not bool", lambda q, k, v: (q, k, v, {"causal": 1}), TypeError, "causal must be a bool"),
+    ("scale string", lambda q, k, v: (q, k, v, {"softmax_scale": "0.1"}), TypeError, "softmax_scale"),
+    ("scale nan", lambda q, k, v: (q, k, v, {"softmax_scale": float("nan")}), ValueError, "softmax_scale"),
+    ("variant string", lambda q, k, v: (q, k, v, {"variant": "fa2"}), TypeError, "variant must be"),
+    ("block not pow2", lambda q, k, v: (q, k, v, {"config": TileConfig(48, 16)}), ValueError, "block_m"),
+    ("slices", lambda q, k, v: (q, k, v, {"config": TileConfig(32, 16, key_slices=3),
+                                          "variant": Variant(split_q=False)}), ValueError, "key_slices"),
+]
+
+
+@pytest.mark.parametrize("name,make,error,message", CASES, ids=[c[0] for c in CASES])
+def test_bad_input_raises(name, make, error, message, device):
+    q, k, v, kwargs = make(*_qkv(device))
+    with pytest.raises(error, match=message):
+        flash_attention(q, k, v, **kwargs)
+
+
+def test_cpu_tensor_without_interpreter_is_refused(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    q, k, v = _qkv("cpu")
+    with pytest.raises(ValueError, match="CUDA device"):
+        flash_attention(q, k, v)
+
+
+def test_variant_names_round_trip():
+    names = [str(v) for v in Variant.all()]
+    assert len(set(names)) == 8
+    assert all(Variant.parse(n) == v for n, v in zip(names, Variant.all()))
+    assert Variant.all()[0] == Variant() and Variant.all()[-1] == Variant(False, False, False)
+    assert Variant.parse("fa1") == Variant(False, False, False)
+    with pytest.raises(ValueError, match="cannot parse"):
+        Variant.parse("+defer+defer+splitq")
+    with pytest.raises(TypeError):
+        Variant(defer_norm=1)
