@@ -6,7 +6,7 @@ import os
 
 import torch
 
-from .config import TileConfig, default_config
+from .config import MIN_DOT_DIM, TileConfig, default_config
 from .variant import Variant
 
 SUPPORTED_HEAD_DIMS = (16, 32, 64, 128, 256)
@@ -42,8 +42,9 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, variant=Varian
     if softmax_scale is None:
         softmax_scale = head_dim ** -0.5
     on_gpu = q.is_cuda and not interpreting()
-    config = (config or default_config(head_dim, on_gpu, variant)).for_variant(variant, on_gpu)
-    _check_config(config)
+    if config is None:
+        config = default_config(head_dim, on_gpu, variant)
+    _check_config(config, variant, on_gpu)
     o, lse = _FlashAttention.apply(q, k, v, bool(causal), float(softmax_scale), variant, config)
     return (o, lse) if return_lse else o
 
@@ -118,14 +119,20 @@ def _check_inputs(q, k, v, causal, softmax_scale, variant):
         raise TypeError(f"variant must be a kernels.Variant, got {type(variant).__name__}")
 
 
-def _check_config(config: TileConfig):
+def _check_config(config: TileConfig, variant: Variant, on_gpu: bool):
+    if not isinstance(config, TileConfig):
+        raise TypeError(f"config must be a kernels.TileConfig or None, got {type(config).__name__}")
     for name in ("block_m", "block_n", "bwd_block_m", "bwd_block_n"):
         value = getattr(config, name)
         if value < 16 or value & (value - 1):
             raise ValueError(f"config.{name} must be a power of two >= 16, got {value}")
-    if config.block_n % config.key_slices:
-        raise ValueError(f"config.block_n ({config.block_n}) must be divisible by "
-                         f"config.key_slices ({config.key_slices})")
+    if not variant.split_q:
+        if config.key_slices < 1 or config.block_n % config.key_slices:
+            raise ValueError(f"config.block_n ({config.block_n}) must be divisible by "
+                             f"config.key_slices ({config.key_slices})")
+        if on_gpu and config.block_n // config.key_slices < MIN_DOT_DIM:
+            raise ValueError(f"config.key_slices ({config.key_slices}) leaves slices of "
+                             f"{config.block_n // config.key_slices} keys; the GPU needs >= {MIN_DOT_DIM}")
     if config.input_precision not in ("ieee", "tf32"):
         raise ValueError(f"config.input_precision must be 'ieee' or 'tf32', got {config.input_precision!r}")
 

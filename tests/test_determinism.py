@@ -30,13 +30,15 @@ def test_repeated_runs_are_bitwise_identical(variant, device):
 @pytest.mark.gpu
 @pytest.mark.parametrize("variant", [v for v in Variant.all() if v.seq_parallel], ids=str)
 def test_gpu_dq_atomic_spread_is_bounded(variant, device, record_property):
-    problem = Problem(2, 8, 2, 2048, 2048, 128, "bfloat16", causal=True, seed=5)
+    # float32, so that no rounding to a narrower dtype hides the atomics' different orders
+    problem = Problem(2, 8, 2, 2048, 2048, 128, "float32", causal=True, seed=5)
     ref, runs = _repeat(problem, variant, device, 5)
     allowed = next(c.allowed for c in ref.judge(runs[0]) if c.output == "dq")
     spread = max(float((r.dq.double() - runs[0].dq.double()).abs().max()) for r in runs[1:])
+    scale = float(runs[0].dq.abs().max())
     record_property("dq_spread", spread)
+    record_property("dq_spread_relative_to_max", spread / scale)
     record_property("dq_allowed", allowed)
-    print(f"\n{variant}: dq run-to-run spread {spread:.3g}, pass-rule allowed {allowed:.3g}")
     assert spread <= DQ_SPREAD_LIMIT * allowed
     for r in runs[1:]:
         for name in ("o", "lse", "dk", "dv"):
