@@ -3,10 +3,13 @@
     python -m fa2check.compile_gate [--variant fa2] [--dtype bfloat16] [--head-dim 64] [--causal]
 
 Each case goes through Triton's full pipeline (TTIR -> TTGIR -> LLVM IR -> PTX -> cubin) with
-`triton.compile(ASTSource(...), target=GPUTarget("cuda", 90, 32))`. Registers and spills need a
-driver on the CompiledKernel (`n_regs`/`n_spills` are only set by `_init_handles`), so they come
-from running Triton's bundled `ptxas -v` on the PTX again; shared memory is `metadata.shared`.
-A case fails if it does not compile or needs more shared memory than an sm_90 block may have.
+`triton.compile(ASTSource(...), target=GPUTarget("cuda", 90, 32))`, specialised as the launcher
+would specialise a contiguous call (see `runtime_specialization`). The CompiledKernel's
+`n_regs`/`n_spills` need a GPU driver (`_init_handles` loads the cubin), so registers and spill
+bytes come from the `ptxas -v` log of Triton's own ptxas run (TRITON_DUMP_PTXAS_LOG), or from
+rerunning Triton's bundled ptxas on the PTX after a Triton cache hit. Shared memory is
+`metadata.shared`; wgmma is a search of the PTX. A case fails if it does not compile or needs
+more shared memory than an sm_90 block may have.
 
 New kernels join the gate by adding a `KernelSpec` to `SPECS` (e.g. a backward kernel).
 The kernels must be `triton.jit` functions: with TRITON_INTERPRET set they are interpreter
@@ -15,7 +18,10 @@ objects that cannot be compiled, so `main` then reruns itself without that varia
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import io
+import itertools
 import json
 import os
 import re
@@ -23,7 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from multiprocessing import get_context
 from typing import Callable
@@ -49,6 +55,8 @@ class KernelSpec:
     name: str
     kernel: Callable[[], object]  # returns the triton.jit function (imported lazily)
     specialize: Callable[[object, Case], tuple[dict, dict, dict]]  # -> signature, constexprs, attrs
+    tiles: Callable[[TileConfig], dict]  # -> this kernel's block_m, block_n, num_warps, num_stages
+    uses_split_q: bool = True  # False: the split_q flag does not reach this kernel
 
 
 def runtime_specialization(fn, pointers: dict[str, str], constexprs: dict, floats=(), unit=(),
@@ -87,7 +95,9 @@ def _forward_specialization(fn, case: Case):
     cfg, v = case.config, case.variant
     io = DTYPES[case.dtype]
     pointers = {"Q": io, "K": io, "V": io, "O": io, "LSE": "fp32", "M": "fp32", "L": "fp32"}
-    # contiguous: stride_*d == 1; stride_*m/n, *h, *b are multiples of head_dim, hence of 16
+    # contiguous: stride_*d == 1; stride_*m/n, *h, *b are multiples of head_dim, hence of 16.
+    # The stats strides (multiples of seqlen_q), heads_q and group_size stay plain i32: the
+    # runtime would make group_size == 1 (plain MHA) a constexpr, which drops one division.
     unit = [f"stride_{t}d" for t in "qkvo"]
     div16 = [f"stride_{name}" for name in ("qb", "qh", "qm", "kb", "kh", "kn", "vb", "vh", "vn",
                                            "ob", "oh", "om")]
@@ -99,8 +109,35 @@ def _forward_specialization(fn, case: Case):
                                   div16=div16)
 
 
+def _backward_kernel():
+    from kernels.backward import _attn_bwd
+    return _attn_bwd
+
+
+def _backward_specialization(fn, case: Case):
+    """Arguments of `kernels.backward.attn_bwd` for contiguous q, k, v and dO."""
+    cfg, v = case.config, case.variant
+    io = DTYPES[case.dtype]
+    pointers = {"Q": io, "K": io, "V": io, "DO": io, "DK": io, "DV": io,
+                "DQ": "fp32", "STAT": "fp32", "L": "fp32", "DELTA": "fp32"}
+    unit = [f"stride_{t}d" for t in ("q", "k", "v", "do", "dk")]
+    div16 = [f"stride_{t}{d}" for t in ("q", "k", "v", "do", "dk") for d in "bh"] + \
+        ["stride_qm", "stride_kn", "stride_vn", "stride_dom", "stride_dkn"]
+    constexprs = dict(IS_CAUSAL=case.causal, DEFER_NORM=v.defer_norm, SEQ_PARALLEL=v.seq_parallel,
+                      BLOCK_M=cfg.bwd_block_m, BLOCK_N=cfg.bwd_block_n, HEAD_DIM=case.head_dim,
+                      INPUT_PRECISION=cfg.input_precision)
+    return runtime_specialization(fn, pointers, constexprs, floats=("qk_scale", "sm_scale"),
+                                  unit=unit, div16=div16)
+
+
 SPECS = {spec.name: spec for spec in [
-    KernelSpec("attn_fwd", _forward_kernel, _forward_specialization),
+    KernelSpec("attn_fwd", _forward_kernel, _forward_specialization,
+               lambda c: dict(block_m=c.block_m, block_n=c.block_n, num_warps=c.num_warps,
+                              num_stages=c.num_stages)),
+    KernelSpec("attn_bwd", _backward_kernel, _backward_specialization,
+               lambda c: dict(block_m=c.bwd_block_m, block_n=c.bwd_block_n,
+                              num_warps=c.bwd_num_warps, num_stages=c.bwd_num_stages),
+               uses_split_q=False),
 ]}
 
 
@@ -131,15 +168,8 @@ class CompileReport:
         return self.error is None
 
 
-def ptxas_usage(ptx: str) -> dict:
-    """Registers, spill bytes and stack frame of the (single) kernel in `ptx`, via ptxas -v."""
-    from triton.backends.nvidia.compiler import get_ptxas
-    with tempfile.TemporaryDirectory() as tmp:
-        src = os.path.join(tmp, "k.ptx")
-        with open(src, "w") as f:
-            f.write(ptx)
-        log = subprocess.run([get_ptxas(90).path, "-v", "--gpu-name=sm_90a", src, "-o", src + ".o"],
-                             check=True, capture_output=True, text=True).stderr
+def ptxas_usage(log: str) -> dict:
+    """Registers, spill bytes and stack frame from the `ptxas -v` log of a single kernel."""
     found = lambda pattern: int(re.search(pattern, log).group(1))  # noqa: E731
     return dict(registers=found(r"Used (\d+) registers"),
                 spill_stores=found(r"(\d+) bytes spill stores"),
@@ -147,16 +177,29 @@ def ptxas_usage(ptx: str) -> dict:
                 stack_bytes=found(r"(\d+) bytes stack frame"))
 
 
+def rerun_ptxas(ptx: str) -> str:
+    """The `ptxas -v` log for `ptx` (sm_90a, Triton's bundled ptxas), for Triton cache hits."""
+    from triton.backends.nvidia.compiler import get_ptxas
+    with tempfile.TemporaryDirectory() as tmp:
+        src = os.path.join(tmp, "k.ptx")
+        with open(src, "w") as f:
+            f.write(ptx)
+        cmd = [get_ptxas(90).path, "-v", "--gpu-name=sm_90a", src, "-o", src + ".o"]
+        return subprocess.run(cmd, check=True, capture_output=True, text=True).stderr
+
+
 def make_case(variant: Variant, dtype: str, head_dim: int, causal: bool,
               config: TileConfig | None = None) -> Case:
-    config = (config or default_config(head_dim, on_gpu=True, variant=variant))
-    return Case(variant, dtype, head_dim, causal, config.for_variant(variant, on_gpu=True))
+    """A given config is used as is, as `flash_attention` does (it validates, never refits)."""
+    config = config or default_config(head_dim, on_gpu=True, variant=variant)
+    return Case(variant, dtype, head_dim, causal, config)
 
 
 def compile_for_sm90(spec_name: str, variant: Variant, dtype: str, head_dim: int, causal: bool,
                      config: TileConfig | None = None) -> CompileReport:
     """Compile one case for sm_90; raises on a compile error (see `run_gate` for collecting)."""
     import triton
+    from triton import knobs
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
@@ -166,16 +209,21 @@ def compile_for_sm90(spec_name: str, variant: Variant, dtype: str, head_dim: int
         raise RuntimeError(f"{spec_name} is a {type(fn).__name__}, not a JITFunction: unset "
                            "TRITON_INTERPRET before triton is imported to compile for sm_90")
     signature, constexprs, attrs = spec.specialize(fn, case)
-    cfg = case.config
     report = _blank_report(spec_name, case)
     start = time.perf_counter()
-    compiled = triton.compile(ASTSource(fn, signature, constexprs, attrs),
-                              target=GPUTarget("cuda", 90, 32),
-                              options=dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages))
+    with knobs.nvidia.scope(), contextlib.redirect_stdout(io.StringIO()) as out:
+        knobs.nvidia.dump_ptxas_log = True  # Triton prints its own `ptxas -v` log
+        compiled = triton.compile(ASTSource(fn, signature, constexprs, attrs),
+                                  target=GPUTarget("cuda", 90, 32),
+                                  options=dict(num_warps=report.num_warps,
+                                               num_stages=report.num_stages))
     report.compile_s = round(time.perf_counter() - start, 2)
+    log = out.getvalue()
+    if "Used" not in log:  # a cache hit runs no ptxas
+        log = rerun_ptxas(compiled.asm["ptx"])
     report.shared_bytes = compiled.metadata.shared
     report.wgmma = "wgmma" in compiled.asm["ptx"]
-    for key, value in ptxas_usage(compiled.asm["ptx"]).items():
+    for key, value in ptxas_usage(log).items():
         setattr(report, key, value)
     if report.shared_bytes > SM90_MAX_SHARED:
         report.error = (f"needs {report.shared_bytes} bytes of shared memory; "
@@ -186,8 +234,8 @@ def compile_for_sm90(spec_name: str, variant: Variant, dtype: str, head_dim: int
 def _blank_report(spec_name: str, case: Case) -> CompileReport:
     cfg = case.config
     return CompileReport(spec_name, str(case.variant), case.dtype, case.head_dim, case.causal,
-                         cfg.block_m, cfg.block_n, cfg.num_warps, cfg.num_stages, cfg.key_slices,
-                         cfg.input_precision)
+                         key_slices=cfg.key_slices, input_precision=cfg.input_precision,
+                         **SPECS[spec_name].tiles(cfg))
 
 
 def _compile_or_report(spec_name: str, case: Case) -> CompileReport:
@@ -196,8 +244,21 @@ def _compile_or_report(spec_name: str, case: Case) -> CompileReport:
                                 case.config)
     except Exception as e:  # noqa: BLE001 - every failure becomes a report
         report = _blank_report(spec_name, case)
-        report.error = f"{type(e).__name__}: {e}".strip()
+        report.error = describe_error(e)
         return report
+
+
+def describe_error(e: BaseException) -> str:
+    """The root cause on the first line, then the innermost Triton source excerpt if any."""
+    chain = [e]
+    while (nxt := chain[-1].__cause__ or chain[-1].__context__) and nxt not in chain:
+        chain.append(nxt)
+    root = chain[-1]
+    text = f"{type(root).__name__}: {root}".strip()
+    excerpts = [x for x in chain if type(x).__name__ == "CompilationError"]
+    if excerpts and excerpts[-1] is not root:
+        text += f"\n{excerpts[-1]}"
+    return text
 
 
 def run_gate(variants, dtypes, head_dims, causals, specs=tuple(SPECS), overrides=None,
@@ -208,14 +269,13 @@ def run_gate(variants, dtypes, head_dims, causals, specs=tuple(SPECS), overrides
     many worker processes; progress is called with each report as it finishes.
     """
     cases = []
-    for spec in specs:
-        for variant in variants:
-            for dtype in dtypes:
-                for head_dim in head_dims:
-                    for causal in causals:
-                        config = default_config(head_dim, on_gpu=True, variant=variant)
-                        config = dataclasses.replace(config, **(overrides or {}))
-                        cases.append((spec, make_case(variant, dtype, head_dim, causal, config)))
+    for spec, variant, dtype, head_dim, causal in itertools.product(specs, variants, dtypes,
+                                                                    head_dims, causals):
+        if not SPECS[spec].uses_split_q and not variant.split_q:
+            continue  # the same kernel as with split_q on
+        config = default_config(head_dim, on_gpu=True, variant=variant)
+        config = dataclasses.replace(config, **(overrides or {}))
+        cases.append((spec, make_case(variant, dtype, head_dim, causal, config)))
     reports = [None] * len(cases)
 
     def done(i, report):
@@ -230,7 +290,6 @@ def run_gate(variants, dtypes, head_dims, causals, specs=tuple(SPECS), overrides
         with ProcessPoolExecutor(jobs, mp_context=get_context("spawn")) as pool:
             futures = {pool.submit(_compile_or_report, spec, case): i
                        for i, (spec, case) in enumerate(cases)}
-            from concurrent.futures import as_completed
             for future in as_completed(futures):
                 done(futures[future], future.result())
     return reports
@@ -296,9 +355,12 @@ def main(argv=None) -> int:
     head_dims = args.head_dim or list(SUPPORTED_HEAD_DIMS)
     causals = [args.causal] if args.causal is not None else [False, True]
     specs = args.kernel or list(SPECS)
-    total = len(specs) * len(variants) * len(dtypes) * len(head_dims) * len(causals)
+    total = sum((SPECS[s].uses_split_q or v.split_q) for s in specs for v in variants) \
+        * len(dtypes) * len(head_dims) * len(causals)
 
     console = Console()
+    if not console.is_terminal:
+        console.width = 180  # a log file: don't squeeze the table into 80 columns
     start = time.perf_counter()
     with Progress(TextColumn("compiling for sm_90"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), TextColumn("{task.description}"), console=console) as bar:

@@ -1,0 +1,122 @@
+"""The sm_90 compile gate (fa2check.compile_gate): every kernel must build for Hopper.
+
+The compiles run in a subprocess without TRITON_INTERPRET: under the interpreter the kernels
+are not JITFunctions and cannot be compiled. With an empty Triton cache this file takes about
+2 minutes on 2 cores (the split-K variants are the slow ones); with a warm ~/.triton/cache about
+40 s. The full gate (240 cases) takes about 19 minutes cold, so the tests compile a subset.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fa2check.compile_gate import _forward_specialization, make_case, ptxas_usage
+from kernels import SUPPORTED_HEAD_DIMS, Variant
+from kernels.forward import _attn_fwd
+
+ROOT = Path(__file__).resolve().parents[1]
+DTYPES = ("float16", "bfloat16", "float32")
+
+
+def gate(tmp_path, *args, interpret=False):
+    """Run `python -m fa2check.compile_gate ARGS`; returns (process, reports from --json)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    if interpret:
+        env["TRITON_INTERPRET"] = "1"  # the gate must rerun itself without it
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    out = tmp_path / "reports.json"
+    cmd = [sys.executable, "-m", "fa2check.compile_gate", *args, "--json", str(out)]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    reports = json.loads(out.read_text()) if out.exists() else []
+    return proc, reports
+
+
+def by_case(reports):
+    return {(r["kernel"], r["variant"], r["dtype"], r["head_dim"], r["causal"]): r for r in reports}
+
+
+@pytest.fixture(scope="module")
+def all_variants_bf16_d64(tmp_path_factory):
+    proc, reports = gate(tmp_path_factory.mktemp("gate"), "--dtype", "bfloat16", "--head-dim", "64")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return by_case(reports)
+
+
+@pytest.fixture(scope="module")
+def fa2_all_shapes(tmp_path_factory):
+    proc, reports = gate(tmp_path_factory.mktemp("gate"), "--kernel", "attn_fwd", "--variant", "fa2",
+                         "--causal")
+    assert reports, proc.stdout + proc.stderr
+    return proc, by_case(reports)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("variant", Variant.all(), ids=str)
+def test_every_variant_compiles_for_sm90(all_variants_bf16_d64, variant, causal):
+    r = all_variants_bf16_d64[("attn_fwd", str(variant), "bfloat16", 64, causal)]
+    assert r["error"] is None
+    assert r["registers"] > 0 and r["shared_bytes"] > 0
+    if variant.split_q:
+        assert r["wgmma"], "bf16 split-Q should use Hopper's warpgroup MMA"
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("variant", Variant.all(), ids=str)
+def test_every_backward_variant_compiles_for_sm90(all_variants_bf16_d64, variant, causal):
+    key = ("attn_bwd", str(variant), "bfloat16", 64, causal)
+    if not variant.split_q:  # split_q does not reach the backward: compiled once, with it on
+        assert key not in all_variants_bf16_d64
+        return
+    r = all_variants_bf16_d64[key]
+    assert r["error"] is None
+    assert r["registers"] > 0 and r["shared_bytes"] > 0 and r["wgmma"]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("head_dim", SUPPORTED_HEAD_DIMS)
+def test_fa2_compiles_for_every_head_dim_and_dtype(fa2_all_shapes, dtype, head_dim):
+    proc, reports = fa2_all_shapes
+    r = reports[("attn_fwd", str(Variant()), dtype, head_dim, True)]
+    assert r["error"] is None, proc.stdout
+    assert r["registers"] > 0 and r["shared_bytes"] > 0
+    if dtype != "float32":
+        assert r["wgmma"]
+
+
+@pytest.mark.parametrize("override, message", [
+    (["--head-dim", "64", "--block-m", "48"], "arange's range must be a power of 2"),
+    (["--head-dim", "128", "--block-n", "256"], "bytes of shared memory"),  # 416 KiB of it
+], ids=["block_m=48", "too-much-smem"])
+def test_gate_fails_on_a_case_that_cannot_run_on_sm90(tmp_path, override, message):
+    # also run with TRITON_INTERPRET=1: the gate must rerun itself without it
+    args = ["--kernel", "attn_fwd", "--variant", "fa2", "--dtype", "bfloat16", "--causal", *override]
+    proc, reports = gate(tmp_path, *args, interpret=True)
+    assert proc.returncode != 0
+    assert "FAILED" in proc.stdout and message in proc.stdout
+    assert len(reports) == 1 and message in reports[0]["error"]
+
+
+def test_forward_specialization_matches_the_launcher():
+    """Contiguous launches: innermost strides are constexpr 1, pointers 16-byte aligned."""
+    case = make_case(Variant(), "bfloat16", 64, True)
+    signature, constexprs, attrs = _forward_specialization(_attn_fwd, case)
+    assert list(signature) == _attn_fwd.arg_names
+    assert signature["Q"] == "*bf16" and signature["LSE"] == "*fp32"
+    assert signature["qk_scale"] == "fp32" and signature["seqlen_q"] == "i32"
+    assert signature["stride_qd"] == "constexpr" and constexprs["stride_qd"] == 1
+    assert constexprs["HEAD_DIM"] == 64 and constexprs["IS_CAUSAL"] is True
+    assert attrs[(_attn_fwd.arg_names.index("Q"),)] == [["tt.divisibility", 16]]
+    assert (_attn_fwd.arg_names.index("seqlen_k"),) not in attrs
+
+
+def test_ptxas_log_parsing():
+    log = ("ptxas info    : Function properties for _attn_fwd\n"
+           "    208 bytes stack frame, 212 bytes spill stores, 348 bytes spill loads\n"
+           "ptxas info    : Used 254 registers, used 1 barriers, 208 bytes cumulative stack size\n")
+    assert ptxas_usage(log) == dict(registers=254, spill_stores=212, spill_loads=348,
+                                    stack_bytes=208)
