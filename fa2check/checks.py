@@ -24,14 +24,19 @@ class Outputs:
     dv: torch.Tensor | None = None
 
 
-def _run(fn, q, k, v, do, dlse, backward: bool, **kwargs) -> Outputs:
+def run_impl(fn, q, k, v, do, dlse, backward: bool, **kwargs) -> Outputs:
+    """Call fn(q, k, v, **kwargs) -> (o, lse) and, with `backward`, differentiate
+    sum(o * dO) + sum(lse * dlse) (lse terms only where lse is finite). dO is handed to the
+    backward as it is, strides included."""
     q, k, v = (t.detach().requires_grad_(backward) for t in (q, k, v))
     o, lse = fn(q, k, v, **kwargs)
     if not backward:
         return Outputs(o.detach(), lse.detach())
-    finite = torch.isfinite(lse)
-    loss = (o.float() * do.float()).sum() + (torch.where(finite, lse, 0.0) * dlse).sum()
-    dq, dk, dv = torch.autograd.grad(loss, (q, k, v))
+    outputs, grads = [o], [do.to(o.dtype)]
+    if lse.requires_grad:
+        outputs.append(lse)
+        grads.append(torch.where(torch.isfinite(lse.detach()), dlse.to(lse.dtype), 0.0))
+    dq, dk, dv = torch.autograd.grad(outputs, (q, k, v), grad_outputs=grads)
     return Outputs(o.detach(), lse.detach(), dq, dk, dv)
 
 
@@ -46,16 +51,18 @@ class Reference:
                                 generator=gen).to(device)
         self.backward = backward
         causal = problem.causal
-        self.oracle = _run(lambda q, k, v: reference(q, k, v, causal=causal),
-                           self.q, self.k, self.v, self.do.double(), self.dlse.double(), backward)
-        self.baseline = _run(lambda q, k, v: same_dtype_attention(q, k, v, causal=causal),
+        # float64 leaves: gradients of lower-precision leaves would be rounded to their dtype
+        self.oracle = run_impl(lambda q, k, v: reference(q, k, v, causal=causal),
+                               self.q.double(), self.k.double(), self.v.double(),
+                               self.do.double(), self.dlse.double(), backward)
+        self.baseline = run_impl(lambda q, k, v: same_dtype_attention(q, k, v, causal=causal),
                              self.q, self.k, self.v, self.do, self.dlse, backward)
 
     def run(self, impl, variant) -> Outputs:
         def call(q, k, v):
             return impl(q, k, v, causal=self.problem.causal, softmax_scale=None, variant=variant,
                         return_lse=True)
-        return _run(call, self.q, self.k, self.v, self.do, self.dlse, self.backward)
+        return run_impl(call, self.q, self.k, self.v, self.do, self.dlse, self.backward)
 
     def judge(self, outputs: Outputs) -> list[OutputCheck]:
         names = FORWARD_OUTPUTS + (GRADIENT_OUTPUTS if self.backward else ())

@@ -1,0 +1,84 @@
+"""From raw results (every sample) to the numbers the tables show: per cell and contender the
+median, interquartile range, TFLOP/s, percent of the same run's matmul rate and ratios to SDPA's
+backends; per cell and over the grid the contributions (fa2check.contributions).
+
+Everything here is recomputed from the samples, deterministically (seeded bootstrap), so
+`--from FILE` on any machine renders the same tables as the run that measured them.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .contributions import (NOT_APPLICABLE, analyse, players_for, repeat_draws, subsets,
+                            summarise, variant_for, with_intervals)
+from .grids import MODES, Cell
+from .sdpa_backends import BACKENDS
+from .timing import flatten, summary, tflops
+
+DEFAULT_DRAWS = 1000
+
+
+def matmul_rates(results) -> dict:
+    rates = {}
+    for dtype, record in results.get("matmul", {}).items():
+        samples = flatten(record.get("samples", []))
+        if samples and record.get("flops"):
+            rates[dtype] = tflops(record["flops"], float(np.median(samples)))
+    return rates
+
+
+def contender_stats(cell: Cell, mode: str, samples: dict, matmul: dict) -> dict:
+    stats = {}
+    for name, runs in samples.items():
+        if not runs:
+            continue
+        s = summary(runs)
+        rate = tflops(cell.flops(mode), s["median"])
+        stats[name] = {**s, "runs": len(runs), "iqr_rel": (s["q75"] - s["q25"]) / s["median"],
+                       "tflops": rate,
+                       "pct_matmul": 100.0 * rate / matmul[cell.dtype] if cell.dtype in matmul else None}
+    for name, s in stats.items():
+        for b in BACKENDS:
+            if b in stats and b != name:
+                s[f"ratio/{b}"] = stats[b]["median"] / s["median"]  # > 1: name is faster than b
+    return stats
+
+
+def analyse_results(results: dict, n_draws: int = DEFAULT_DRAWS, seed: int = 0) -> dict:
+    """{"matmul_tflops": {dtype: rate}, "modes": {mode: {...}}} (see module docstring)."""
+    matmul = matmul_rates(results)
+    repeats = results.get("repeats_done", 0)
+    out = {"matmul_tflops": matmul, "modes": {}, "n_draws": n_draws, "seed": seed}
+    for mode in results["settings"]["modes"]:
+        players = players_for(mode)
+        rng = np.random.default_rng([seed, MODES.index(mode)])
+        draws = repeat_draws(max(repeats, 1), n_draws, rng)
+        cells, analysed = [], []
+        for entry in results["cells"]:
+            info = entry["modes"].get(mode)
+            if info is None:
+                continue
+            cell = Cell(**entry["cell"])
+            row = {"cell": entry["cell"], "status": info["status"],
+                   "excluded": {**entry.get("skipped", {}), **info.get("excluded", {}),
+                                **{n: f"error: {e}" for n, e in info.get("errors", {}).items()}},
+                   "stats": contender_stats(cell, mode, info["samples"], matmul),
+                   "contributions": None}
+            game = {s: info["samples"].get(str(variant_for(s, players))) for s in subsets(players)}
+            if repeats and all(runs and len(runs) == repeats for runs in game.values()):
+                result = analyse(game, players, draws, rng)
+                row["contributions"] = with_intervals(result["point"], result["draws"])
+                analysed.append((cell, result))
+            cells.append(row)
+        by_seqlen = {}
+        for s in sorted({c.seqlen for c, _ in analysed}):
+            by_seqlen[s] = summarise([r for c, r in analysed if c.seqlen == s])
+        out["modes"][mode] = {
+            "players": list(players),
+            "not_applicable": NOT_APPLICABLE if mode == "bwd" else {},
+            "cells": cells,
+            "summary": summarise([r for _, r in analysed]) if analysed else None,
+            "by_seqlen": by_seqlen,
+            "cells_in_summary": len(analysed),
+        }
+    return out

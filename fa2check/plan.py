@@ -1,0 +1,95 @@
+"""A planning estimate of an ablation run (printed before it starts, and by `--plan` alone).
+
+The model is deliberately simple and is written down so that a run can be compared with it:
+- compiling: each distinct kernel specialisation once, COMPILE_S seconds on one core (measured
+  on the development machine with the compile gate: 0.6-1.0 s for split-Q forwards, 6-9.5 s for
+  split-K forwards, whose default tiles spill), spread over the worker processes, plus
+  WORKER_START_S for each of the two precompile phases;
+- one timed measurement: do_bench's first call and 5-call estimate, its warm-up and its repeat
+  time: warmup_ms + rep_ms + 7 * t, where t is the call's predicted time;
+- t from the paper's FLOP count over a predicted rate: SDPA's backends at the rates measured on
+  this H200 (shared/anchors: bf16 medians over the paper grid); our FA2 at about sdpa-flash's
+  rate; seq_parallel off divides the rate by the fraction of the 132 SMs that batch * heads
+  programs can fill (2 per SM); split-K and FA1's normalisation cost factors SPLIT_K_COST and
+  DEFER_OFF_COST.
+This is a budgeting model, on the slow side on purpose so that a run fits its time; the
+physical predictions that the measurements are compared with are in ablations/NOTES.md.
+"""
+from __future__ import annotations
+
+SMS = 132
+PROGRAMS_PER_SM = 2
+COMPILE_S = {"split_q": 1.5, "split_k": 7.0, "bwd": 2.0}
+WORKER_START_S = 15.0
+OVERHEAD_MS = 3.0  # host work around each measurement
+SPLIT_K_COST = 1.8
+DEFER_OFF_COST = 1.05
+# forward, backward TFLOP/s (non-causal, causal) predicted for our FA2 and measured for SDPA
+RATES = {
+    "ours": {"fwd": (300.0, 260.0), "bwd": (200.0, 170.0)},
+    "sdpa-flash": {"fwd": (320.0, 280.0), "bwd": (280.0, 240.0)},
+    "sdpa-cudnn": {"fwd": (520.0, 450.0), "bwd": (440.0, 380.0)},
+    "sdpa-efficient": {"fwd": (150.0, 135.0), "bwd": (115.0, 95.0)},
+    "sdpa-math": {"fwd": (20.0, 9.0), "bwd": (40.0, 20.0)},
+}
+
+
+def predicted_ms(cell, mode: str, name: str, variant=None) -> float:
+    rates = RATES["ours" if variant is not None else name]
+    total = 0.0
+    for part in ("fwd", "bwd"):
+        if part not in mode.split("+"):
+            continue
+        rate = rates[part][1 if cell.causal else 0]
+        if variant is not None:
+            if not variant.seq_parallel:
+                programs = cell.batch * (cell.heads_q if part == "fwd" else cell.heads_kv)
+                rate *= min(1.0, programs / (SMS * PROGRAMS_PER_SM))
+            if part == "fwd" and not variant.split_q:
+                rate /= SPLIT_K_COST
+            if not variant.defer_norm:
+                rate /= DEFER_OFF_COST
+        total += cell.flops(part) / (rate * 1e12) * 1e3
+    return total
+
+
+def measurement_s(ms: float, warmup_ms: float, rep_ms: float) -> float:
+    return (warmup_ms + rep_ms + 7 * ms + OVERHEAD_MS) / 1e3
+
+
+def estimate(cells, modes, contenders_for, settings, phase1: list, phase2: list, tuning: list,
+             workers: int) -> dict:
+    """Seconds per phase. contenders_for(cell, mode) -> [(name, variant or None)]; phase1 and
+    phase2: precompile jobs (tuning.make_job dicts); tuning: (part, variant, cell) per timed
+    candidate."""
+    def compile_s(jobs):
+        if not jobs:
+            return 0.0
+        cost = sum(COMPILE_S["bwd"] if j["part"] == "bwd"
+                   else COMPILE_S["split_q" if "+splitq" in j["variant"] else "split_k"]
+                   for j in jobs)
+        return WORKER_START_S + cost / max(1, workers)
+
+    sweep = gate = 0.0
+    for cell in cells:
+        slowest = {}
+        for mode in modes:
+            for name, variant in contenders_for(cell, mode):
+                ms = predicted_ms(cell, mode, name, variant)
+                sweep += measurement_s(ms, settings.warmup_ms, settings.rep_ms)
+                slowest[name] = max(slowest.get(name, 0.0), predicted_ms(cell, "fwd+bwd", name, variant))
+        gate += sum(2 * ms for ms in slowest.values()) / 1e3 + 0.5  # first call, check, oracle
+    tune = sum(measurement_s(predicted_ms(cell, part, "ours", variant), settings.tune_warmup_ms,
+                             settings.tune_rep_ms) for part, variant, cell in tuning)
+    phases = {
+        "precompile_tuning_s": compile_s(phase1),
+        "tune_s": tune,
+        "precompile_final_s": compile_s(phase2),
+        "gate_s": gate,
+        "sweep_s": sweep,
+    }
+    phases["total_s"] = (sum(phases.values()) - sweep + settings.repeats * sweep
+                         + 20.0)  # + analysis, plots and files
+    phases["compile_jobs"] = (len(phase1), len(phase2))
+    phases["measurements_per_sweep"] = sum(len(contenders_for(c, m)) for c in cells for m in modes)
+    return phases

@@ -1,0 +1,72 @@
+"""Results files of `fa2check.ablate`: names, saving, loading, and finding the newest committed
+results (ablations/results/) to render on a machine without a GPU."""
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import os
+import re
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESULTS_DIR = os.path.join(ROOT, "ablations", "results")
+
+
+def kernels_sha256() -> str:
+    """Hash of the kernel sources, which identifies the measured code even without git."""
+    digest = hashlib.sha256()
+    for path in sorted(glob.glob(os.path.join(ROOT, "kernels", "*.py"))):
+        digest.update(os.path.basename(path).encode())
+        with open(path, "rb") as f:
+            digest.update(f.read())
+    return digest.hexdigest()
+
+
+def stem(results: dict, grid: str) -> str:
+    """e.g. 20261130-101500-nvidia-h200-paper-fwd-bwd"""
+    p = results["provenance"]
+    date = re.sub(r"[^0-9]", "", p.get("date", ""))[:14]
+    date = f"{date[:8]}-{date[8:14]}" if len(date) >= 14 else date
+    where = p.get("gpu") if p.get("device") == "cuda" else "cpu-interpreter"
+    modes = "-".join(results["settings"]["modes"]).replace("+", "")
+    return "-".join(_slug(x) for x in (date, where, grid, modes) if x)
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9.]+", "-", str(text).lower()).strip("-")
+
+
+def save(results: dict, path: str):
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(results, f, indent=None, separators=(",", ":"), allow_nan=True)
+    os.replace(tmp, path)  # a run killed while writing keeps the previous sweep's file
+
+
+def load(path: str) -> dict:
+    with open(path) as f:
+        data = json.load(f)
+    if not str(data.get("schema", "")).startswith("fa2check.ablate/"):
+        raise ValueError(f"{path} is not a fa2check.ablate results file")
+    return data
+
+
+def committed(results_dir: str = RESULTS_DIR) -> list[tuple[str, list[str]]]:
+    """(path, modes) of the results measured on a GPU under results_dir: for each mode the
+    newest file that has it, newest file first."""
+    found = []
+    for path in glob.glob(os.path.join(results_dir, "*.json")):
+        try:
+            data = load(path)
+        except (ValueError, OSError, json.JSONDecodeError):
+            continue
+        if data["provenance"].get("device") == "cuda":
+            found.append((data["provenance"].get("date", ""), path, data["settings"]["modes"]))
+    chosen, covered = [], set()
+    for _, path, modes in sorted(found, reverse=True):
+        new = [m for m in modes if m not in covered]
+        if new:
+            chosen.append((path, new))
+            covered |= set(new)
+    return chosen

@@ -1,0 +1,413 @@
+"""The ablation run: configs (tuned, loaded or default), precompiling, the correctness gate, and
+the interleaved, repeated timing sweeps. Returns the results as plain data (see `run`).
+
+Order of work:
+1. configs: every (part, variant, head_dim, causal) gets a record: loaded from --configs-from,
+   tuned here, or default_config;
+2. precompile the tuning candidates (GPU only; worker processes), tune on the representative
+   cells, then precompile every kernel the grid needs with the winners;
+3. gate every cell: each contender's outputs there against the oracle (fa2check.cellcheck); a
+   cell where one of our variants fails is reported and not timed; an SDPA backend that cannot
+   run a cell (or fails it) is left out of that cell with the reason;
+4. sweeps: each sweep times the matmul rate, then every cell, and in each cell every contender
+   once (one do_bench call) in an order shuffled per sweep, so the variants are interleaved
+   rather than timed in blocks; the whole sweep is repeated `repeats` times, or fewer when
+   `budget_s` would be exceeded by the next one.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import tuning
+from .cellcheck import CellOracle, gate
+from .contenders import Contender, backend, make_inputs, ours, timed_call
+from .sdpa_backends import BACKENDS
+from .timing import bench, gpu_state, matmul_samples
+
+SCHEMA = "fa2check.ablate/1"
+PARTS = {"fwd": ("fwd",), "bwd": ("bwd",), "fwd+bwd": ("fwd", "bwd")}
+RESERVE_S = 30.0  # kept free at the end of a budget for analysis, plots and files
+
+
+@dataclass
+class Settings:
+    modes: list = field(default_factory=lambda: ["fwd"])
+    repeats: int = 3
+    warmup_ms: float = 5.0
+    rep_ms: float = 20.0
+    tune: bool = True
+    tune_seqlen: int = tuning.TUNE_SEQLEN
+    tune_warmup_ms: float = 2.0
+    tune_rep_ms: float = 10.0
+    backends: tuple = tuple(BACKENDS)
+    math_max_seqlen: int = 4096
+    budget_s: float | None = None
+    workers: int = field(default_factory=tuning.default_workers)
+    seed: int = 0
+    configs_from: tuple = ()
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def variants_for(mode: str):
+    """All 8 variants; the backward alone only the 4 split_q=True ones (split_q does not
+    change the backward, see fa2check.contributions)."""
+    from kernels import Variant
+
+    return [v for v in Variant.all() if mode != "bwd" or v.split_q]
+
+
+def backends_for(cell, settings: Settings) -> tuple[list[str], dict]:
+    """SDPA backends timed in a cell, and {backend: reason} for those skipped."""
+    names, skipped = [], {}
+    for name in settings.backends:
+        if name == "sdpa-math" and cell.seqlen > settings.math_max_seqlen:
+            skipped[name] = f"skipped: seqlen {cell.seqlen} > --math-max-seqlen {settings.math_max_seqlen}"
+        else:
+            names.append(name)
+    return names, skipped
+
+
+class Configs:
+    """One record per TuneKey: {"key", "fields", "source", ...}."""
+
+    def __init__(self, records: dict, on_gpu: bool):
+        self.records, self.on_gpu = dict(records), on_gpu
+
+    def fields(self, part, variant, head_dim, causal):
+        key = tuning.TuneKey(part, str(tuning.part_variant(part, variant)), head_dim, causal)
+        record = self.records.get(key)
+        return record["fields"] if record else None
+
+    def config(self, variant, head_dim: int, causal: bool):
+        return tuning.build_config(head_dim, variant, self.on_gpu,
+                                   fwd=self.fields("fwd", variant, head_dim, causal),
+                                   bwd=self.fields("bwd", variant, head_dim, causal))
+
+    def default_record(self, key: tuning.TuneKey) -> dict:
+        from kernels import Variant, default_config
+
+        config = default_config(key.head_dim, self.on_gpu, Variant.parse(key.variant))
+        return {"key": key.as_dict(), "fields": tuning.fields_of(config, key.part),
+                "source": "default_config"}
+
+    def as_list(self) -> list[dict]:
+        return [self.records[k] for k in sorted(self.records, key=lambda k: tuple(map(str, k.as_dict().values())))]
+
+
+def needed_keys(cells, modes) -> list[tuning.TuneKey]:
+    keys = []
+    for mode in modes:
+        for cell in cells:
+            for variant in variants_for(mode):
+                for part in PARTS[mode]:
+                    key = tuning.TuneKey(part, str(tuning.part_variant(part, variant)),
+                                         cell.head_dim, cell.causal)
+                    if key not in keys:
+                        keys.append(key)
+    return keys
+
+
+def tuning_jobs(keys, cells, settings, on_gpu) -> list[tuple[tuning.TuneKey, object, dict, dict]]:
+    """(key, representative cell, candidate fields, job) for every candidate of every key."""
+    from kernels import Variant
+
+    out = []
+    for key in keys:
+        variant = Variant.parse(key.variant)
+        cell = tuning.representative(cells, key.head_dim, key.causal, settings.tune_seqlen)
+        for fields in tuning.candidates(key.part, key.head_dim, variant, on_gpu):
+            config = tuning.build_config(key.head_dim, variant, on_gpu,
+                                         fwd=fields if key.part == "fwd" else None,
+                                         bwd=fields if key.part == "bwd" else None)
+            out.append((key, cell, fields, tuning.make_job(key.part, variant, config, cell)))
+    return out
+
+
+def forward_of_backward_jobs(candidates) -> list[dict]:
+    """The forwards that backward candidates run first, as forward jobs, so that they are
+    compiled once before the backward jobs start rather than by each of them at once."""
+    return [{**job, "part": "fwd"} for _, _, _, job in candidates if job["part"] == "bwd"]
+
+
+def final_jobs(cells, modes, configs: Configs) -> list[dict]:
+    jobs = []
+    for cell in cells:
+        for mode in modes:
+            for variant in variants_for(mode):
+                config = configs.config(variant, cell.head_dim, cell.causal)
+                for part in ("fwd",) + (("bwd",) if "bwd" in PARTS[mode] else ()):
+                    jobs.append(tuning.make_job(part, variant, config, cell))
+    return jobs
+
+
+def tune(key, cell, candidates, device, settings, precompiled) -> dict:
+    """Time every candidate of one key on its representative cell; keep the fastest."""
+    from kernels import Variant
+
+    variant = Variant.parse(key.variant)
+    inputs = make_inputs(cell, device, settings.seed)
+    tried = []
+    for fields, job in candidates:
+        error = precompiled.get(tuning.job_key(job))
+        entry = {"fields": fields, "median_ms": None, "error": error}
+        if error is None:
+            config = tuning.build_config(key.head_dim, variant, device == "cuda",
+                                         fwd=fields if key.part == "fwd" else None,
+                                         bwd=fields if key.part == "bwd" else None)
+            try:
+                with timed_call(ours(variant, config), key.part, inputs, cell.causal) as fn:
+                    samples = bench(fn, device=device, warmup_ms=settings.tune_warmup_ms,
+                                    rep_ms=settings.tune_rep_ms)
+                entry["median_ms"] = float(np.median(samples))
+            except Exception as e:  # noqa: BLE001 - a candidate that cannot run is dropped
+                entry["error"] = f"{type(e).__name__}: {e}"[:500]
+        tried.append(entry)
+    timed = [t for t in tried if t["median_ms"] is not None]
+    record = {"key": key.as_dict(), "tuned_on": cell.as_dict(), "candidates": tried,
+              "tune_warmup_ms": settings.tune_warmup_ms, "tune_rep_ms": settings.tune_rep_ms}
+    if not timed:
+        return {**record, "fields": None, "source": "tuning failed: no candidate ran"}
+    best = min(timed, key=lambda t: t["median_ms"])
+    return {**record, "fields": best["fields"],
+            "source": f"tuned on {cell} ({len(timed)} of {len(tried)} candidates ran)"}
+
+
+class Log:
+    """Timestamped progress lines (they survive in a captured log, unlike a live bar)."""
+
+    def __init__(self, console, started: float):
+        self.console, self.started = console, started
+
+    def __call__(self, message: str):
+        if self.console is not None:
+            self.console.print(f"[{time.perf_counter() - self.started:6.0f} s] {message}",
+                               highlight=False, markup=False)
+
+
+def run(cells, settings: Settings, device: str, *, console=None, started=None, command="",
+        provenance=None, on_sweep=None, progress_factory=None) -> dict:
+    """Measure `cells` for `settings.modes`. Returns the results dict (schema SCHEMA);
+    `provenance` entries are added to (or override) the environment's; on_sweep(results) is
+    called after the gate and after each completed sweep (to save partial results)."""
+    from .environment import describe_environment
+
+    started = time.perf_counter() if started is None else started
+    log = Log(console, started)
+    on_gpu = device == "cuda"
+    modes = list(settings.modes)
+    environment = describe_environment(device)
+    if on_gpu:
+        import torch
+
+        environment["cudnn"] = torch.backends.cudnn.version()
+        environment["gpu_state_before"] = gpu_state()
+    results = {"schema": SCHEMA, "provenance": {**environment, "command": command, **(provenance or {})},
+               "settings": settings.as_dict(), "cells": [], "configs": [], "matmul": {},
+               "timeline": {}, "repeats_done": 0, "stopped_by_budget": False}
+    timeline = results["timeline"]
+
+    # 1-2. configs: loaded, tuned (with precompiling) or default
+    t0 = time.perf_counter()
+    loaded = tuning.load_configs(settings.configs_from)
+    keys = needed_keys(cells, modes)
+    configs = Configs({k: loaded[k] for k in keys if k in loaded}, on_gpu)
+    to_tune = [k for k in keys if k not in configs.records] if settings.tune else []
+    candidates = tuning_jobs(to_tune, cells, settings, on_gpu)
+    precompiled = {}
+    if on_gpu and candidates:
+        jobs = [j for *_, j in candidates] + forward_of_backward_jobs(candidates)
+        log(f"precompiling {len({tuning.job_key(j) for j in jobs})} kernels for tuning "
+            f"on {settings.workers} worker processes")
+        precompiled.update(tuning.precompile(jobs, settings.workers))
+    timeline["precompile_tuning_s"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    for key in to_tune:
+        mine = [(fields, job) for k, _, fields, job in candidates if k == key]
+        cell = next(c for k, c, *_ in candidates if k == key)
+        record = tune(key, cell, mine, device, settings, precompiled)
+        if record["fields"] is None:
+            default = configs.default_record(key)
+            record = {**record, "fields": default["fields"],
+                      "source": record["source"] + "; default_config used"}
+        configs.records[key] = record
+        log(f"tuned {key.part} {key.variant} d={key.head_dim} causal={key.causal}: "
+            f"{record['fields']}")
+    for key in keys:
+        configs.records.setdefault(key, configs.default_record(key))
+    results["configs"] = configs.as_list()
+    timeline["tune_s"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    if on_gpu:
+        done = set(precompiled)
+        jobs = [j for j in final_jobs(cells, modes, configs) if tuning.job_key(j) not in done]
+        if jobs:
+            log(f"precompiling {len({tuning.job_key(j) for j in jobs})} kernels for the grid")
+            for k, error in tuning.precompile(jobs, settings.workers).items():
+                if error:
+                    log(f"precompile failed for {k}: {error}")
+    timeline["precompile_final_s"] = time.perf_counter() - t0
+
+    # 3. the gate
+    t0 = time.perf_counter()
+    entries = []
+    for cell in cells:
+        entries.append(gate_cell(cell, modes, configs, settings, device, log))
+    results["cells"] = entries
+    timeline["gate_s"] = time.perf_counter() - t0
+    if on_sweep:
+        on_sweep(results)  # configs and gate results are kept even if no sweep completes
+
+    # 4. sweeps
+    dtypes = sorted({c.dtype for c in cells})
+    results["matmul"] = {d: {"flops": None, "samples": []} for d in dtypes}
+    timeline["sweeps_s"] = []
+    total = sum(len(e["modes"][m]["timed"]) for e in entries for m in modes)
+    progress = progress_factory(total * settings.repeats) if progress_factory else None
+    for r in range(settings.repeats):
+        t0 = time.perf_counter()
+        sweep(r, cells, entries, modes, configs, settings, device, results, progress)
+        timeline["sweeps_s"].append(time.perf_counter() - t0)
+        results["repeats_done"] = r + 1
+        log(f"sweep {r + 1}/{settings.repeats} done in {timeline['sweeps_s'][-1]:.0f} s")
+        if on_sweep:
+            on_sweep(results)
+        if settings.budget_s and r + 1 < settings.repeats:
+            elapsed = time.perf_counter() - started
+            if elapsed + 1.1 * timeline["sweeps_s"][-1] + RESERVE_S > settings.budget_s:
+                results["stopped_by_budget"] = True
+                log(f"stopping after {r + 1} sweeps: another would pass --budget-s "
+                    f"{settings.budget_s:.0f} ({elapsed:.0f} s used)")
+                break
+    if progress:
+        progress.stop()
+    if on_gpu:
+        results["provenance"]["gpu_state_after"] = gpu_state()
+    timeline["total_s"] = time.perf_counter() - started
+    return results
+
+
+def gate_cell(cell, modes, configs: Configs, settings: Settings, device: str, log) -> dict:
+    """Gate one cell for every contender any mode times; returns the cell's results entry."""
+    from kernels import Variant
+
+    t0 = time.perf_counter()
+    variants = [v for v in Variant.all() if any(v in variants_for(m) for m in modes)]
+    names, skipped = backends_for(cell, settings)
+    contenders = [ours(v, configs.config(v, cell.head_dim, cell.causal)) for v in variants]
+    contenders += [backend(n) for n in names]
+    backward = any("bwd" in PARTS[m] for m in modes)
+    inputs = make_inputs(cell, device, settings.seed)
+    entry = {"cell": cell.as_dict(), "gate": {}, "skipped": dict(skipped), "modes": {},
+             "configs": {c.name: dataclasses.asdict(c.config) for c in contenders if c.ours}}
+    try:
+        oracle = CellOracle(cell, inputs, backward)
+    except Exception as e:  # noqa: BLE001
+        oracle, entry["gate_error"] = None, f"oracle failed: {type(e).__name__}: {e}"[:500]
+    for contender in contenders:
+        if oracle is None:
+            entry["gate"][contender.name] = {"passed": False, "error": entry["gate_error"], "checks": []}
+            continue
+        entry["gate"][contender.name] = gate(contender, cell, inputs, oracle)
+    del oracle, inputs
+    entry["gate_s"] = time.perf_counter() - t0
+    passed = sum(g["passed"] for g in entry["gate"].values())
+    log(f"gate {cell}: {passed}/{len(entry['gate'])} contenders passed ({entry['gate_s']:.1f} s)")
+    for mode in modes:
+        ours_needed = [str(v) for v in variants_for(mode)]
+        failed = [n for n in ours_needed if not entry["gate"][n]["passed"]]
+        passing_backends, excluded = [], {}
+        for name in names:
+            result = entry["gate"][name]
+            if result["passed"]:
+                passing_backends.append(name)
+            else:
+                excluded[name] = (f"unavailable: {result['error']}" if result.get("error")
+                                  else "failed the gate")
+        timed = [] if failed else ours_needed + passing_backends
+        status = "timed" if not failed else "failed gate: " + ", ".join(failed)
+        entry["modes"][mode] = {"status": status, "timed": timed, "excluded": excluded,
+                                "samples": {n: [] for n in timed}, "errors": {}}
+        if failed:
+            log(f"{cell} {mode}: FAILED the gate ({', '.join(failed)}); not timed")
+    return entry
+
+
+def sweep(r, cells, entries, modes, configs, settings, device, results, progress):
+    """One pass over the matmul rate and every cell, contenders interleaved."""
+    import torch
+
+    for dtype, record in results["matmul"].items():
+        from .problems import DTYPES
+
+        samples, flops = matmul_samples(DTYPES[dtype], device=device,
+                                        warmup_ms=settings.warmup_ms, rep_ms=settings.rep_ms)
+        record["flops"] = flops
+        record["samples"].append(samples)
+    rng = np.random.default_rng([settings.seed, r])
+    for cell, entry in zip(cells, entries):
+        if not any(entry["modes"][m]["timed"] for m in modes):
+            continue
+        inputs = make_inputs(cell, device, settings.seed)
+        for mode in modes:
+            info = entry["modes"][mode]
+            for i in rng.permutation(len(info["timed"])):
+                name = info["timed"][i]
+                if name in info["errors"]:
+                    continue
+                contender = by_name(name, cell, configs)
+                try:
+                    with timed_call(contender, mode, inputs, cell.causal) as fn:
+                        samples = bench(fn, device=device, warmup_ms=settings.warmup_ms,
+                                        rep_ms=settings.rep_ms)
+                    info["samples"][name].append([round(s, 6) for s in samples])
+                except Exception as e:  # noqa: BLE001 - recorded; the contender is dropped
+                    info["errors"][name] = f"sweep {r}: {type(e).__name__}: {e}"[:500]
+                if progress:
+                    progress.advance()
+        del inputs
+        if device == "cuda":
+            torch.cuda.empty_cache()
+
+
+def by_name(name: str, cell, configs: Configs) -> Contender:
+    from kernels import Variant
+
+    if name in BACKENDS:
+        return backend(name)
+    variant = Variant.parse(name)
+    return ours(variant, configs.config(variant, cell.head_dim, cell.causal))
+
+
+def contenders_for(cell, mode: str, settings: Settings) -> list[tuple[str, object]]:
+    return ([(str(v), v) for v in variants_for(mode)]
+            + [(name, None) for name in backends_for(cell, settings)[0]])
+
+
+def plan_estimate(cells, settings: Settings) -> dict:
+    """The planning estimate of a GPU run of `cells` (fa2check.plan), without running it."""
+    from . import plan
+
+    keys = needed_keys(cells, settings.modes)
+    loaded = tuning.load_configs(settings.configs_from)
+    configs = Configs({k: loaded[k] for k in keys if k in loaded}, on_gpu=True)
+    to_tune = [k for k in keys if k not in configs.records] if settings.tune else []
+    candidates = tuning_jobs(to_tune, cells, settings, on_gpu=True)
+    phase1 = {tuning.job_key(j): j for j in [j for *_, j in candidates]
+              + forward_of_backward_jobs(candidates)}
+    for key in keys:
+        configs.records.setdefault(key, configs.default_record(key))
+    phase2 = {}
+    for job in final_jobs(cells, settings.modes, configs):
+        if tuning.job_key(job) not in phase1:
+            phase2.setdefault(tuning.job_key(job), job)
+    timed = [(k.part, tuning.variant_of(k), cell) for k, cell, _, _ in candidates]
+    return plan.estimate(cells, settings.modes, lambda c, m: contenders_for(c, m, settings),
+                         settings, list(phase1.values()), list(phase2.values()), timed,
+                         settings.workers)

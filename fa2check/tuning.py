@@ -1,0 +1,209 @@
+"""Tile configurations for the ablation: one search space for every variant, a short tuning run
+per variant, and compiling the candidates ahead of time in parallel processes.
+
+Each variant gets its own winner from the same candidates, so no variant runs on another's
+tiles. Candidates a variant cannot use are left out for it: split-K variants need block_n >= 64
+so that a tile still splits into the 4 key slices of at least 16 keys that define them (FA1's 4
+warps); with block_n = 32 the launcher would quietly cut the split to 2 slices, a milder
+baseline than the one named.
+
+A winner is chosen per (part, variant, head_dim, causal): `fwd` tunes the forward kernel's
+fields, `bwd` the backward's. It is tuned once, on one representative cell (the first dtype of
+the grid, the seqlen nearest 4096), and reused for the other seqlens and dtypes; where it came
+from is recorded with it. The backward does not read split_q, so backward configs are tuned
+for split_q=True and shared by both values.
+
+Compiling: Triton compiles each (kernel, constexprs, dtype) once, 1-10 s each on one core, and
+a thread pool does not help (measured on the development machine: 4 forward kernels took
+12.2 s one after another and 14.1 s on two threads, since compilation holds the GIL). So
+`precompile` launches every needed kernel once on a tiny problem in worker processes
+(spawned, one CUDA context each), which fills Triton's on-disk cache; the main process then
+loads the compiled kernels instead of compiling them. A tiny problem specialises like the real
+one when its integer arguments fall in the same classes (== 1, divisible by 16, other): same
+heads, seqlen reduced within its class, contiguous layout.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, replace
+
+FWD_FIELDS = ("block_m", "block_n", "num_warps", "num_stages")
+BWD_FIELDS = ("bwd_block_m", "bwd_block_n", "bwd_num_warps", "bwd_num_stages")
+PART_FIELDS = {"fwd": FWD_FIELDS, "bwd": BWD_FIELDS}
+SPLIT_K_MIN_BLOCK_N = 64  # 4 key slices of >= 16 keys
+
+# (block_m, block_n, num_warps, num_stages), the same list for every variant of a head_dim
+FWD_SPACE = {
+    64: [(128, 64, 4, 3), (128, 128, 8, 3), (128, 64, 8, 3), (64, 64, 4, 3), (64, 128, 4, 3),
+         (32, 64, 4, 3), (128, 32, 4, 3), (64, 32, 4, 2)],
+    128: [(128, 64, 8, 3), (128, 128, 8, 2), (64, 64, 4, 3), (64, 64, 8, 3), (64, 128, 8, 2),
+          (32, 64, 4, 3), (32, 128, 4, 2), (64, 32, 4, 3)],
+}  # default_config's choices are among them (split-K at d=128 defaults to (64, 64, 8, 3))
+# (bwd_block_m, bwd_block_n, bwd_num_warps, bwd_num_stages)
+BWD_SPACE = {
+    64: [(64, 64, 4, 2), (32, 64, 4, 2), (64, 128, 8, 2), (32, 128, 4, 2), (64, 64, 8, 3),
+         (128, 64, 8, 2)],
+    128: [(64, 64, 8, 2), (32, 64, 4, 2), (64, 128, 8, 2), (32, 128, 8, 2), (64, 64, 4, 3),
+          (32, 32, 4, 2)],
+}
+# Other head dims: small tiles that fit the registers and shared memory of any of them.
+FWD_SPACE_OTHER = [(64, 64, 4, 2), (64, 32, 4, 2), (32, 64, 4, 2), (128, 64, 8, 2)]
+BWD_SPACE_OTHER = [(32, 32, 4, 2), (32, 64, 4, 2), (64, 64, 8, 2)]
+# The interpreter: two small candidates, so the tuning code path runs cheaply on a CPU.
+CPU_FWD_SPACE = [(32, 16, 4, 1), (16, 32, 4, 1)]
+CPU_BWD_SPACE = [(16, 32, 4, 1), (32, 16, 4, 1)]
+
+TUNE_SEQLEN = 4096
+
+
+@dataclass(frozen=True)
+class TuneKey:
+    part: str  # "fwd" or "bwd"
+    variant: str  # str(Variant); for "bwd" always the split_q=True one
+    head_dim: int
+    causal: bool
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def variant_of(key: TuneKey):
+    from kernels import Variant
+
+    return Variant.parse(key.variant)
+
+
+def part_variant(part: str, variant):
+    """The variant whose config a part uses: the backward shares split_q=True's."""
+    return replace(variant, split_q=True) if part == "bwd" else variant
+
+
+def fields_of(config, part: str) -> dict:
+    return {f: getattr(config, f) for f in PART_FIELDS[part]}
+
+
+def candidates(part: str, head_dim: int, variant, on_gpu: bool) -> list[dict]:
+    """The search space for one part and head_dim, less what `variant` cannot use."""
+    if not on_gpu:
+        space = CPU_FWD_SPACE if part == "fwd" else CPU_BWD_SPACE
+    elif part == "fwd":
+        space = FWD_SPACE.get(head_dim, FWD_SPACE_OTHER)
+    else:
+        space = BWD_SPACE.get(head_dim, BWD_SPACE_OTHER)
+    out = [dict(zip(PART_FIELDS[part], c)) for c in space]
+    if part == "fwd" and not variant.split_q and on_gpu:
+        out = [c for c in out if c["block_n"] >= SPLIT_K_MIN_BLOCK_N]
+    return out
+
+
+def build_config(head_dim: int, variant, on_gpu: bool, fwd: dict | None = None,
+                 bwd: dict | None = None):
+    """default_config with the given forward and backward fields, fitted to the variant."""
+    from kernels import default_config
+
+    config = default_config(head_dim, on_gpu)
+    config = replace(config, **(fwd or {}), **(bwd or {}))
+    return config.for_variant(variant, on_gpu)
+
+
+def representative(cells, head_dim: int, causal: bool, tune_seqlen: int = TUNE_SEQLEN):
+    """The cell a key is tuned on: the grid's first dtype, seqlen nearest tune_seqlen."""
+    matching = [c for c in cells if c.head_dim == head_dim and c.causal == causal]
+    dtype = matching[0].dtype
+    matching = [c for c in matching if c.dtype == dtype]
+    return min(matching, key=lambda c: (abs(c.seqlen - tune_seqlen), -c.seqlen))
+
+
+def load_configs(paths) -> dict[TuneKey, dict]:
+    """Config records from earlier results JSON files (later files win)."""
+    import json
+
+    found = {}
+    for path in paths:
+        with open(path) as f:
+            data = json.load(f)
+        for record in data.get("configs", []):
+            key = TuneKey(**record["key"])
+            found[key] = {**record, "source": f"loaded from {os.path.basename(path)} "
+                                              f"({record.get('source', 'unknown')})"}
+    return found
+
+
+# ----------------------------------------------------------------------------- precompiling
+
+def warm_seqlen(seqlen: int) -> int:
+    """A short seqlen in the same specialisation class as seqlen (1, multiple of 16, other)."""
+    if seqlen == 1 or seqlen <= 256:
+        return seqlen
+    return 256 if seqlen % 16 == 0 else 257
+
+
+def warm_job(job: dict) -> str | None:
+    """Run one (part, variant, config) on a tiny problem so Triton compiles it; the error
+    text when it cannot run (a compile error, too much shared memory), else None."""
+    import torch
+
+    from kernels import TileConfig, Variant, flash_attention
+
+    from .problems import DTYPES
+
+    try:
+        config = TileConfig(**job["config"])
+        variant = Variant.parse(job["variant"])
+        s, d = warm_seqlen(job["seqlen"]), job["head_dim"]
+        dtype = DTYPES[job["dtype"]]
+        q = torch.randn(1, job["heads_q"], s, d, device="cuda", dtype=dtype)
+        k, v = (torch.randn(1, job["heads_kv"], s, d, device="cuda", dtype=dtype) for _ in range(2))
+        backward = job["part"] == "bwd"
+        for t in (q, k, v):
+            t.requires_grad_(backward)
+        o = flash_attention(q, k, v, causal=job["causal"], variant=variant, config=config)
+        if backward:
+            torch.autograd.grad(o, (q, k, v), torch.randn_like(o))
+        torch.cuda.synchronize()
+    except Exception as e:  # noqa: BLE001 - every failure is reported, the candidate dropped
+        return f"{type(e).__name__}: {e}"[:500]
+    return None
+
+
+def job_key(job: dict) -> tuple:
+    fields = PART_FIELDS[job["part"]]
+    return (job["part"], job["variant"], job["dtype"], job["head_dim"], job["causal"],
+            job["heads_q"], job["heads_kv"], warm_seqlen(job["seqlen"]),
+            tuple(job["config"][f] for f in fields + (("key_slices",) if job["part"] == "fwd" else ())),
+            tuple(job["config"][f] for f in FWD_FIELDS) if job["part"] == "bwd" else ())
+
+
+def make_job(part: str, variant, config, cell) -> dict:
+    return {"part": part, "variant": str(variant), "config": dataclasses.asdict(config),
+            "dtype": cell.dtype, "head_dim": cell.head_dim, "causal": cell.causal,
+            "heads_q": cell.heads_q, "heads_kv": cell.heads_kv, "seqlen": cell.seqlen}
+
+
+def precompile(jobs: list[dict], workers: int, progress=None) -> dict[tuple, str | None]:
+    """Run `warm_job` for each distinct job in `workers` spawned processes: forward jobs first
+    (backward jobs run a forward too), then backward jobs. Returns {job_key: error or None}."""
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from multiprocessing import get_context
+
+    unique = {}
+    for job in jobs:
+        unique.setdefault(job_key(job), job)
+    results = {}
+    if not unique:
+        return results
+    workers = max(1, min(workers, len(unique)))
+    with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
+        for part in ("fwd", "bwd"):
+            futures = {pool.submit(warm_job, job): key for key, job in unique.items()
+                       if job["part"] == part}
+            for future in as_completed(futures):
+                results[futures[future]] = future.result()
+                if progress:
+                    progress(futures[future], results[futures[future]])
+    return results
+
+
+def default_workers() -> int:
+    return max(1, min(15, (os.cpu_count() or 2) - 1))

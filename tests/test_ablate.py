@@ -1,0 +1,355 @@
+"""fa2check.ablate on the CPU: the contribution arithmetic, the bootstrap, FLOP counting, the
+correctness gate (against test doubles), rendering saved results, and one tiny end-to-end run
+through the interpreter (its timings mean nothing; the code path runs)."""
+import json
+import math
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from fa2check import contributions as C
+from fa2check.grids import Cell, custom_grid, paper_grid, parse_modes
+from kernels import Variant
+
+PLAYERS = C.FLAGS
+
+
+def _log_times(rng, players):
+    return {s: float(rng.normal(0.0, 1.0)) for s in C.subsets(players)}
+
+
+# ----------------------------------------------------------------------------- Shapley
+
+@pytest.mark.parametrize("players", [C.FLAGS, C.BACKWARD_PLAYERS], ids=["3 players", "2 players"])
+def test_shapley_values_add_up_exactly_to_the_log_total_speedup(players):
+    rng = np.random.default_rng(1)
+    for _ in range(20):
+        log_t = _log_times(rng, players)
+        q = C.decompose(log_t, players)
+        assert q["total"] == pytest.approx(log_t[frozenset()] - log_t[frozenset(players)], abs=1e-12)
+        assert sum(q[f"shapley/{p}"] for p in players) == pytest.approx(q["total"], abs=1e-12)
+
+
+def test_interactions_complete_the_decomposition():
+    rng = np.random.default_rng(2)
+    log_t = _log_times(rng, PLAYERS)
+    q = C.decompose(log_t, PLAYERS)
+    interactions = [k for k in q if k.startswith("interaction/")]
+    assert sorted(interactions) == sorted(["interaction/defer_normxseq_parallel",
+                                           "interaction/defer_normxsplit_q",
+                                           "interaction/seq_parallelxsplit_q",
+                                           "interaction/defer_normxseq_parallelxsplit_q"])
+    # total = sum of alone effects + every interaction
+    assert q["total"] == pytest.approx(sum(q[f"alone/{p}"] for p in PLAYERS)
+                                       + sum(q[k] for k in interactions), abs=1e-12)
+    # phi_i = alone_i + each interaction containing i shared equally among its members
+    for p in PLAYERS:
+        shared = sum(q[k] / len(k.split("/")[1].split("x")) for k in interactions if p in k)
+        assert q[f"shapley/{p}"] == pytest.approx(q[f"alone/{p}"] + shared, abs=1e-12)
+
+
+def test_additive_game_has_no_interactions():
+    effects = {"defer_norm": 0.05, "seq_parallel": 1.2, "split_q": 0.4}
+    log_t = {s: 3.0 - sum(effects[p] for p in s) for s in C.subsets(PLAYERS)}
+    q = C.decompose(log_t, PLAYERS)
+    for p, a in effects.items():
+        for kind in ("alone", "removed", "shapley"):
+            assert q[f"{kind}/{p}"] == pytest.approx(a, abs=1e-12)
+    assert all(abs(v) < 1e-12 for k, v in q.items() if k.startswith("interaction/"))
+
+
+def test_pure_interaction_is_shared_by_its_two_members():
+    # the speedup c appears only when defer_norm and seq_parallel are both on
+    c = 0.7
+    log_t = {s: -c if {"defer_norm", "seq_parallel"} <= s else 0.0 for s in C.subsets(PLAYERS)}
+    q = C.decompose(log_t, PLAYERS)
+    assert q["shapley/defer_norm"] == pytest.approx(c / 2)
+    assert q["shapley/seq_parallel"] == pytest.approx(c / 2)
+    assert q["shapley/split_q"] == pytest.approx(0.0)
+    assert q["alone/defer_norm"] == pytest.approx(0.0)
+    assert q["removed/defer_norm"] == pytest.approx(c)
+    assert q["interaction/defer_normxseq_parallel"] == pytest.approx(c)
+    assert q["interaction/defer_normxseq_parallelxsplit_q"] == pytest.approx(0.0)
+
+
+def test_backward_game_names_split_q_not_applicable():
+    assert C.players_for("bwd") == ("defer_norm", "seq_parallel")
+    assert C.players_for("fwd") == C.players_for("fwd+bwd") == C.FLAGS
+    # the backward's variants keep split_q on: they are the ones timed
+    assert {str(C.variant_for(s, C.BACKWARD_PLAYERS)) for s in C.subsets(C.BACKWARD_PLAYERS)} == {
+        str(v) for v in Variant.all() if v.split_q}
+    assert "split_q" in C.NOT_APPLICABLE
+
+
+def test_backward_does_not_depend_on_split_q(device):
+    """Why split_q is 'not applicable' in the backward: the same saved tensors give bitwise
+    identical gradients for split_q on and off."""
+    from kernels.backward import attn_bwd
+    from kernels.config import default_config
+    from kernels.forward import attn_fwd
+
+    gen = torch.Generator().manual_seed(3)
+    q, k, v, do = (torch.randn(1, 2, 40, 16, generator=gen).to(device, torch.bfloat16)
+                   for _ in range(4))
+    on, off = Variant(True, True, True), Variant(True, True, False)
+    config = default_config(16, on_gpu=device == "cuda")
+    o, stats = attn_fwd(q, k, v, True, 0.25, on, config)
+    grads = [attn_bwd(q, k, v, o, stats, do, None, True, 0.25, variant, config)
+             for variant in (on, off)]
+    for a, b in zip(*grads):
+        assert torch.equal(a, b)
+
+
+# ----------------------------------------------------------------------------- bootstrap
+
+def _synthetic_samples(rng, effects, repeats=3, n=40, noise=0.01):
+    """Per-sweep samples (ms) of each subset's variant: base * exp(-sum of effects), with a
+    sweep-level drift and per-sample noise."""
+    out = {}
+    for s in C.subsets(PLAYERS):
+        centre = 2.0 * math.exp(-sum(effects[p] for p in s))
+        out[s] = [list(centre * (1 + rng.normal(0, 0.003)) * (1 + rng.normal(0, noise, n)))
+                  for _ in range(repeats)]
+    return out
+
+
+def test_bootstrap_separates_a_real_effect_from_none():
+    rng = np.random.default_rng(4)
+    samples = _synthetic_samples(rng, {"defer_norm": 0.0, "seq_parallel": 0.5, "split_q": 0.1})
+    draws = C.repeat_draws(3, 400, rng)
+    result = C.analyse(samples, PLAYERS, draws, rng)
+    q = C.with_intervals(result["point"], result["draws"])
+    assert q["shapley/seq_parallel"]["significant"]
+    assert q["shapley/split_q"]["significant"]
+    assert not q["shapley/defer_norm"]["significant"]
+    assert q["shapley/defer_norm"]["ci_low"] < 1.0 < q["shapley/defer_norm"]["ci_high"]
+    assert q["shapley/seq_parallel"]["factor"] == pytest.approx(math.exp(0.5), rel=0.02)
+    # every bootstrap draw keeps the efficiency property
+    total = result["draws"]["total"]
+    assert np.allclose(sum(result["draws"][f"shapley/{p}"] for p in PLAYERS), total, atol=1e-12)
+
+
+def test_bootstrap_interval_narrows_with_less_noise():
+    widths = []
+    for noise in (0.05, 0.005):
+        rng = np.random.default_rng(5)
+        samples = _synthetic_samples(rng, {"defer_norm": 0.02, "seq_parallel": 0.0, "split_q": 0.0},
+                                     noise=noise)
+        result = C.analyse(samples, PLAYERS, C.repeat_draws(3, 300, rng), rng)
+        low, high = C.interval(result["draws"]["shapley/defer_norm"])
+        widths.append(high - low)
+    assert widths[1] < widths[0] / 3
+
+
+def test_bootstrap_medians_are_medians_of_resampled_sweeps():
+    rng = np.random.default_rng(6)
+    runs = [[1.0] * 5, [2.0] * 7, [3.0] * 3]
+    draws = np.array([[0, 0, 0], [1, 1, 1], [2, 2, 2], [0, 1, 1], [2, 2, 1]])
+    assert list(C.bootstrap_medians(runs, draws, rng)) == [1.0, 2.0, 3.0, 2.0, 2.0]
+    with pytest.raises(ValueError):
+        C.bootstrap_medians(runs[:2], draws, rng)
+
+
+# ----------------------------------------------------------------------------- grids and FLOPs
+
+def test_flop_counting_follows_the_paper():
+    cell = Cell(batch=2, heads_q=16, heads_kv=16, seqlen=1024, head_dim=128, dtype="bfloat16",
+                causal=False)
+    fwd = 4 * 2 * 16 * 1024 * 1024 * 128
+    assert cell.flops("fwd") == fwd
+    assert cell.flops("bwd") == 2.5 * fwd
+    assert cell.flops("fwd+bwd") == 3.5 * fwd
+    causal = Cell(2, 16, 16, 1024, 128, "bfloat16", True)
+    assert causal.flops("fwd") == fwd / 2
+
+
+def test_paper_grid_is_the_papers_benchmark():
+    cells = paper_grid()
+    assert len(cells) == 6 * 2 * 2 * 2
+    for c in cells:
+        assert c.batch * c.seqlen == 16384
+        assert c.heads_q * c.head_dim == 2048 and c.heads_kv == c.heads_q
+    assert {c.seqlen for c in cells} == {512, 1024, 2048, 4096, 8192, 16384}
+    assert {(c.dtype, c.causal) for c in cells} == {(d, m) for d in ("bfloat16", "float16")
+                                                   for m in (False, True)}
+    assert custom_grid([4096], [128], [True])[0] == Cell(4, 16, 16, 4096, 128, "bfloat16", True)
+    assert parse_modes(["fwd,bwd", "fwd+bwd", "fwd"]) == ["fwd", "bwd", "fwd+bwd"]
+    with pytest.raises(ValueError):
+        parse_modes(["forward"])
+
+
+def test_tuning_space_keeps_split_k_honest():
+    from fa2check import tuning
+
+    for d in (64, 128):
+        split_k = tuning.candidates("fwd", d, Variant(True, True, False), on_gpu=True)
+        split_q = tuning.candidates("fwd", d, Variant(), on_gpu=True)
+        assert split_k and all(c["block_n"] >= 64 for c in split_k)
+        assert all(c in split_q for c in split_k)  # the same space, less what it cannot use
+        for c in split_k:  # every split-K candidate keeps the 4 slices that define it
+            config = tuning.build_config(d, Variant(True, True, False), True, fwd=c)
+            assert config.key_slices == 4
+    assert tuning.warm_seqlen(16384) == 256 and tuning.warm_seqlen(1000) == 257
+    assert tuning.warm_seqlen(1) == 1 and tuning.warm_seqlen(100) == 100
+
+
+def test_precompile_runs_each_distinct_job_once_in_workers(device):
+    """The worker pool runs each distinct job and returns its error or None (without CUDA
+    every job fails, and says why)."""
+    from fa2check import tuning
+
+    cell = Cell(1, 2, 2, 64, 16, "bfloat16", False)
+    config = tuning.build_config(16, Variant(), on_gpu=device == "cuda")
+    jobs = [tuning.make_job("fwd", Variant(), config, cell)] * 2 + [
+        tuning.make_job("bwd", Variant(), config, cell)]
+    results = tuning.precompile(jobs, workers=2)
+    assert len(results) == 2
+    for error in results.values():
+        assert (error is None) if device == "cuda" else ("CUDA" in error or "Torch" in error)
+
+
+# ----------------------------------------------------------------------------- the gate
+
+class _Double:
+    """A contender whose forward is flash_attention with a planted bug."""
+
+    def __init__(self, bug):
+        self.name, self.bug, self.ours = f"double-{bug}", bug, True
+
+    def context(self):
+        import contextlib
+
+        return contextlib.nullcontext()
+
+    def forward(self, q, k, v, causal, return_lse=False):
+        from kernels import flash_attention
+
+        o, lse = flash_attention(q, k, v, causal=causal, return_lse=True)
+        if self.bug == "batch-offset":  # the last batch entry gets batch 0's output
+            o = torch.cat([o[:-1], o[:1]])
+        return (o, lse) if return_lse else o
+
+
+def test_gate_passes_the_kernel_and_rejects_test_doubles(device):
+    from fa2check.cellcheck import CellOracle, gate, gate_slices
+    from fa2check.contenders import backend, make_inputs, ours
+
+    cell = Cell(2, 4, 2, 40, 16, "bfloat16", True)
+    assert gate_slices(cell) == [(0, 0), (1, 1)]
+    inputs = make_inputs(cell, device)
+    oracle = CellOracle(cell, inputs, backward=True)
+    good = gate(ours(Variant(False, False, False), None), cell, inputs, oracle)
+    assert good["passed"], good
+    assert {c["output"] for c in good["checks"]} == {"o", "lse", "dq", "dk", "dv"}
+    assert gate(backend("sdpa-math"), cell, inputs, oracle)["passed"]
+    bad = gate(_Double("batch-offset"), cell, inputs, oracle)
+    assert not bad["passed"]
+    assert {(c["batch"], c["output"]) for c in bad["checks"] if not c["passed"]} >= {(1, "o")}
+
+
+# ----------------------------------------------------------------------------- saved results
+
+def _synthetic_results(date="2026-11-30T10:00:00+00:00", modes=("fwd", "bwd"), device="cuda"):
+    """A results file as fa2check.sweep.run writes it, with made-up timings."""
+    rng = np.random.default_rng(7)
+    effects = {"defer_norm": 0.03, "seq_parallel": 0.8, "split_q": 0.3}
+    cells = [Cell(4, 32, 32, 4096, 64, "bfloat16", c) for c in (False, True)]
+    entries = []
+    for cell in cells:
+        entry = {"cell": cell.as_dict(), "gate": {}, "skipped": {"sdpa-math": "skipped: test"},
+                 "modes": {}, "configs": {}}
+        for mode in modes:
+            players = C.players_for(mode)
+            samples = {}
+            for s in C.subsets(players):
+                centre = 3.0 * math.exp(-sum(effects[p] for p in s))
+                samples[str(C.variant_for(s, players))] = [
+                    list(centre * (1 + rng.normal(0, 0.01, 30))) for _ in range(3)]
+            samples["sdpa-flash"] = [list(1.1 * (1 + rng.normal(0, 0.01, 30))) for _ in range(3)]
+            for name in samples:
+                entry["gate"][name] = {"passed": True, "worst_ratio": 0.3, "checks": [], "error": None}
+            entry["modes"][mode] = {"status": "timed", "timed": list(samples), "excluded": {},
+                                    "samples": samples, "errors": {}}
+        entries.append(entry)
+    return {"schema": "fa2check.ablate/1",
+            "provenance": {"device": device, "gpu": "Synthetic GPU", "sms": 132, "date": date,
+                           "git_commit": "abc123", "torch": "x", "triton": "y", "command": "test"},
+            "settings": {"modes": list(modes), "repeats": 3, "warmup_ms": 5, "rep_ms": 20},
+            "cells": entries, "configs": [], "repeats_done": 3, "stopped_by_budget": False,
+            "matmul": {"bfloat16": {"flops": 2 * 8192 ** 3, "samples": [[1.4] * 5] * 3}}}
+
+
+def test_render_from_saved_results_writes_tables_csv_and_plots(tmp_path):
+    from fa2check import ablate
+
+    path = tmp_path / "synthetic.json"
+    path.write_text(json.dumps(_synthetic_results()))
+    md = tmp_path / "tables.md"
+    out = tmp_path / "out"
+    assert ablate.main(["--from", str(path), "--out", str(out), "--markdown", str(md),
+                        "--bootstrap", "200"]) == 0
+    text = md.read_text()
+    assert "Synthetic GPU" in text and "2026-11-30" in text
+    assert "split_q: not applicable" in text
+    bwd_summary = text[text.index("bwd: contributions over the grid"):]
+    assert "| split_q | n/a | n/a | n/a |" in bwd_summary
+    rows = (out / "synthetic.csv").read_text().splitlines()
+    assert rows[0].split(",")[:3] == ["mode", "batch", "heads_q"]
+    assert any(",contribution,shapley/seq_parallel," in r for r in rows)
+    assert not any(r.startswith("bwd,") and "shapley/split_q" in r for r in rows)
+    for suffix in ("-tflops.png", "-contributions.png"):
+        assert (out / f"synthetic{suffix}").stat().st_size > 10_000
+
+
+def test_without_a_gpu_the_newest_committed_results_are_chosen(tmp_path):
+    from fa2check.results import committed
+
+    for name, date, modes, device in [("old", "2026-11-01T00:00:00", ("fwd", "bwd"), "cuda"),
+                                      ("new", "2026-11-02T00:00:00", ("fwd",), "cuda"),
+                                      ("cpu", "2026-11-03T00:00:00", ("fwd", "bwd"), "cpu")]:
+        (tmp_path / f"{name}.json").write_text(json.dumps(_synthetic_results(date, modes, device)))
+    chosen = [(os.path.basename(p), m) for p, m in committed(str(tmp_path))]
+    assert chosen == [("new.json", ["fwd"]), ("old.json", ["bwd"])]
+
+
+def test_update_readme_replaces_only_its_section(tmp_path):
+    from fa2check.ablate import README_BEGIN, README_END, update_readme
+
+    readme = tmp_path / "README.md"
+    readme.write_text(f"intro\n{README_BEGIN}\nold\n{README_END}\noutro\n")
+    update_readme("new tables", str(readme))
+    assert readme.read_text() == f"intro\n{README_BEGIN}\nnew tables\n{README_END}\noutro\n"
+
+
+# ----------------------------------------------------------------------------- end to end
+
+def test_tiny_end_to_end_run_in_the_interpreter(tmp_path, device):
+    if device != "cpu":
+        pytest.skip("the GPU runs the real grid")
+    from fa2check import ablate
+
+    status = ablate.main(["--seqlen", "16", "--head-dim", "16", "--heads", "2", "--heads-kv", "1",
+                          "--batch", "2", "--causal", "true", "--mode", "fwd,bwd",
+                          "--repeats", "3", "--budget-s", "0.001", "--bootstrap", "100",
+                          "--backends", "sdpa-math,sdpa-efficient", "--out", str(tmp_path)])
+    assert status == 0
+    (path,) = tmp_path.glob("*.json")
+    results = json.loads(path.read_text())
+    assert results["provenance"]["device"] == "cpu"
+    assert results["repeats_done"] == 1 and results["stopped_by_budget"]
+    (entry,) = results["cells"]
+    assert all(entry["gate"][str(v)]["passed"] for v in Variant.all())
+    fwd, bwd = entry["modes"]["fwd"], entry["modes"]["bwd"]
+    assert set(fwd["timed"]) == {str(v) for v in Variant.all()} | {"sdpa-math"}
+    assert set(bwd["timed"]) == {str(v) for v in Variant.all() if v.split_q} | {"sdpa-math"}
+    assert fwd["excluded"]["sdpa-efficient"].startswith("unavailable")
+    assert all(len(runs) == 1 and runs[0] for runs in fwd["samples"].values())
+    assert {r["key"]["part"] for r in results["configs"]} == {"fwd", "bwd"}
+    assert all(r["source"].startswith("tuned on") for r in results["configs"])
+    analysis = results["analysis"]["modes"]
+    assert analysis["bwd"]["players"] == ["defer_norm", "seq_parallel"]
+    assert "shapley/split_q" in analysis["fwd"]["cells"][0]["contributions"]
+    for suffix in (".csv", ".md", "-tflops.png", "-contributions.png"):
+        assert path.with_name(path.stem + suffix).exists()
