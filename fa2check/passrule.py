@@ -62,6 +62,15 @@ def _max_abs_diff(a: torch.Tensor, b: torch.Tensor, where: torch.Tensor) -> floa
     return float(diff.max()) if diff.numel() else 0.0
 
 
+def rounding_floor(name: str, oracle: torch.Tensor, dtype: torch.dtype) -> float:
+    """(eps(dtype) / 2 + INTERNAL_ULPS * eps(float32)) * max(1, max|oracle| where finite)."""
+    oracle = oracle.detach().double()
+    finite = torch.isfinite(oracle)
+    internal_ulps = INTERNAL_ULPS_GRADIENT if name in GRADIENT_OUTPUTS else INTERNAL_ULPS_FORWARD
+    scale = float(oracle[finite].abs().max()) if finite.any() else 0.0
+    return (torch.finfo(dtype).eps / 2 + internal_ulps * torch.finfo(torch.float32).eps) * max(1.0, scale)
+
+
 def check_output(name: str, impl: torch.Tensor, oracle: torch.Tensor, baseline: torch.Tensor,
                  dtype: torch.dtype) -> OutputCheck:
     """Apply the pass rule to one output. `dtype` is the output's own dtype (for the floor)."""
@@ -74,11 +83,7 @@ def check_output(name: str, impl: torch.Tensor, oracle: torch.Tensor, baseline: 
         torch.equal(impl[~finite], oracle[~finite]))  # -inf == -inf; NaN never equals
     error = _max_abs_diff(impl, oracle, finite & impl_finite) if nonfinite_match else float("inf")
     baseline_error = _max_abs_diff(baseline, oracle, finite & torch.isfinite(baseline))
-    gradient = name in GRADIENT_OUTPUTS
-    c = C_GRADIENT if gradient else C_FORWARD
-    internal_ulps = INTERNAL_ULPS_GRADIENT if gradient else INTERNAL_ULPS_FORWARD
-    scale = float(oracle[finite].abs().max()) if finite.any() else 0.0
-    floor = (torch.finfo(dtype).eps / 2 + internal_ulps * torch.finfo(torch.float32).eps) * max(1.0, scale)
-    allowed = c * baseline_error + floor
+    c = C_GRADIENT if name in GRADIENT_OUTPUTS else C_FORWARD
+    allowed = c * baseline_error + rounding_floor(name, oracle, dtype)
     return OutputCheck(name, error, baseline_error, allowed, nonfinite_match,
                        nonfinite_match and error <= allowed)

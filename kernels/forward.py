@@ -1,23 +1,24 @@
 """FlashAttention forward pass with FA2's three changes as constexpr switches.
 
 For one query row block Q_i (BLOCK_M rows) and the K/V tiles K_j, V_j (BLOCK_N keys each), with
-scores in log2 units (S = Q K^T * softmax_scale * log2(e), so exp2 replaces exp):
+raw scores S = Q K^T and c = softmax_scale * log2(e) (so exp2 replaces exp):
 
-    m_new  = max(m_i, rowmax(S_ij))
-    alpha  = exp2(m_i - m_new)                       # rescales everything accumulated so far
-    P_ij   = exp2(S_ij - m_new)
+    m_new  = max(m_i, rowmax(S_ij))                  # in raw units (c > 0)
+    alpha  = exp2((m_i - m_new) * c)                 # rescales everything accumulated so far
+    P_ij   = exp2((S_ij - m_new) * c)
     l_new  = alpha * l_i + rowsum(P_ij)
 
   DEFER_NORM (FA2, Algorithm 1 of the FA2 paper):
     acc    = alpha * acc + P_ij V_j                  # unnormalised
-    after the loop: O_i = acc / l_i once, and L_i = m_i + log(l_i) is stored for the backward.
+    after the loop: O_i = acc / l_i once, and L_i = m_i * softmax_scale + log(l_i) is stored
+    for the backward.
   not DEFER_NORM (FA1, Algorithm 1 of the FA1 paper):
     acc    = (l_i * alpha * acc + P_ij V_j) / l_new  # normalised at every tile
-    after the loop: O_i = acc, and m_i and l_i are stored separately.
+    after the loop: O_i = acc, and m_i * softmax_scale and l_i are stored separately.
 
 SPLIT_Q off (split-K): each K/V tile is cut into KEY_SLICES slices of keys. Every slice computes
-its own max m_s, sum l_s and partial output O_s = exp2(S_s - m_s) V_s independently; the slices
-are then merged (m_tile = max m_s, weights exp2(m_s - m_new)), which is the cross-slice
+its own max m_s, sum l_s and partial output O_s = exp2((S_s - m_s) c) V_s independently; the
+slices are then merged (m_tile = max m_s, weights exp2((m_s - m_new) c)), which is the cross-slice
 communication that FA1's split-K warp partitioning pays at every tile. Triton picks the warp
 mapping itself, so this reproduces split-K's data flow, not its exact warp assignment.
 
@@ -69,7 +70,12 @@ def _online_softmax_step(m_i, l_i, acc, q, K_tile_ptrs, V_tile_ptrs, start_n, of
     else:
         kT = tl.load(K_tile_ptrs)
         v = tl.load(V_tile_ptrs)
-    s = tl.dot(q, kT, input_precision=INPUT_PRECISION) * qk_scale  # (BLOCK_M, BLOCK_N), log2 units
+    # Raw scores; the max is taken in raw units and the scale applied after the subtraction,
+    # so exp2's argument is exact where it matters (s == m gives exp2(0) = 1). Scaling first
+    # lets the compiler fuse s * qk_scale - m into one fma whose unrounded product differs
+    # from the rounded max by up to half an ulp of s * qk_scale: 8192 for logits near 2e11,
+    # enough to overflow exp2 (seen on the H200 with all-equal bfloat16 inputs of 133120).
+    s = tl.dot(q, kT, input_precision=INPUT_PRECISION)  # (BLOCK_M, BLOCK_N)
     if MASK:
         visible = key_ok[None, :]
         if IS_CAUSAL:
@@ -79,7 +85,7 @@ def _online_softmax_step(m_i, l_i, acc, q, K_tile_ptrs, V_tile_ptrs, start_n, of
     if SPLIT_Q:
         m_new = tl.maximum(m_i, tl.max(s, 1))
         m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with nothing visible yet
-        p = tl.math.exp2(s - m_use[:, None])
+        p = tl.math.exp2((s - m_use[:, None]) * qk_scale)
         l_tile = tl.sum(p, 1)
         pv = tl.dot(p.to(v.dtype), v, input_precision=INPUT_PRECISION)  # (BLOCK_M, D)
     else:
@@ -87,7 +93,7 @@ def _online_softmax_step(m_i, l_i, acc, q, K_tile_ptrs, V_tile_ptrs, start_n, of
         s3 = tl.reshape(s, (BLOCK_M, KEY_SLICES, SLICE))
         m_s = tl.max(s3, 2)  # (BLOCK_M, KEY_SLICES): each slice's own max
         m_s_use = tl.where(m_s == float("-inf"), 0.0, m_s)
-        p3 = tl.math.exp2(s3 - m_s_use[:, :, None])
+        p3 = tl.math.exp2((s3 - m_s_use[:, :, None]) * qk_scale)
         l_s = tl.sum(p3, 2)  # each slice's own sum
         v3 = tl.reshape(v, (KEY_SLICES, SLICE, HEAD_DIM))
         o_s = tl.dot(tl.permute(p3, (1, 0, 2)).to(v.dtype), v3,
@@ -95,11 +101,11 @@ def _online_softmax_step(m_i, l_i, acc, q, K_tile_ptrs, V_tile_ptrs, start_n, of
         # merge the slices: the split-K communication
         m_new = tl.maximum(m_i, tl.max(m_s, 1))
         m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
-        w = tl.math.exp2(m_s - m_use[:, None])  # (BLOCK_M, KEY_SLICES)
+        w = tl.math.exp2((m_s - m_use[:, None]) * qk_scale)  # (BLOCK_M, KEY_SLICES)
         l_tile = tl.sum(w * l_s, 1)
         pv = tl.sum(o_s * tl.permute(w, (1, 0))[:, :, None], 0)
 
-    alpha = tl.math.exp2(m_i - m_use)
+    alpha = tl.math.exp2((m_i - m_use) * qk_scale)
     l_new = alpha * l_i + l_tile
     if DEFER_NORM:
         acc = acc * alpha[:, None] + pv
@@ -156,11 +162,12 @@ def _attn_fwd_row_block(Q, K, V, O, LSE, M, L, start_m, off_b, off_h, off_hkv,
     if DEFER_NORM:
         acc = acc / tl.where(sees_a_key, l_i, 1.0)[:, None]  # the one deferred division
         log2_l = tl.math.log2(tl.where(sees_a_key, l_i, 1.0))
-        lse = tl.where(sees_a_key, (m_i + log2_l) * 0.6931471805599453, float("-inf"))  # ln 2
+        lse = tl.where(sees_a_key, (m_i * qk_scale + log2_l) * 0.6931471805599453,  # ln 2
+                       float("-inf"))
         tl.store(LSE + off_b * stride_lb + off_h * stride_lh + offs_m, lse, mask=row_ok)
     else:
         stat = off_b * stride_lb + off_h * stride_lh + offs_m
-        tl.store(M + stat, m_i * 0.6931471805599453, mask=row_ok)  # natural-log units
+        tl.store(M + stat, m_i * qk_scale * 0.6931471805599453, mask=row_ok)  # natural-log units
         tl.store(L + stat, l_i, mask=row_ok)
     o_base = O + off_b.to(tl.int64) * stride_ob + off_h.to(tl.int64) * stride_oh
     tl.store(o_base + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od,

@@ -113,8 +113,8 @@ def _check_inputs(q, k, v, causal, softmax_scale, variant):
     if softmax_scale is not None:
         if isinstance(softmax_scale, bool) or not isinstance(softmax_scale, (int, float)):
             raise TypeError(f"softmax_scale must be a float or None, got {type(softmax_scale).__name__}")
-        if not math.isfinite(softmax_scale):
-            raise ValueError(f"softmax_scale must be finite, got {softmax_scale}")
+        if not (math.isfinite(softmax_scale) and softmax_scale > 0):
+            raise ValueError(f"softmax_scale must be finite and positive, got {softmax_scale}")
     if not isinstance(variant, Variant):
         raise TypeError(f"variant must be a kernels.Variant, got {type(variant).__name__}")
 

@@ -1,12 +1,11 @@
 """The float64 oracle is certified by mpmath (50 digits), extreme logits included, and the pass
 rule is shown to reject implementations with known bugs (test doubles)."""
-import math
-
 import pytest
 import torch
 
+from doubles import double
 from fa2check.checks import Reference
-from fa2check.oracle import mp_reference_rows, reference, same_dtype_attention, visible_mask
+from fa2check.oracle import mp_reference_rows, reference, visible_mask
 from fa2check.problems import Problem
 
 
@@ -35,45 +34,19 @@ def test_visible_mask_is_bottom_right_aligned():
     assert m.tolist() == [[False, False], [False, False], [True, False], [True, True]]
 
 
-# Test doubles: the same-dtype PyTorch composition with one known bug each. Each must fail the
-# pass rule on a problem where the bug matters; the correct composition must pass.
-def _double(bug):
-    def impl(q, k, v, *, causal, softmax_scale, variant, return_lse):
-        if bug == "dropped_last_key":  # the last key of a partial tile is never read
-            k, v = k[:, :, :-1], v[:, :, :-1]
-        if bug == "top_left_causal" and causal:
-            s = (q @ k.repeat_interleave(q.shape[1] // k.shape[1], 1).transpose(-1, -2)) * q.shape[-1] ** -0.5
-            mask = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool).tril()
-            s = s.float().masked_fill(~mask, float("-inf"))
-            lse = torch.logsumexp(s, -1)
-            o = torch.softmax(s, -1).to(q.dtype) @ v.repeat_interleave(q.shape[1] // v.shape[1], 1)
-            return o, lse
-        if bug == "tf32":  # float32 operands rounded to tf32's 10-bit mantissa
-            q, k, v = (t + ((t.detach().view(torch.int32) & ~0x1FFF).view(torch.float32) - t.detach())
-                       for t in (q, k, v))
-        o, lse = same_dtype_attention(q, k, v, causal=causal)
-        if bug == "lse_log2":
-            lse = lse / math.log(2)
-        if bug == "finite_sentinel":  # rows that see no key average V instead of giving 0
-            seen = visible_mask(q.shape[2], k.shape[2], causal).any(-1)
-            mean_v = v.repeat_interleave(q.shape[1] // v.shape[1], 1).mean(2, keepdim=True)
-            o = torch.where(seen[:, None], o, mean_v.to(o.dtype))
-            lse = torch.where(seen, lse, torch.full_like(lse, -1e6))
-        return o, lse
-    return impl
-
-
+# Test doubles (tests/doubles.py): a correct float32 composition and the same with one known
+# bug each. Each must fail the pass rule on a problem where the bug matters.
 @pytest.mark.parametrize("bug,fails", [("none", False), ("dropped_last_key", True),
                                        ("top_left_causal", True), ("lse_log2", True),
                                        ("finite_sentinel", True)])
 def test_pass_rule_catches_test_doubles(bug, fails):
     problem = Problem(1, 4, 2, 37, 21, 16, "float16", causal=True, seed=3)
-    checks = Reference(problem, "cpu").check(_double(bug), None)
+    checks = Reference(problem, "cpu").check(double(bug), None)
     assert any(not c.passed for c in checks) == fails, [str(c) for c in checks]
 
 
 def test_pass_rule_rejects_tf32_for_float32_inputs():
     problem = Problem(1, 2, 2, 40, 40, 64, "float32", causal=False, seed=5)
     ref = Reference(problem, "cpu")
-    assert all(c.passed for c in ref.check(_double("none"), None))
-    assert not all(c.passed for c in ref.check(_double("tf32"), None))
+    assert all(c.passed for c in ref.check(double("none"), None))
+    assert not all(c.passed for c in ref.check(double("tf32"), None))

@@ -1,0 +1,101 @@
+"""Property 3: causal masking is bottom-right aligned and nothing a row cannot see reaches it.
+
+Query i sees key j iff j <= i + (seqlen_k - seqlen_q). Checks, for seqlen_q <, = and > seqlen_k:
+- oracle: o, lse, dq, dk, dv against the float64 oracle with this alignment (the pass rule).
+- rows_without_keys: rows that see no key (seqlen_q > seqlen_k) have o = 0, lse = -inf and
+  dq = 0 exactly.
+- invisible_* (metamorphic): pick a first hidden key c inside a tile (c odd); rows i with
+  i + (seqlen_k - seqlen_q) < c cannot see keys >= c, so overwriting K and V there must leave
+  those rows' o and lse bitwise unchanged: invisible_random (other random values),
+  invisible_1e10 (K and V = 1e10; in float16 that rounds to inf), invisible_nan_keys (K = NaN:
+  a mask applied by adding a bias instead of selecting -inf lets NaN through) and
+  invisible_nan (K and V = NaN).
+  A tiled kernel computes P @ V over a whole K/V tile; in a tile that crosses the diagonal a
+  hidden key's P is 0, and 0 * NaN (or 0 * inf) is NaN, so invisible_nan (and invisible_1e10 in
+  float16) fail unless the kernel keeps non-finite V of hidden keys out of the product.
+"""
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from fa2check.checks import Reference
+from fa2check.problems import Problem
+
+from .base import Case, Check, PropertyResult, bitwise, call, pass_rule, visible_counts
+from .full_shapes import GQA_BF16_D64, LONG_KEYS_FP16_D128, LONG_QUERIES_FP32_D32, like
+
+NAME = "causal_masking"
+# check name -> (value written into hidden K, into hidden V); None: other random values
+FILLS = {
+    "invisible_random": (None, None),
+    "invisible_1e10": (1e10, 1e10),
+    "invisible_nan_keys": (float("nan"), "keep"),
+    "invisible_nan": (float("nan"), float("nan")),
+}
+
+CASES = {
+    "quick": (
+        Case("q<k", Problem(1, 4, 2, 37, 53, 16, "float16", True, seed=300)),
+        Case("q=k", Problem(1, 2, 1, 45, 45, 16, "bfloat16", True, seed=301)),
+        Case("q>k", Problem(1, 4, 4, 53, 37, 16, "float32", True, seed=302)),
+        Case("q>>k", Problem(2, 2, 2, 70, 5, 16, "float16", True, seed=303)),
+        Case("q<k", Problem(1, 2, 1, 20, 33, 64, "bfloat16", True, seed=304)),
+    ),
+    "full": (
+        Case("q<k", like(LONG_KEYS_FP16_D128, 300)),
+        Case("q=k", like(GQA_BF16_D64, 301)),
+        Case("q>k", like(LONG_QUERIES_FP32_D32, 302)),
+    ),
+}
+
+
+def first_hidden_key(problem: Problem) -> tuple[int, int]:
+    """(c, rows): a first hidden key c, odd so that it falls inside a tile, that some rows see
+    no key >= c; those are the first `rows` rows (i + diag < c, diag = seqlen_k - seqlen_q)."""
+    diag = problem.seqlen_k - problem.seqlen_q
+    lo, hi = max(1, diag + 1), problem.seqlen_k - 1  # c in [lo, hi]: row 0 cannot see key c
+    if lo > hi:
+        raise ValueError(f"{problem}: every row sees every key; nothing is hidden from any row")
+    c = min((lo + 2 * (hi - lo) // 3) | 1, hi)
+    return c, min(problem.seqlen_q, c - diag)
+
+
+@functools.lru_cache(maxsize=2)
+def _reference(case: Case, device: str) -> Reference:
+    return Reference(case.problem, device, backward=case.backward)
+
+
+def run(impl, variant, case: Case, device: str) -> PropertyResult:
+    ref = _reference(case, device)
+    out = call(impl, variant, ref)
+    checks = [pass_rule("oracle", ref, out), _rows_without_keys(case, out, device)]
+    c, rows = first_hidden_key(case.problem)
+    gen = torch.Generator().manual_seed(case.problem.seed + 17)
+    for name, fills in FILLS.items():
+        k, v = ref.k.clone(), ref.v.clone()
+        for t, fill in zip((k, v), fills):
+            if fill is None:
+                t[:, :, c:] = (torch.randn(t[:, :, c:].shape, generator=gen) * 3).to(t)
+            elif fill != "keep":
+                t[:, :, c:] = fill
+        altered = call(impl, variant, ref, k=k, v=v, backward=False)
+        check = bitwise(name, out, altered, rows=slice(0, rows))
+        check.numbers.update(first_hidden_key=c, rows_compared=rows)
+        checks.append(check)
+    return PropertyResult.judge(NAME, case, checks)
+
+
+def _rows_without_keys(case: Case, out, device) -> Check:
+    none = visible_counts(case.problem, device) == 0  # (Sq,)
+    numbers = {"rows": int(none.sum())}
+    if not bool(none.any()):
+        return Check("rows_without_keys", True, None, numbers)
+    o, lse = out.o[:, :, none], out.lse[:, :, none]
+    numbers["o_zero"] = bool((o == 0).all())
+    numbers["lse_minus_inf"] = bool((lse == float("-inf")).all())
+    if out.dq is not None:
+        numbers["dq_zero"] = bool((out.dq[:, :, none] == 0).all())
+    return Check("rows_without_keys", all(v for k, v in numbers.items() if k != "rows"), None,
+                 numbers)

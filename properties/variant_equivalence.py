@@ -1,0 +1,64 @@
+"""Property 5: the three switches change how attention is computed, not what it computes.
+
+For the variant under test and each switch, the variant with that switch flipped (the others
+equal) is run on the same inputs:
+- seq_parallel_bitwise: seq_parallel only changes which program handles which query rows, and
+  each row's arithmetic is the same, so the forward o and lse are bitwise equal.
+- defer_norm_agree, split_q_agree: these change the arithmetic (per-tile normalisation;
+  per-slice statistics merged), so o, lse, dq, dk and dv must agree within the pass rule's
+  allowed error for the problem: max|a - b| <= c * baseline + floor.
+An implementation that ignores `variant` passes trivially (it returns the same thing).
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import replace
+
+from fa2check.checks import Reference
+from fa2check.problems import Problem
+
+from .base import Case, PropertyResult, allowed_errors, bitwise, call, within
+from .full_shapes import GQA_BF16_D64, NARROW_FP16_D16, like
+
+NAME = "variant_equivalence"
+RUNS_LAST = True  # the full tier runs it after the others, whose compiled kernels it reuses
+
+CASES = {
+    "quick": (
+        Case("flips", Problem(1, 4, 2, 45, 70, 16, "float16", True, seed=500)),
+        Case("flips", Problem(2, 3, 1, 70, 33, 32, "bfloat16", False, seed=501)),
+    ),
+    "full": (
+        Case("flips", like(GQA_BF16_D64, 500)),
+        Case("flips", like(NARROW_FP16_D16, 501)),
+    ),
+}
+
+
+@functools.lru_cache(maxsize=2)
+def _reference(case: Case, device: str) -> Reference:
+    return Reference(case.problem, device, backward=case.backward)
+
+
+@functools.lru_cache(maxsize=8)
+def _outputs(impl, variant, case: Case, device: str):
+    return call(impl, variant, _reference(case, device))
+
+
+def run(impl, variant, case: Case, device: str) -> PropertyResult:
+    from kernels import Variant
+
+    variant = variant if variant is not None else Variant()
+    ref = _reference(case, device)
+    mine = _outputs(impl, variant, case, device)
+    allowed = allowed_errors(ref, mine)
+    checks = []
+    for flag in ("seq_parallel", "defer_norm", "split_q"):
+        other = _outputs(impl, replace(variant, **{flag: not getattr(variant, flag)}), case, device)
+        if flag == "seq_parallel":
+            check = bitwise("seq_parallel_bitwise", mine, other)
+        else:
+            check = within(f"{flag}_agree", mine, other, allowed)
+        check.numbers["other_variant"] = str(replace(variant, **{flag: not getattr(variant, flag)}))
+        checks.append(check)
+    return PropertyResult.judge(NAME, case, checks)

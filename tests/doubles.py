@@ -1,0 +1,186 @@
+"""Test doubles: attention composed of PyTorch ops with one known bug each.
+
+`double(bug)` returns a callable with flash_attention's signature. Without a bug ("none") it is
+correct: scores, softmax and P @ V in float32 (as a flash kernel computes them), the output
+rounded to the inputs' dtype, lse in float32, differentiable by autograd. Each bug is one that
+FlashAttention kernels have had or could have; every property's tests show at least one of them
+failing it, so that no check is one that cannot fail.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+
+import torch
+
+from fa2check.oracle import default_scale, visible_mask
+
+BUGS = {
+    "none": "correct float32 composition",
+    # masking
+    "finite_sentinel": "masked scores are -1e6 instead of -inf (rows that see no key average V)",
+    "dropped_last_key": "the last key (at the end of a partial tile) is never read",
+    "top_left_causal": "causal mask aligned top-left (j <= i) instead of bottom-right",
+    # logsumexp
+    "lse_log2": "lse returned in log2 units (L / ln 2), as the kernels keep it internally",
+    "no_max_subtraction": "softmax as exp(S) / sum exp(S), without subtracting the row max",
+    "dtype_scores": "scores rounded to the input dtype (float16 overflows beyond 65504)",
+    "scale_rounded": "softmax_scale * log2(e) rounded to the input dtype (relative error ~1e-4)",
+    "tf32": "float32 operands rounded to tf32's 10-bit mantissa",
+    # GQA
+    "gqa_wrong_order": "query head h reads kv head h % heads_kv instead of h // group",
+    "no_group_reduction": "dK/dV take the first query head of each group instead of the sum",
+    "unwritten_head": "dK/dV of the last kv head are allocated but never written",
+    # variants
+    "seqpar_changes_bits": "seq_parallel off rescales o by (1 + eps) before rounding",
+    "splitk_drops_key": "split_q off drops the last key",
+    # determinism
+    "nondeterministic": "o is rescaled by 1 + n eps, n changing from call to call",
+    "dq_noise": "dQ gets call-to-call noise of up to 1% of its largest value",
+    # memory
+    "reads_past_end": "reads one key past seqlen_k (the mask forgets the tail)",
+    "ignores_strides": "reads q, k, v as if they were contiguous",
+}
+
+
+_CALLS = itertools.count()
+
+
+def double(bug: str = "none"):
+    if bug not in BUGS:
+        raise ValueError(f"unknown bug {bug!r}")
+
+    def impl(q, k, v, *, causal=False, softmax_scale=None, variant=None, return_lse=False,
+             config=None):
+        o, lse = _attention(q, k, v, causal, softmax_scale, variant, bug)
+        return (o, lse) if return_lse else o
+
+    impl.__name__ = f"double_{bug}"
+    return impl
+
+
+def _attention(q, k, v, causal, softmax_scale, variant, bug):
+    scale = default_scale(q.shape[-1]) if softmax_scale is None else softmax_scale
+    batch, heads_q, seqlen_q, _ = q.shape
+    heads_kv, seqlen_k = k.shape[1], k.shape[2]
+    group = heads_q // heads_kv
+    if bug == "dq_noise":
+        q = _NoisyGrad.apply(q)
+    if bug == "ignores_strides":
+        q, k, v = (torch.as_strided(t, t.shape, _contiguous_strides(t.shape), t.storage_offset())
+                   for t in (q, k, v))
+    if bug == "tf32":
+        q, k, v = (t + ((t.detach().view(torch.int32) & ~0x1FFF).view(torch.float32) - t.detach())
+                   for t in (q, k, v))
+    seen = visible_mask(seqlen_q, seqlen_k, causal, q.device)
+    if bug == "top_left_causal" and causal:
+        seen = torch.ones_like(seen).tril()
+    if bug == "dropped_last_key" or (bug == "splitk_drops_key" and variant is not None
+                                     and not variant.split_q):
+        seen = seen.clone()
+        seen[:, -1] = False
+    if bug == "reads_past_end":
+        k, v = _one_key_more(k), _one_key_more(v)
+        seen = torch.cat([seen, seen[:, -1:]], dim=1)
+
+    k, v = _expand(k, group, bug), _expand(v, group, bug)
+    if bug == "scale_rounded":
+        log2e = 1.4426950408889634
+        scale = float(torch.tensor(scale * log2e, dtype=q.dtype)) / log2e
+    if bug == "dtype_scores":
+        s = ((q @ k.transpose(-1, -2)) * scale).float()
+    else:
+        s = (q.float() @ k.float().transpose(-1, -2)) * scale
+    s = s.masked_fill(~seen, -1e6 if bug == "finite_sentinel" else float("-inf"))
+    if bug == "no_max_subtraction":
+        e = torch.exp(s)
+        lse, p = torch.log(e.sum(-1)), e / e.sum(-1, keepdim=True)
+    else:
+        lse = torch.logsumexp(s, -1)
+        p = torch.exp(s - torch.where(torch.isfinite(lse), lse, 0.0)[..., None])
+    o = p @ v.float()
+    eps = torch.finfo(q.dtype).eps  # the jitters below are float64, so they survive rounding
+    if bug == "nondeterministic":  # a different rounding on every call, as a race would give
+        o = o.double() * (1 + eps * (next(_CALLS) % 4 + 1))
+    if bug == "seqpar_changes_bits" and variant is not None and not variant.seq_parallel:
+        o = o.double() * (1 + eps)
+    if bug == "lse_log2":
+        lse = lse / math.log(2)
+    return o.to(q.dtype), lse
+
+
+def _one_key_more(t):
+    """t with one more key: the memory after the last one, or zeros where that memory is not
+    in t's storage (reading it would crash instead of reading whatever is there)."""
+    shape = (t.shape[0], t.shape[1], t.shape[2] + 1, t.shape[3])
+    end = t.storage_offset() + sum((n - 1) * st for n, st in zip(shape, t.stride())) + 1
+    if end <= t.untyped_storage().nbytes() // t.element_size():
+        return torch.as_strided(t, shape, t.stride(), t.storage_offset())
+    return torch.cat([t, torch.zeros_like(t[:, :, :1])], dim=2)
+
+
+def _contiguous_strides(shape):
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= size
+    return tuple(reversed(strides))
+
+
+def _expand(t, group, bug):
+    """(B, Hkv, S, D) -> (B, Hq, S, D), correctly or with one of the GQA bugs."""
+    if group == 1:
+        return t
+    if bug == "gqa_wrong_order":
+        return t.repeat(1, group, 1, 1)
+    if bug == "no_group_reduction":
+        return _ExpandFirstHeadGrad.apply(t, group)
+    if bug == "unwritten_head":
+        return _ExpandUnwrittenHead.apply(t, group)
+    return t.repeat_interleave(group, dim=1)
+
+
+class _ExpandFirstHeadGrad(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, t, group):
+        ctx.group = group
+        return t.repeat_interleave(group, dim=1)
+
+    @staticmethod
+    def backward(ctx, grad):
+        b, h, s, d = grad.shape
+        return grad.reshape(b, h // ctx.group, ctx.group, s, d)[:, :, 0].clone(), None
+
+
+class _ExpandUnwrittenHead(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, t, group):
+        ctx.group = group
+        return t.repeat_interleave(group, dim=1)
+
+    @staticmethod
+    def backward(ctx, grad):
+        b, h, s, d = grad.shape
+        summed = grad.reshape(b, h // ctx.group, ctx.group, s, d).sum(2)
+        out = torch.empty_like(summed)  # the last kv head is never written
+        out[:, :-1] = summed[:, :-1]
+        return out, None
+
+
+class _NoisyGrad(torch.autograd.Function):
+    """Identity forward; the backward adds fresh noise to the gradient (of q: dQ only)."""
+
+    @staticmethod
+    def forward(ctx, t):
+        return t.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad + 0.01 * grad.abs().max() * torch.rand_like(grad)
+
+
+def __getattr__(name: str):
+    """`doubles.top_left_causal` etc., so that `--impl doubles:top_left_causal` works."""
+    if name in BUGS:
+        return double(name)
+    raise AttributeError(name)
