@@ -123,7 +123,7 @@ def print_plan(console, cells, settings, grid, workers=None):
 
 def measure(args, console) -> int:
     started = time.perf_counter()
-    from .environment import select_device
+    from .environment import kernels_sha256, select_device
 
     cells, grid = cells_from(args)
     settings = settings_from(args)
@@ -147,7 +147,7 @@ def measure(args, console) -> int:
         paths.setdefault("json", os.path.join(out_dir, results_io.stem(results, grid) + ".json"))
         results_io.save(results, paths["json"])
 
-    provenance = {"kernels_sha256": results_io.kernels_sha256(), "grid": grid}
+    provenance = {"kernels_sha256": kernels_sha256(), "grid": grid}
     if args.commit:
         provenance["git_commit"] = args.commit
     results = run(cells, settings, device, console=console, started=started, command=command,

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import datetime
+import glob
+import hashlib
 import os
 import platform
 import subprocess
@@ -29,6 +31,18 @@ def git_commit() -> str:
         return "unknown"
 
 
+def kernels_sha256() -> str:
+    """Hash of the kernel sources: identifies the code that ran even where git is absent (the
+    device machine receives the working tree without .git)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    digest = hashlib.sha256()
+    for path in sorted(glob.glob(os.path.join(root, "kernels", "*.py"))):
+        digest.update(os.path.basename(path).encode())
+        with open(path, "rb") as f:
+            digest.update(f.read())
+    return digest.hexdigest()
+
+
 def describe_environment(device: str) -> dict:
     import numpy
     import torch
@@ -43,6 +57,7 @@ def describe_environment(device: str) -> dict:
         "python": platform.python_version(),
         "host": platform.node(),
         "git_commit": git_commit(),
+        "kernels_sha256": kernels_sha256(),
         "triton_interpret": os.environ.get("TRITON_INTERPRET", ""),
     }
     if device == "cuda":

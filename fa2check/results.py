@@ -3,23 +3,12 @@ results (ablations/results/) to render on a machine without a GPU."""
 from __future__ import annotations
 
 import glob
-import hashlib
 import json
 import os
 import re
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS_DIR = os.path.join(ROOT, "ablations", "results")
-
-
-def kernels_sha256() -> str:
-    """Hash of the kernel sources, which identifies the measured code even without git."""
-    digest = hashlib.sha256()
-    for path in sorted(glob.glob(os.path.join(ROOT, "kernels", "*.py"))):
-        digest.update(os.path.basename(path).encode())
-        with open(path, "rb") as f:
-            digest.update(f.read())
-    return digest.hexdigest()
 
 
 def stem(results: dict, grid: str) -> str:
