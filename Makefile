@@ -1,4 +1,5 @@
 # make verify: set up and run the main job. make test: set up and run the tests.
+# make fuzz: hunt for the input that breaks a kernel (ARGS="--impl MODULE:FUNC --seconds 300 ...").
 # On a machine with a CUDA GPU and torch/triton already installed (the device machine), run
 # `make verify PYTHON=python3` or `make test PYTHON=python3` to skip the virtualenv.
 VENV ?= .venv
@@ -7,7 +8,7 @@ PYTHON ?= $(VENV)/bin/python
 TORCH_CPU ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: setup verify test test-gpu compile-gate clean
+.PHONY: setup verify fuzz test test-gpu compile-gate clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -20,6 +21,9 @@ setup: $(if $(filter $(VENV)/bin/python,$(PYTHON)),$(STAMP))
 
 verify: setup
 	$(PYTHON) -m fa2check.verify $(ARGS)
+
+fuzz: setup
+	$(PYTHON) -m fa2check.fuzz $(ARGS)
 
 test: setup
 	$(PYTHON) -m pytest $(ARGS)

@@ -1,6 +1,7 @@
 """`Problem`: one attention call's shapes, dtype and masking, and its seeded inputs."""
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass
 
 import torch
@@ -25,6 +26,17 @@ class Problem:
         return (f"b{self.batch}-h{self.heads_q}/{self.heads_kv}-q{self.seqlen_q}-k{self.seqlen_k}"
                 f"-d{self.head_dim}-{self.dtype}-{mask}-s{self.seed}")
 
+    @classmethod
+    def parse(cls, text: str) -> "Problem":
+        """Inverse of `str`: 'b1-h4/2-q17-k33-d16-float16-causal-s0' -> Problem."""
+        match = _PATTERN.fullmatch(text.strip())
+        if not match or match["dtype"] not in DTYPES:
+            raise ValueError(f"cannot parse problem {text!r}; expected e.g. "
+                             f"{str(cls(1, 4, 2, 17, 33, 16, 'float16', True))!r}")
+        ints = {name: int(match[name]) for name in ("batch", "heads_q", "heads_kv", "seqlen_q",
+                                                     "seqlen_k", "head_dim", "seed")}
+        return cls(**ints, dtype=match["dtype"], causal=match["mask"] == "causal")
+
     @property
     def torch_dtype(self) -> torch.dtype:
         return DTYPES[self.dtype]
@@ -40,3 +52,8 @@ class Problem:
         q, k, v, do = (torch.randn(s, generator=gen) * (scale if i < 3 else 1.0)
                        for i, s in enumerate((shape_q, shape_kv, shape_kv, shape_q)))
         return tuple(t.to(device=device, dtype=self.torch_dtype) for t in (q, k, v, do))
+
+
+_PATTERN = re.compile(r"b(?P<batch>\d+)-h(?P<heads_q>\d+)/(?P<heads_kv>\d+)-q(?P<seqlen_q>\d+)"
+                      r"-k(?P<seqlen_k>\d+)-d(?P<head_dim>\d+)-(?P<dtype>\w+)-(?P<mask>causal|full)"
+                      r"-s(?P<seed>\d+)")

@@ -70,24 +70,32 @@ def _reference(case: Case, device: str) -> Reference:
 def run(impl, variant, case: Case, device: str) -> PropertyResult:
     ref = _reference(case, device)
     out = call(impl, variant, ref)
-    checks = [pass_rule("oracle", ref, out), _rows_without_keys(case, out, device)]
-    c, rows = first_hidden_key(case.problem)
+    checks = [pass_rule("oracle", ref, out), rows_without_keys(case, out, device)]
     gen = torch.Generator().manual_seed(case.problem.seed + 17)
-    for name, fills in FILLS.items():
-        k, v = ref.k.clone(), ref.v.clone()
-        for t, fill in zip((k, v), fills):
-            if fill is None:
-                t[:, :, c:] = (torch.randn(t[:, :, c:].shape, generator=gen) * 3).to(t)
-            elif fill != "keep":
-                t[:, :, c:] = fill
-        altered = call(impl, variant, ref, k=k, v=v, backward=False)
-        check = bitwise(name, out, altered, rows=slice(0, rows))
-        check.numbers.update(first_hidden_key=c, rows_compared=rows)
-        checks.append(check)
+    checks += [invisible(name, impl, variant, ref, out, gen) for name in FILLS]
     return PropertyResult.judge(NAME, case, checks)
 
 
-def _rows_without_keys(case: Case, out, device) -> Check:
+def invisible(name: str, impl, variant, ref: Reference, out, gen, view=None) -> Check:
+    """The metamorphic check `name` (a key of FILLS): overwrite K and V from the first hidden
+    key on and compare the forward o and lse of the rows that cannot see it, bitwise.
+    `view` (optional) lays the altered K and V out like the originals (fa2check.fuzz's layouts)."""
+    c, rows = first_hidden_key(ref.problem)
+    k, v = ref.k.clone(), ref.v.clone()
+    for t, fill in zip((k, v), FILLS[name]):
+        if fill is None:
+            t[:, :, c:] = (torch.randn(t[:, :, c:].shape, generator=gen) * 3).to(t)
+        elif fill != "keep":
+            t[:, :, c:] = fill
+    if view is not None:
+        k, v = view(k), view(v)
+    altered = call(impl, variant, ref, k=k, v=v, backward=False)
+    check = bitwise(name, out, altered, rows=slice(0, rows))
+    check.numbers.update(first_hidden_key=c, rows_compared=rows)
+    return check
+
+
+def rows_without_keys(case: Case, out, device) -> Check:
     none = visible_counts(case.problem, device) == 0  # (Sq,)
     numbers = {"rows": int(none.sum())}
     if not bool(none.any()):

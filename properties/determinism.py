@@ -46,15 +46,18 @@ def _reference(case: Case, device: str) -> Reference:
 def run(impl, variant, case: Case, device: str, repeats: int = REPEATS) -> PropertyResult:
     ref = _reference(case, device)
     runs = [call(impl, variant, ref) for _ in range(repeats)]
+    return PropertyResult.judge(NAME, case, compare_runs(impl, variant, ref, runs))
+
+
+def compare_runs(impl, variant, ref: Reference, runs) -> list[Check]:
+    """bitwise_run2, ... against the first run, and dq_spread where dQ may vary."""
     atomic = dq_may_vary(impl, variant)
     exact = ("o", "lse", "dk", "dv") + (() if atomic else ("dq",))
-    checks = []
-    for i, other in enumerate(runs[1:], start=2):
-        check = bitwise(f"bitwise_run{i}", runs[0], other, outputs=exact)
-        checks.append(check)
-    if atomic and case.backward:
+    checks = [bitwise(f"bitwise_run{i}", runs[0], other, outputs=exact)
+              for i, other in enumerate(runs[1:], start=2)]
+    if atomic and ref.backward:
         checks.append(dq_spread(runs, allowed_errors(ref, runs[0])["dq"]))
-    return PropertyResult.judge(NAME, case, checks)
+    return checks
 
 
 def dq_spread(runs, allowed_dq: float) -> Check:

@@ -111,8 +111,9 @@ def extreme_inputs(case: Case, device="cpu"):
         k[:, :, -1, 0] = c
     elif case.kind == "ties":
         q = q * 4
-        k[:, :, 0::2] = k[:, :, :1]
-        k[:, :, 1::2] = -k[:, :, :1]
+        first = k[:, :, :1].clone()  # (a view of key 0 would overlap k[:, :, 0::2])
+        k[:, :, 0::2] = first
+        k[:, :, 1::2] = -first
     elif case.kind == "lse-below-88.7":
         c = math.sqrt(200 * root_d)  # every logit shifted by -200
         q[..., 0] = -c
@@ -129,6 +130,13 @@ def _prepared(case: Case, device: str):
     s = scores(ref.q, ref.k, case.problem.causal)
     _check_scenario(case, s, ref)
     return ref, _bounds(case, ref, s)
+
+
+def allowance(case: Case, ref: Reference):
+    """The element-wise terms of the bound (see the docstring) for any inputs `ref` holds;
+    `case.backward` says whether the gradient terms are needed. Used with `judge`, also by
+    fa2check.fuzz for its extreme input distributions."""
+    return _bounds(case, ref, scores(ref.q, ref.k, case.problem.causal))
 
 
 def _check_scenario(case: Case, s, ref):
@@ -190,9 +198,16 @@ def _weighted_spread(w, v, o):
 def run(impl, variant, case: Case, device: str) -> PropertyResult:
     ref, terms = _prepared(case, device)
     out = call(impl, variant, ref)
+    return PropertyResult.judge(NAME, case, judge(case, ref, out, terms))
+
+
+def judge(case: Case, ref: Reference, out, terms, forward: bool = True) -> list[Check]:
+    """finite, o, lse (and dq, dk, dv with case.backward) of `out` against the oracle, with the
+    allowance `terms` (see `allowance`); with forward=False only the gradients (the pass rule's
+    allowed error plus the first-order effect of recomputing P from float32 logits)."""
     rule = {c.output: c for c in ref.judge(out)}
-    checks = [_finite(out, ref)]
-    for name in ("o", "lse"):
+    checks = [_finite(out, ref)] if forward else []
+    for name in ("o", "lse") if forward else ():
         oracle = getattr(ref.oracle, name)
         dtype = torch.float32 if name == "lse" else case.problem.torch_dtype
         checks.append(_elementwise(name, getattr(out, name), oracle,
@@ -201,7 +216,7 @@ def run(impl, variant, case: Case, device: str) -> PropertyResult:
         for name in ("dq", "dk", "dv"):
             checks.append(_elementwise(name, getattr(out, name), getattr(ref.oracle, name),
                                        rule[name].allowed + terms[name], rule[name]))
-    return PropertyResult.judge(NAME, case, checks)
+    return checks
 
 
 def _finite(out, ref) -> Check:

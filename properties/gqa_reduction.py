@@ -54,10 +54,15 @@ CASES = {
 def _references(case: Case, device: str) -> tuple[Reference, Reference]:
     """The GQA problem and its MHA twin on repeated K/V (same q, dO and dlse)."""
     gqa = Reference(case.problem, device, backward=case.backward)
-    p = case.problem
+    return gqa, mha_twin(gqa, device)
+
+
+def mha_twin(gqa: Reference, device: str) -> Reference:
+    """The MHA problem on the GQA reference's K/V repeated per query head (same q, dO and, by
+    the same seed, dlse)."""
+    p = gqa.problem
     inputs = (gqa.q, expand_kv(gqa.k, p.heads_q), expand_kv(gqa.v, p.heads_q), gqa.do)
-    mha = Reference(replace(p, heads_kv=p.heads_q), device, backward=case.backward, inputs=inputs)
-    return gqa, mha  # same seed, so the same dlse
+    return Reference(replace(p, heads_kv=p.heads_q), device, backward=gqa.backward, inputs=inputs)
 
 
 def run(impl, variant, case: Case, device: str) -> PropertyResult:
@@ -65,13 +70,20 @@ def run(impl, variant, case: Case, device: str) -> PropertyResult:
     with nan_filled_allocations():
         gqa = call(impl, variant, gqa_ref)
         mha = call(impl, variant, mha_ref)
-    allowed = allowed_errors(gqa_ref, gqa)
-    checks = [pass_rule("oracle", gqa_ref, gqa),
-              within("mha_equivalence", gqa, mha, allowed, outputs=("o", "lse"))]
-    if case.backward:
-        checks += [_group_sum(case.problem, gqa, mha, allowed, allowed_errors(mha_ref, mha)),
-                   _every_head_written(case.problem, gqa, mha)]
+    checks = [pass_rule("oracle", gqa_ref, gqa)] + twin_checks(gqa_ref, mha_ref, gqa, mha)
     return PropertyResult.judge(NAME, case, checks)
+
+
+def twin_checks(gqa_ref: Reference, mha_ref: Reference, gqa, mha) -> list[Check]:
+    """mha_equivalence, and with the backward group_sum and every_head_written, from the GQA
+    call's outputs and its MHA twin's (both run with NaN-filled allocations)."""
+    allowed = allowed_errors(gqa_ref, gqa)
+    checks = [within("mha_equivalence", gqa, mha, allowed, outputs=("o", "lse"))]
+    if gqa_ref.backward:
+        p = gqa_ref.problem
+        checks += [_group_sum(p, gqa, mha, allowed, allowed_errors(mha_ref, mha)),
+                   _every_head_written(p, gqa, mha)]
+    return checks
 
 
 def _group_sum(p: Problem, gqa, mha, allowed_gqa, allowed_mha) -> Check:

@@ -89,12 +89,17 @@ def run(impl, variant, case: Case, device: str) -> PropertyResult:
     allowed = lse_check.allowed
     lse = out.lse.detach().double().to(s.device)
     return PropertyResult.judge(NAME, case, [
-        _bounds(s, lse, allowed),
-        _softmax_rows(s, lse, allowed),
+        *row_checks(s, lse, allowed),
         from_output_checks("lse_oracle", [lse_check]),
         _mpmath(lse, mp_rows, allowed),
         _log_base(lse, ref.oracle.lse.double().to(s.device)),
     ])
+
+
+def row_checks(s, lse, allowed: float) -> list[Check]:
+    """The bounds and softmax_rows checks of lse (B, H, Sq) against float64 scores s
+    (B, H, Sq, Sk), -inf where masked; `allowed` is the pass rule's allowed lse error."""
+    return [_bounds(s, lse, allowed), _softmax_rows(s, lse, allowed)]
 
 
 def _bounds(s, lse, allowed) -> Check:

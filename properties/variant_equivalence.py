@@ -17,7 +17,7 @@ from dataclasses import replace
 from fa2check.checks import Reference
 from fa2check.problems import Problem
 
-from .base import Case, PropertyResult, allowed_errors, bitwise, call, within
+from .base import Case, Check, PropertyResult, allowed_errors, bitwise, call, within
 from .full_shapes import GQA_BF16_D64, NARROW_FP16_D16, like
 
 NAME = "variant_equivalence"
@@ -51,14 +51,25 @@ def run(impl, variant, case: Case, device: str) -> PropertyResult:
     variant = variant if variant is not None else Variant()
     ref = _reference(case, device)
     mine = _outputs(impl, variant, case, device)
+    return PropertyResult.judge(NAME, case, flip_checks(
+        ref, variant, mine, lambda other: _outputs(impl, other, case, device)))
+
+
+FLAGS = ("seq_parallel", "defer_norm", "split_q")
+
+
+def flip_checks(ref: Reference, variant, mine, outputs_of) -> list[Check]:
+    """seq_parallel_bitwise, defer_norm_agree and split_q_agree: `mine` (the outputs of
+    `variant`) against outputs_of(the variant with one switch flipped)."""
     allowed = allowed_errors(ref, mine)
     checks = []
-    for flag in ("seq_parallel", "defer_norm", "split_q"):
-        other = _outputs(impl, replace(variant, **{flag: not getattr(variant, flag)}), case, device)
+    for flag in FLAGS:
+        flipped = replace(variant, **{flag: not getattr(variant, flag)})
+        other = outputs_of(flipped)
         if flag == "seq_parallel":
             check = bitwise("seq_parallel_bitwise", mine, other)
         else:
             check = within(f"{flag}_agree", mine, other, allowed)
-        check.numbers["other_variant"] = str(replace(variant, **{flag: not getattr(variant, flag)}))
+        check.numbers["other_variant"] = str(flipped)
         checks.append(check)
-    return PropertyResult.judge(NAME, case, checks)
+    return checks

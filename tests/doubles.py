@@ -14,6 +14,7 @@ import math
 import torch
 
 from fa2check.oracle import default_scale, visible_mask
+from kernels import default_config
 
 BUGS = {
     "none": "correct float32 composition",
@@ -40,6 +41,17 @@ BUGS = {
     # memory
     "reads_past_end": "reads one key past seqlen_k (the mask forgets the tail)",
     "ignores_strides": "reads q, k, v as if they were contiguous",
+    # planted for the fuzzer: correct except on a class of shapes that the fixed test shapes
+    # (tests/lattice.py, tests/test_lattice.py) do not contain; BLOCK_N is the device's forward
+    # key tile, read from kernels.default_config (16 on the interpreter)
+    "planted_full_last_tile": "when seqlen_k is a multiple of BLOCK_N (and more than one tile) "
+                              "the last key is never read, as an even-length fast path that "
+                              "stops one key short would do (Triton specializes lengths divisible "
+                              "by 16)",
+    "planted_diagonal_off_by_one": "causal, when (seqlen_k - seqlen_q) % BLOCK_N == 1: each row "
+                                   "also sees the key just past its diagonal",
+    "planted_group_5": "when heads_q / heads_kv == 5, dK and dV leave out the last query head "
+                       "of each group",
 }
 
 
@@ -73,6 +85,13 @@ def _attention(q, k, v, causal, softmax_scale, variant, bug):
         q, k, v = (t + ((t.detach().view(torch.int32) & ~0x1FFF).view(torch.float32) - t.detach())
                    for t in (q, k, v))
     seen = visible_mask(seqlen_q, seqlen_k, causal, q.device)
+    block_n = default_config(q.shape[-1], on_gpu=q.is_cuda).block_n
+    if bug == "planted_full_last_tile" and seqlen_k % block_n == 0 and seqlen_k > block_n:
+        seen = seen.clone()
+        seen[:, -1] = False
+    if (bug == "planted_diagonal_off_by_one" and causal
+            and (seqlen_k - seqlen_q) % block_n == 1):
+        seen = visible_mask(seqlen_q, seqlen_k + 1, causal, q.device)[:, :seqlen_k]
     if bug == "top_left_causal" and causal:
         seen = torch.ones_like(seen).tril()
     if bug == "dropped_last_key" or (bug == "splitk_drops_key" and variant is not None
@@ -87,10 +106,14 @@ def _attention(q, k, v, causal, softmax_scale, variant, bug):
     if bug == "scale_rounded":
         log2e = 1.4426950408889634
         scale = float(torch.tensor(scale * log2e, dtype=q.dtype)) / log2e
+    # the planted bugs are all there is to find: their composition is float64 (an unnormalised
+    # float32 exp(S - lse) is off by eps(float32) |lse| in every P, which the extreme-logit bound
+    # rejects at logits of 1e3 in float32 inputs)
+    work = torch.float64 if bug.startswith("planted_") else torch.float32
     if bug == "dtype_scores":
         s = ((q @ k.transpose(-1, -2)) * scale).float()
     else:
-        s = (q.float() @ k.float().transpose(-1, -2)) * scale
+        s = (q.to(work) @ k.to(work).transpose(-1, -2)) * scale
     s = s.masked_fill(~seen, -1e6 if bug == "finite_sentinel" else float("-inf"))
     if bug == "no_max_subtraction":
         e = torch.exp(s)
@@ -98,7 +121,7 @@ def _attention(q, k, v, causal, softmax_scale, variant, bug):
     else:
         lse = torch.logsumexp(s, -1)
         p = torch.exp(s - torch.where(torch.isfinite(lse), lse, 0.0)[..., None])
-    o = p @ v.float()
+    o = p @ v.to(s.dtype)
     eps = torch.finfo(q.dtype).eps  # the jitters below are float64, so they survive rounding
     if bug == "nondeterministic":  # a different rounding on every call, as a race would give
         o = o.double() * (1 + eps * (next(_CALLS) % 4 + 1))
@@ -106,7 +129,7 @@ def _attention(q, k, v, causal, softmax_scale, variant, bug):
         o = o.double() * (1 + eps)
     if bug == "lse_log2":
         lse = lse / math.log(2)
-    return o.to(q.dtype), lse
+    return o.to(q.dtype), lse.float()
 
 
 def _one_key_more(t):
@@ -137,6 +160,8 @@ def _expand(t, group, bug):
         return _ExpandFirstHeadGrad.apply(t, group)
     if bug == "unwritten_head":
         return _ExpandUnwrittenHead.apply(t, group)
+    if bug == "planted_group_5" and group == 5:
+        return _ExpandDropLastHeadGrad.apply(t, group)
     return t.repeat_interleave(group, dim=1)
 
 
@@ -150,6 +175,18 @@ class _ExpandFirstHeadGrad(torch.autograd.Function):
     def backward(ctx, grad):
         b, h, s, d = grad.shape
         return grad.reshape(b, h // ctx.group, ctx.group, s, d)[:, :, 0].clone(), None
+
+
+class _ExpandDropLastHeadGrad(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, t, group):
+        ctx.group = group
+        return t.repeat_interleave(group, dim=1)
+
+    @staticmethod
+    def backward(ctx, grad):
+        b, h, s, d = grad.shape
+        return grad.reshape(b, h // ctx.group, ctx.group, s, d)[:, :, :-1].sum(2), None
 
 
 class _ExpandUnwrittenHead(torch.autograd.Function):

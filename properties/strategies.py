@@ -1,0 +1,388 @@
+"""Hypothesis strategies for `python -m fa2check.fuzz`: problems, variants, input distributions.
+
+One fuzz step runs an `Example`: a variant, a `Problem` (whose seed seeds the inputs), an input
+value distribution and a memory layout. Tensors are never drawn element by element: hypothesis
+draws a seed and a distribution name and the tensors come from a seeded torch.Generator, so an
+example shrinks in a few steps and prints in one line (`str(example)`, read back by
+`Example.parse`).
+
+What the strategies favour:
+- heads: heads_kv 1, 2 or 3 and group sizes 1 to 8 (MHA, 2, powers of two and not, MQA when
+  heads_kv is 1).
+- lengths: 1, multiples of a tile size and one either side (k * tile - 1, k * tile, k * tile + 1),
+  primes and any length, seqlen_k independent of seqlen_q or near it (equal, or off by one or by
+  a tile and one, so the causal diagonal crosses tiles at every offset). The tile sizes are the
+  device's own: `kernels.default_config` for the head_dim and variant (forward query and key
+  tiles, backward tiles, and split-K's key slices), never hard-coded.
+- head_dim, dtype, causal: every supported value (or those asked for).
+- values (`DISTRIBUTIONS`): see each entry. The "extreme" ones (logits of 1e3 and more, rows
+  below -5e4, one dominant key, lse below -88.7) are judged like properties/extreme_logits.py
+  judges them (the same-dtype baseline of the pass rule means nothing there), forward only except
+  lse-below-88.7 in float32. NaN and inf inputs are never drawn: the oracle would be NaN too.
+- layouts: contiguous, or the NaN-surrounded views of properties/memory_safety.py, so every
+  example also checks that nothing outside the tensors' extent is read.
+Every choice shrinks towards the first option: FA2, float16, head_dim 16, not causal, batch 1,
+MHA, length 1, normal values, contiguous, seed 0.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+import torch
+from hypothesis import strategies as st
+
+from fa2check.problems import DTYPES, Problem
+from kernels import SUPPORTED_HEAD_DIMS, Variant, default_config
+
+from .base import Case
+from .extreme_logits import extreme_inputs
+from .memory_safety import nan_view
+
+HEADS_KV = (1, 2, 3)
+GROUPS = (1, 2, 3, 4, 5, 6, 7, 8)
+LAYOUTS = ("contiguous", "padded", "bshd-strided", "padded-bshd-strided")
+# (kind, weight): how a sequence length is drawn; "near" (seqlen_k only) is seqlen_q + offset
+LENGTH_KINDS = (("one", 2), ("tile", 5), ("prime", 2), ("any", 3))
+KEY_LENGTH_KINDS = LENGTH_KINDS + (("near", 5),)
+
+
+# ----------------------------------------------------------------------------- distributions
+
+@dataclass(frozen=True)
+class Distribution:
+    """How q, k and v are made (dO is always standard normal). `judge` is "pass_rule" or
+    "extreme" (properties/extreme_logits.py's element-wise bound); the gradients are judged for
+    the dtypes in `backward_dtypes`."""
+    name: str
+    description: str
+    judge: str = "pass_rule"
+    backward_dtypes: tuple[str, ...] = tuple(DTYPES)
+    extreme_kind: str | None = None  # built by extreme_logits.extreme_inputs
+
+
+def _shapes(p: Problem):
+    return ((p.batch, p.heads_q, p.seqlen_q, p.head_dim),
+            (p.batch, p.heads_kv, p.seqlen_k, p.head_dim))
+
+
+def _randn(shape, gen):
+    return torch.randn(shape, generator=gen, dtype=torch.float64)
+
+
+def _uniform(p, gen):
+    # unit variance: U(-sqrt 3, sqrt 3)
+    sq, skv = _shapes(p)
+    return tuple((torch.rand(s, generator=gen, dtype=torch.float64) * 2 - 1) * math.sqrt(3)
+                 for s in (sq, skv, skv))
+
+
+def _heavy_tailed(p, gen):
+    # Student's t with 3 degrees of freedom, scaled to unit variance: a few entries of 10-20
+    sq, skv = _shapes(p)
+
+    def t3(shape):
+        chi2 = sum(_randn(shape, gen) ** 2 for _ in range(3))
+        return _randn(shape, gen) / torch.sqrt(chi2 / 3) / math.sqrt(3)
+    return t3(sq), t3(skv), t3(skv)
+
+
+def _logit_scale(top: float):
+    """q and k scaled so that logits have standard deviation top / 4 (largest about `top`)."""
+    def make(p, gen):
+        sq, skv = _shapes(p)
+        a = math.sqrt(top / 4)
+        return _randn(sq, gen) * a, _randn(skv, gen) * a, _randn(skv, gen)
+    return make
+
+
+def _near_duplicate_keys(p, gen):
+    # every key of a kv head within 1% of its first key: many equal after rounding to 16 bits
+    sq, skv = _shapes(p)
+    k = _randn(skv, gen)
+    k = k[:, :, :1] + 0.01 * k
+    return _randn(sq, gen), k, _randn(skv, gen)
+
+
+def _low_rank_keys(p, gen):
+    # keys of rank 1 or 2 (picked by the seed): scores are a sum of one or two outer products
+    sq, skv = _shapes(p)
+    rank = 1 + p.seed % 2
+    a = _randn(skv[:3] + (rank,), gen)
+    b = _randn(skv[:2] + (rank, p.head_dim), gen)
+    return _randn(sq, gen), (a @ b) / math.sqrt(rank), _randn(skv, gen)
+
+
+def _outlier_channels(p, gen):
+    # two head_dim channels of q and k ten times larger (activation outliers of large models)
+    sq, skv = _shapes(p)
+    q, k = _randn(sq, gen), _randn(skv, gen)
+    channels = torch.randperm(p.head_dim, generator=gen)[:2]
+    q[..., channels] *= 10
+    k[..., channels] *= 10
+    return q, k, _randn(skv, gen)
+
+
+_MAKERS = {
+    "uniform": _uniform, "heavy-tailed": _heavy_tailed, "logits-1e2": _logit_scale(1e2),
+    "logits-1e3": _logit_scale(1e3), "logits-1e4": _logit_scale(1e4),
+    "near-duplicate-keys": _near_duplicate_keys, "low-rank-keys": _low_rank_keys,
+    "outlier-channels": _outlier_channels,
+}
+
+_FORWARD_ONLY = ()
+DISTRIBUTIONS = {d.name: d for d in (
+    Distribution("normal", "standard normal q, k, v (Problem.inputs)"),
+    Distribution("uniform", "uniform, unit variance"),
+    Distribution("heavy-tailed", "Student's t (3 degrees of freedom), unit variance"),
+    Distribution("logits-1e2", "q, k scaled: logits up to about 100"),
+    Distribution("ties", "even keys equal key 0, odd keys its negation; q x 4 (extreme_logits)",
+                 extreme_kind="ties"),
+    Distribution("near-duplicate-keys", "every key within 1% of its head's first key"),
+    Distribution("low-rank-keys", "keys of rank 1 or 2"),
+    Distribution("outlier-channels", "two channels of q and k x 10"),
+    Distribution("logits-1e3", "logits up to about 1e3", "extreme", _FORWARD_ONLY),
+    Distribution("logits-1e4", "logits up to about 1e4", "extreme", _FORWARD_ONLY),
+    Distribution("logits-1e5", "q, k x 158: logits up to about 1e5 (extreme_logits)", "extreme",
+                 _FORWARD_ONLY, "logits-1e5"),
+    Distribution("below-5e4", "every odd row's logits below -5e4 (extreme_logits)", "extreme",
+                 _FORWARD_ONLY, "below-5e4"),
+    Distribution("dominant-last-key", "the last key scores 1e4 above the rest (extreme_logits)",
+                 "extreme", _FORWARD_ONLY, "dominant-last-key"),
+    Distribution("lse-below-88.7", "all logits near -200: exp(lse) underflows float32 "
+                 "(extreme_logits)", "extreme", ("float32",), "lse-below-88.7"),
+)}
+
+
+def make_inputs(problem: Problem, distribution: str, layout: str = "contiguous", device="cpu"):
+    """q, k, v, dO of the problem's dtype on `device`, seeded by problem.seed, laid out as
+    `layout` (see LAYOUTS)."""
+    dist = DISTRIBUTIONS[distribution]
+    if distribution == "normal":
+        inputs = problem.inputs(device)
+    elif dist.extreme_kind is not None:
+        inputs = extreme_inputs(Case(dist.extreme_kind, problem), device)
+    else:
+        gen = torch.Generator().manual_seed(problem.seed)
+        q, k, v = _MAKERS[distribution](problem, gen)
+        do = _randn(q.shape, gen)
+        inputs = tuple(t.to(device=device, dtype=problem.torch_dtype) for t in (q, k, v, do))
+    if layout == "contiguous":
+        return inputs
+    return tuple(nan_view(t, layout) for t in inputs)
+
+
+# ----------------------------------------------------------------------------- examples
+
+@dataclass(frozen=True)
+class Example:
+    """What one fuzz step runs. `str(example)` (variant:problem:distribution:layout) is its
+    one-line name; `Example.parse` reads it back."""
+    variant: Variant
+    problem: Problem
+    distribution: str = "normal"
+    layout: str = "contiguous"
+
+    def __str__(self) -> str:
+        return f"{self.variant}:{self.problem}:{self.distribution}:{self.layout}"
+
+    @classmethod
+    def parse(cls, text: str) -> "Example":
+        parts = text.strip().split(":")
+        if len(parts) != 4:
+            raise ValueError(f"cannot parse example {text!r}; expected VARIANT:PROBLEM:"
+                             "DISTRIBUTION:LAYOUT, e.g. +defer+seqpar+splitq:b1-h2/1-q17-k33-d16-"
+                             "float16-causal-s0:normal:contiguous")
+        variant, problem, distribution, layout = parts
+        if distribution not in DISTRIBUTIONS:
+            raise ValueError(f"unknown distribution {distribution!r}; expected one of "
+                             f"{list(DISTRIBUTIONS)}")
+        if layout not in LAYOUTS:
+            raise ValueError(f"unknown layout {layout!r}; expected one of {list(LAYOUTS)}")
+        return cls(Variant.parse(variant), Problem.parse(problem), distribution, layout)
+
+    @property
+    def backward(self) -> bool:
+        """Whether the gradients are judged (see Distribution.backward_dtypes)."""
+        return self.problem.dtype in DISTRIBUTIONS[self.distribution].backward_dtypes
+
+    def inputs(self, device="cpu"):
+        return make_inputs(self.problem, self.distribution, self.layout, device)
+
+    def as_dict(self) -> dict:
+        return {"id": str(self), "variant": str(self.variant), "problem": self.problem.as_dict(),
+                "distribution": self.distribution, "layout": self.layout}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Example":
+        return cls(Variant.parse(data["variant"]), Problem(**data["problem"]),
+                   data["distribution"], data["layout"])
+
+
+def tile_sizes(head_dim: int, on_gpu: bool, variants) -> tuple[int, ...]:
+    """Every tile size the kernels use for this head_dim and these variants on the device:
+    forward query and key tiles, backward query and key tiles, and split-K's key slices."""
+    sizes = set()
+    for variant in variants:
+        config = default_config(head_dim, on_gpu, variant)
+        sizes |= {config.block_m, config.block_n, config.bwd_block_m, config.bwd_block_n}
+        if not variant.split_q:
+            sizes.add(config.block_n // config.key_slices)
+    return tuple(sorted(sizes))
+
+
+def primes_up_to(n: int) -> tuple[int, ...]:
+    return tuple(p for p in range(2, n + 1) if all(p % d for d in range(2, math.isqrt(p) + 1)))
+
+
+@dataclass(frozen=True)
+class Space:
+    """What the fuzzer may draw (the command line narrows it)."""
+    variants: tuple = field(default_factory=lambda: tuple(Variant.all()))
+    dtypes: tuple[str, ...] = tuple(DTYPES)
+    head_dims: tuple[int, ...] = SUPPORTED_HEAD_DIMS
+    causal: tuple[bool, ...] = (False, True)
+    distributions: tuple[str, ...] = tuple(DISTRIBUTIONS)
+    layouts: tuple[str, ...] = LAYOUTS
+    on_gpu: bool = False
+    max_batch: int = 2
+    max_heads_q: int = 10
+    max_seqlen: int | None = None  # None: twice the largest tile, plus one
+
+    @classmethod
+    def for_device(cls, on_gpu: bool, **changes) -> "Space":
+        """The interpreter's space (tiny problems) or the GPU's (a bit larger)."""
+        base = cls(on_gpu=True, max_batch=3, max_heads_q=16) if on_gpu else cls()
+        return replace(base, **{k: v for k, v in changes.items() if v is not None})
+
+    def seqlen_limit(self, tiles) -> int:
+        return self.max_seqlen or 2 * max(tiles) + 1
+
+    def contains(self, example: Example) -> bool:
+        p = example.problem
+        return (example.variant in self.variants and p.dtype in self.dtypes
+                and p.head_dim in self.head_dims and p.causal in self.causal
+                and example.distribution in self.distributions and example.layout in self.layouts)
+
+    def describe(self) -> str:
+        names = {"variants": [str(v) for v in self.variants], "dtypes": list(self.dtypes),
+                 "head_dims": list(self.head_dims), "causal": list(self.causal),
+                 "distributions": list(self.distributions), "layouts": list(self.layouts)}
+        full = Space.for_device(self.on_gpu)
+        narrowed = [f"{k}={v}" for k, v in names.items()
+                    if len(v) != len(getattr(full, k))]
+        sizes = (f"batch <= {self.max_batch}, heads_q <= {self.max_heads_q}, seqlen <= "
+                 f"{self.max_seqlen or '2 tiles + 1'}")
+        return ", ".join(narrowed + [sizes]) if narrowed else f"everything; {sizes}"
+
+
+def _uniform(values, site: str = ""):
+    """One of `values`, each about equally likely, shrinking towards the first.
+
+    - sampled_from, not st.integers: integers draw their lower bound about a third of the time,
+      which starved the rarer classes (measured: a group size of 5, or the logits-1e5
+      distribution, unseen for hundreds of examples).
+    - `site` names the draw: hypothesis labels a draw by its strategy and values and, after
+      each example, copies a choice onto other choices of the same label (its duplication
+      mutator); with seqlen_q's and seqlen_k's choices sharing labels, up to five of every six
+      examples were such near-copies, and planted bugs took 2-4 times longer to find
+      (40 seeds). Equal lengths are drawn on purpose instead (the "near" kind, offset 0)."""
+    return st.sampled_from(tuple((site, v) for v in values)).map(lambda pair: pair[1])
+
+
+def _weighted(kinds, site: str = ""):
+    """One of `kinds` ((name, weight), ...) with those weights; shrinks towards the first."""
+    return _uniform((name for name, weight in kinds for _ in range(weight)), site)
+
+
+def _seqlen(draw, site: str, tiles: tuple[int, ...], limit: int, near: int | None = None) -> int:
+    """A sequence length in [1, limit] (see the module docstring); with `near`, also
+    near + offset (equal, one off, a tile and one off).
+
+    Every call draws the same choices whatever the kind (unused ones are ignored), so that when
+    hypothesis shrinks the kind the later choices keep their meaning."""
+    kind = draw(_weighted(LENGTH_KINDS if near is None else KEY_LENGTH_KINDS, site))
+    tile = tiles[draw(_uniform(range(8), site)) % len(tiles)]
+    multiple = draw(_uniform(range(1, 17), site))
+    delta = draw(_uniform((0, 1, -1), site))
+    pick = draw(_uniform(range(256), site))  # a prime, or an offset from `near`
+    anything = draw(_uniform(range(1, 4097), site))
+    if kind == "one":
+        n = 1
+    elif kind == "tile":
+        n = (1 + (multiple - 1) % max(1, limit // tile)) * tile + delta
+    elif kind == "prime":
+        primes = primes_up_to(limit) or (1,)
+        n = primes[pick % len(primes)]
+    elif kind == "near":
+        offsets = (0, 1, -1) + tuple(sign * t + e for t in tiles for sign in (1, -1)
+                                     for e in (0, 1, -1))
+        n = near + offsets[pick % len(offsets)]
+    else:
+        n = 1 + (anything - 1) % limit
+    return min(max(n, 1), limit)
+
+
+def variants(space: Space):
+    return st.sampled_from(space.variants)
+
+
+def distributions(space: Space):
+    """A distribution name; the pass-rule ones (whose gradients are judged) twice as often as
+    the extreme ones (forward only)."""
+    return _weighted(tuple((name, 2 if DISTRIBUTIONS[name].judge == "pass_rule" else 1)
+                           for name in space.distributions), "distribution")
+
+
+@st.composite
+def problems(draw, space: Space, variant: Variant | None = None):
+    """A Problem of the space; lengths follow the tiles of `variant` (of every variant in the
+    space when None)."""
+    dtype = draw(st.sampled_from(space.dtypes))
+    head_dim = draw(st.sampled_from(space.head_dims))
+    causal = draw(st.sampled_from(space.causal))
+    tiles = tile_sizes(head_dim, space.on_gpu, [variant] if variant else space.variants)
+    limit = space.seqlen_limit(tiles)
+    batch = draw(_uniform(range(1, space.max_batch + 1), "batch"))
+    # fixed choices (see _seqlen), the group first so that every group size is equally likely
+    group = min(draw(st.sampled_from(GROUPS)), space.max_heads_q)
+    heads_kv = max(1, min(draw(st.sampled_from(HEADS_KV)), space.max_heads_q // group))
+    seqlen_q = _seqlen(draw, "seqlen_q", tiles, limit)
+    seqlen_k = _seqlen(draw, "seqlen_k", tiles, limit, near=seqlen_q)
+    seed = draw(st.integers(0, 2**31 - 1))
+    return Problem(batch, heads_kv * group, heads_kv, seqlen_q, seqlen_k, head_dim, dtype, causal,
+                   seed=seed)
+
+
+@st.composite
+def examples(draw, space: Space):
+    variant = draw(variants(space))
+    problem = draw(problems(space, variant))
+    distribution = draw(distributions(space))
+    layout = draw(st.sampled_from(space.layouts))
+    return Example(variant, problem, distribution, layout)
+
+
+# ----------------------------------------------------------------------------- coverage
+
+def length_class(n: int, tiles: tuple[int, ...]) -> str:
+    """'1', 'T*k-1', 'T*k', 'T*k+1' for the largest tile T that fits, 'prime' or 'other'."""
+    if n == 1:
+        return "1"
+    for tile in sorted(tiles, reverse=True):
+        if n >= tile - 1 and n % tile in (0, 1, tile - 1):
+            return f"{tile}k" + {0: "", 1: "+1", tile - 1: "-1"}[n % tile]
+    return "prime" if n in primes_up_to(n) else "other"
+
+
+def coverage_keys(example: Example, on_gpu: bool) -> dict[str, str]:
+    """The classes of an example that the fuzzer's coverage summary counts."""
+    p = example.problem
+    tiles = tile_sizes(p.head_dim, on_gpu, [example.variant])
+    group = p.heads_q // p.heads_kv
+    heads = "MHA" if group == 1 else (f"MQA g{group}" if p.heads_kv == 1 else f"GQA g{group}")
+    order = "q<k" if p.seqlen_q < p.seqlen_k else ("q=k" if p.seqlen_q == p.seqlen_k else "q>k")
+    return {"variant": str(example.variant), "dtype": p.dtype, "head_dim": str(p.head_dim),
+            "mask": "causal" if p.causal else "full", "heads": heads,
+            "seqlen_q": length_class(p.seqlen_q, tiles), "seqlen_k": length_class(p.seqlen_k, tiles),
+            "lengths": order, "distribution": example.distribution, "layout": example.layout}
