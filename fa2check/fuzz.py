@@ -9,11 +9,11 @@ a Python snippet that reproduce it, and saved to the regression corpus (tests/re
 make test replays. The corpus's examples are also tried first on every run. Exits 1 when a
 counterexample is found.
 
-  python -m fa2check.fuzz                                   # our kernels, every variant
-  python -m fa2check.fuzz --impl mykernels:flash_attention  # a modified copy, before it replaces ours
-  python -m fa2check.fuzz --profile ci                      # deterministic, 60 examples
+  python -m fa2check.fuzz                                 # our kernels, every variant
+  python -m fa2check.fuzz --impl mykernels:flash_attention  # a modified copy of the kernels
+  python -m fa2check.fuzz --profile ci                    # deterministic, 200 examples
   python -m fa2check.fuzz --seconds 300 --jobs 2 --dtype bfloat16 --head-dim 64
-  python -m fa2check.fuzz --replay 'EXAMPLE'                # rerun one example (or a corpus file)
+  python -m fa2check.fuzz --replay 'EXAMPLE'              # rerun one example (or a corpus file)
 """
 from __future__ import annotations
 
@@ -41,8 +41,10 @@ def parse_args(argv=None):
     parser.add_argument("--profile", choices=list(PROFILES), default="dev",
                         help="; ".join(f"{k}: {p.description}" for k, p in PROFILES.items()))
     parser.add_argument("--seconds", type=float, default=None,
-                        help="time budget for finding a counterexample (default: the profile's); "
-                             "shrinking one may take up to 2 minutes more")
+                        help="time budget for finding a counterexample (default: the profile's)")
+    parser.add_argument("--shrink-seconds", type=float, default=None,
+                        help="after a counterexample, how long shrinking may run past the time "
+                             "budget before the smallest example so far is reported (default 120)")
     parser.add_argument("--max-examples", type=int, default=None,
                         help="default: the profile's")
     parser.add_argument("--seed", type=int, default=None, help="default: the profile's (ci: 0), "
@@ -51,12 +53,15 @@ def parse_args(argv=None):
                         help="worker processes, each with its own seed (default 1)")
     space = parser.add_argument_group("what to draw from (repeatable; default: everything)")
     space.add_argument("--variant", action="append", default=None, help="e.g. fa2, fa1, "
-                       "+defer-seqpar+splitq")
+                       "--variant=-defer+seqpar+splitq (with '=' when it starts with '-')")
     space.add_argument("--dtype", action="append", default=None,
                        choices=("float16", "bfloat16", "float32"))
     space.add_argument("--head-dim", action="append", type=int, default=None)
     space.add_argument("--causal", choices=list(BOOLS), default=None)
     space.add_argument("--distribution", action="append", default=None)
+    space.add_argument("--skip-distribution", action="append", default=[], metavar="NAME",
+                       help="leave a distribution out (e.g. heavy-tailed while its open "
+                            "gradient issue is known)")
     space.add_argument("--layout", action="append", default=None)
     space.add_argument("--max-seqlen", type=int, default=None,
                        help="default: twice the largest tile, plus one")
@@ -76,7 +81,8 @@ def parse_args(argv=None):
                         help="hypothesis example database (default .hypothesis/fa2check-fuzz for "
                              "dev and nightly, none for ci)")
     parser.add_argument("--replay", default=None, metavar="EXAMPLE|FILE",
-                        help="run one example (VARIANT:PROBLEM:DISTRIBUTION:LAYOUT) or corpus entry")
+                        help="run one example (VARIANT:PROBLEM:DISTRIBUTION:LAYOUT) or one "
+                             "corpus entry (a file)")
     parser.add_argument("--json", dest="json_path", default=None, help="write the outcome here")
     parser.add_argument("--list", action="store_true",
                         help="list the checks, distributions and layouts, and exit")
@@ -101,6 +107,8 @@ def main(argv=None) -> int:
     # triton are imported, and parse_args imports them
     device = select_device()
     args = parse_args(argv)
+    args.command = " ".join(["python", "-m", "fa2check.fuzz",
+                             *(sys.argv[1:] if argv is None else argv)])
     from rich.console import Console
     from rich.markup import escape
 
@@ -109,7 +117,7 @@ def main(argv=None) -> int:
 
     from . import corpus
     from .fuzzer import CHECKS, KNOWN_FAILING
-    from .implementations import OURS, Column, expand
+    from .implementations import Column, expand
 
     console = Console(width=None if sys.stdout.isatty() else 200, highlight=False)
     if args.list:
@@ -134,7 +142,7 @@ def main(argv=None) -> int:
 
     try:
         variants = tuple(Variant.parse(v) for v in args.variant) if args.variant else None
-        for name in args.distribution or ():
+        for name in (args.distribution or []) + args.skip_distribution:
             if name not in DISTRIBUTIONS:
                 raise ValueError(f"unknown distribution {name!r}; expected one of "
                                  f"{list(DISTRIBUTIONS)}")
@@ -146,7 +154,8 @@ def main(argv=None) -> int:
     space = Space.for_device(
         device == "cuda", variants=variants, dtypes=_tuple(args.dtype),
         head_dims=_tuple(args.head_dim), causal=(BOOLS[args.causal],) if args.causal else None,
-        distributions=_tuple(args.distribution), layouts=_tuple(args.layout),
+        distributions=_tuple([d for d in args.distribution or DISTRIBUTIONS
+                              if d not in args.skip_distribution]), layouts=_tuple(args.layout),
         max_seqlen=args.max_seqlen, max_heads_q=args.max_heads)
     explicit = [] if args.no_corpus_first else [e for e in corpus.examples(corpus_dir)
                                                 if space.contains(e)]
@@ -155,10 +164,6 @@ def main(argv=None) -> int:
 
 def _tuple(values):
     return tuple(dict.fromkeys(values)) if values else None
-
-
-def _command_line(argv) -> str:
-    return " ".join(["python", "-m", "fa2check.fuzz", *(sys.argv[1:] if argv is None else argv)])
 
 
 def _campaign(console, escape, args, impl_name, space, checks, explicit, corpus_dir, device):
@@ -187,6 +192,8 @@ def _campaign(console, escape, args, impl_name, space, checks, explicit, corpus_
     kwargs = dict(space=space, device=device, profile=args.profile, checks=checks,
                   max_examples=max_examples, seconds=seconds, seed=args.seed,
                   database=args.database, explicit=explicit)
+    if args.shrink_seconds is not None:
+        kwargs["shrink_seconds"] = args.shrink_seconds
     started = time.monotonic()
     live = Tally(on_gpu=space.on_gpu)
     signal.signal(signal.SIGTERM, _interrupt)
@@ -206,9 +213,7 @@ def _campaign(console, escape, args, impl_name, space, checks, explicit, corpus_
                                     if live.shrink_examples else ""))
 
         try:
-            if args.jobs > 1:
-                from .implementations import Column  # noqa: F401 - the workers load by name
-
+            if args.jobs > 1:  # the workers load the implementation by name
                 outcome = merge(fuzz_parallel(impl_name, args.jobs, on_tick=on_tick, **kwargs),
                                 time.monotonic() - started)
             else:
@@ -231,7 +236,8 @@ def _campaign(console, escape, args, impl_name, space, checks, explicit, corpus_
     if outcome.failure is not None:
         report = outcome.failure
         command = corpus.command(impl_name, report.example, checks)
-        console.print(f"\n[bold red]COUNTEREXAMPLE[/] {escape(str(report.example))}", soft_wrap=True)
+        console.print(f"\n[bold red]COUNTEREXAMPLE[/] {escape(str(report.example))}",
+                      soft_wrap=True)
         console.print(f"  {escape(report.message)}", soft_wrap=True)
         if report.traceback:
             console.print(escape(report.traceback), soft_wrap=True)
@@ -241,7 +247,7 @@ def _campaign(console, escape, args, impl_name, space, checks, explicit, corpus_
         for line in corpus.snippet(impl_name, report.example, checks).splitlines():
             console.print(f"  {escape(line)}", soft_wrap=True)
         if not args.no_save:
-            entry = corpus.entry(report, impl_name, checks, device, _command_line(None))
+            entry = corpus.entry(report, impl_name, checks, device, args.command)
             saved = corpus.save(entry, corpus_dir)
             console.print(f"saved to {os.path.relpath(saved)} (make test replays it against our "
                           "kernels)", soft_wrap=True)
@@ -249,7 +255,7 @@ def _campaign(console, escape, args, impl_name, space, checks, explicit, corpus_
         from .verdicts import write_json
 
         write_json(args.json_path, {
-            "environment": describe_environment(device), "command": _command_line(None),
+            "environment": describe_environment(device), "command": args.command,
             "impl": impl_name, "profile": args.profile, "seed": outcome.seed, "jobs": args.jobs,
             "checks": list(checks), "space": space.describe(), "seconds": elapsed,
             "stopped": outcome.stopped, "examples_per_second": outcome.tally.examples / elapsed
@@ -276,7 +282,8 @@ def _summary(console, escape, outcome, elapsed):
     console.print(f"\n{tally.examples} examples in {elapsed:.1f} s ({rate:.2f} examples/s; "
                   f"{tally.example_seconds / max(tally.examples, 1):.2f} s each), "
                   f"{tally.shrink_examples} shrink steps, {tally.rejected} rejected as "
-                  f"unsupported; {stopped}", soft_wrap=True)
+                  f"unsupported; {stopped}" + (f"; seed {outcome.seed}" if outcome.seed is not None
+                                               else ""), soft_wrap=True)
     table = Table(title="coverage (examples per class)", show_lines=False)
     table.add_column("dimension")
     table.add_column("classes hit")
@@ -331,7 +338,8 @@ def _list(console, checks, known_failing, distributions, layouts):
         console.print(f" {mark} {name}: {text}{note}", soft_wrap=True)
     console.print("[bold]distributions[/]")
     for d in distributions.values():
-        judged = ("pass rule" if d.judge == "pass_rule" else "extreme_logits' bound") + (
+        judged = ("pass rule or extreme_logits' bound" if d.judge == "pass_rule"
+                  else "extreme_logits' bound") + (
             "" if d.backward_dtypes else ", forward only") + (
             f", gradients for {', '.join(d.backward_dtypes)}"
             if d.backward_dtypes and len(d.backward_dtypes) < 3 else "")

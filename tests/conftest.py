@@ -10,7 +10,18 @@ ON_GPU = torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") i
 if not ON_GPU:
     os.environ["TRITON_INTERPRET"] = "1"
 
+import atexit  # noqa: E402
+import shutil  # noqa: E402
+import tempfile  # noqa: E402
+
 import pytest  # noqa: E402
+from hypothesis.configuration import set_hypothesis_home_dir  # noqa: E402
+
+# hypothesis keeps a cache (and, when asked, its example database) under .hypothesis/ in the
+# working directory; the tests keep it in a temporary directory instead
+_HYPOTHESIS_HOME = tempfile.mkdtemp(prefix="fa2check-hypothesis-")
+set_hypothesis_home_dir(_HYPOTHESIS_HOME)
+atexit.register(shutil.rmtree, _HYPOTHESIS_HOME, ignore_errors=True)
 
 DEVICE = "cuda" if ON_GPU else "cpu"
 
