@@ -165,43 +165,40 @@ def _expand(t, group, bug):
     return t.repeat_interleave(group, dim=1)
 
 
-class _ExpandFirstHeadGrad(torch.autograd.Function):
+class _ExpandWrongGrad(torch.autograd.Function):
+    """repeat_interleave of kv heads whose backward reduces the group gradient wrongly:
+    `reduce` gets the gradient as (B, Hkv, group, S, D)."""
+
     @staticmethod
     def forward(ctx, t, group):
         ctx.group = group
         return t.repeat_interleave(group, dim=1)
 
-    @staticmethod
-    def backward(ctx, grad):
+    @classmethod
+    def backward(cls, ctx, grad):
         b, h, s, d = grad.shape
-        return grad.reshape(b, h // ctx.group, ctx.group, s, d)[:, :, 0].clone(), None
+        return cls.reduce(grad.reshape(b, h // ctx.group, ctx.group, s, d)), None
 
 
-class _ExpandDropLastHeadGrad(torch.autograd.Function):
+class _ExpandFirstHeadGrad(_ExpandWrongGrad):
     @staticmethod
-    def forward(ctx, t, group):
-        ctx.group = group
-        return t.repeat_interleave(group, dim=1)
+    def reduce(grouped):
+        return grouped[:, :, 0].clone()  # no group reduction: the first head's gradient only
 
+
+class _ExpandDropLastHeadGrad(_ExpandWrongGrad):
     @staticmethod
-    def backward(ctx, grad):
-        b, h, s, d = grad.shape
-        return grad.reshape(b, h // ctx.group, ctx.group, s, d)[:, :, :-1].sum(2), None
+    def reduce(grouped):
+        return grouped[:, :, :-1].sum(2)  # the group's last head left out
 
 
-class _ExpandUnwrittenHead(torch.autograd.Function):
+class _ExpandUnwrittenHead(_ExpandWrongGrad):
     @staticmethod
-    def forward(ctx, t, group):
-        ctx.group = group
-        return t.repeat_interleave(group, dim=1)
-
-    @staticmethod
-    def backward(ctx, grad):
-        b, h, s, d = grad.shape
-        summed = grad.reshape(b, h // ctx.group, ctx.group, s, d).sum(2)
+    def reduce(grouped):
+        summed = grouped.sum(2)
         out = torch.empty_like(summed)  # the last kv head is never written
         out[:, :-1] = summed[:, :-1]
-        return out, None
+        return out
 
 
 class _NoisyGrad(torch.autograd.Function):
