@@ -2,6 +2,7 @@
 it, so no check is one that cannot fail. Tiny problems: head_dim 16, seqlen <= 70."""
 import pytest
 
+from conftest import DEVICE
 from doubles import double
 from fa2check.problems import Problem
 from kernels import Variant, flash_attention
@@ -13,7 +14,7 @@ FA2 = Variant()
 
 
 def run(name, impl, case, variant=FA2):
-    return PROPERTIES[name].run(impl, variant, case, "cpu")
+    return PROPERTIES[name].run(impl, variant, case, DEVICE)
 
 
 def failed_checks(result):

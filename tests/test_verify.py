@@ -6,6 +6,7 @@ import shlex
 
 import pytest
 
+from conftest import DEVICE
 from fa2check import verdicts, verify
 from fa2check.adapters import sdpa_efficient, sdpa_flash, sdpa_math
 from fa2check.implementations import Column, Unsupported, columns
@@ -43,10 +44,10 @@ def test_plan_selects_cases_and_refuses_unknown_ones():
 def test_failures_exit_nonzero_and_reproduce(tmp_path, capsys):
     report = tmp_path / "report.json"
     status = verify.main(["--impl", "doubles:lse_log2", "--property", "lse_bounds", "--jobs", "1",
-                          "--json", str(report)])
+                          "--tier", "quick", "--json", str(report)])
     assert status == 1
     data = json.loads(report.read_text())
-    assert data["environment"]["device"] == "cpu" and data["tier"] == "quick"
+    assert data["environment"]["device"] == DEVICE and data["tier"] == "quick"
     failed = [r for r in data["results"] if r["status"] == "fail"]
     assert len(failed) == len(PROPERTIES["lse_bounds"].CASES["quick"])
     assert all(c["numbers"] for c in failed[0]["checks"])
@@ -61,7 +62,7 @@ def test_failures_exit_nonzero_and_reproduce(tmp_path, capsys):
 def test_passing_run_exits_zero_in_worker_processes(tmp_path):
     report = tmp_path / "report.json"
     status = verify.main(["--property", "lse_bounds", "--variant", "fa2", "--variant", "fa1",
-                          "--jobs", "2", "--json", str(report)])
+                          "--tier", "quick", "--jobs", "2", "--json", str(report)])
     assert status == 0
     results = json.loads(report.read_text())["results"]
     assert len(results) == 2 * len(PROPERTIES["lse_bounds"].CASES["quick"])
