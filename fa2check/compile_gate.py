@@ -48,6 +48,9 @@ class Case:
     head_dim: int
     causal: bool
     config: TileConfig
+    # sequence lengths compiled as the constant 1, as Triton's launcher does for a call with
+    # that length (e.g. decoding's seqlen_q == 1); it changes loop bounds and pipelining
+    length_one: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -98,7 +101,7 @@ def _forward_specialization(fn, case: Case):
     # contiguous: stride_*d == 1; stride_*m/n, *h, *b are multiples of head_dim, hence of 16.
     # The stats strides (multiples of seqlen_q), heads_q and group_size stay plain i32: the
     # runtime would make group_size == 1 (plain MHA) a constexpr, which drops one division.
-    unit = [f"stride_{t}d" for t in "qkvo"]
+    unit = [f"stride_{t}d" for t in "qkvo"] + list(case.length_one)
     div16 = [f"stride_{name}" for name in ("qb", "qh", "qm", "kb", "kh", "kn", "vb", "vh", "vn",
                                            "ob", "oh", "om")]
     constexprs = dict(IS_CAUSAL=case.causal, DEFER_NORM=v.defer_norm, SEQ_PARALLEL=v.seq_parallel,
@@ -120,7 +123,7 @@ def _backward_specialization(fn, case: Case):
     io = DTYPES[case.dtype]
     pointers = {"Q": io, "K": io, "V": io, "DO": io, "DK": io, "DV": io,
                 "DQ": "fp32", "STAT": "fp32", "L": "fp32", "DELTA": "fp32"}
-    unit = [f"stride_{t}d" for t in ("q", "k", "v", "do", "dk")]
+    unit = [f"stride_{t}d" for t in ("q", "k", "v", "do", "dk")] + list(case.length_one)
     div16 = [f"stride_{t}{d}" for t in ("q", "k", "v", "do", "dk") for d in "bh"] + \
         ["stride_qm", "stride_kn", "stride_vn", "stride_dom", "stride_dkn"]
     constexprs = dict(IS_CAUSAL=case.causal, DEFER_NORM=v.defer_norm, SEQ_PARALLEL=v.seq_parallel,
@@ -189,21 +192,21 @@ def rerun_ptxas(ptx: str) -> str:
 
 
 def make_case(variant: Variant, dtype: str, head_dim: int, causal: bool,
-              config: TileConfig | None = None) -> Case:
+              config: TileConfig | None = None, length_one=()) -> Case:
     """A given config is used as is, as `flash_attention` does (it validates, never refits)."""
-    config = config or default_config(head_dim, on_gpu=True, variant=variant)
-    return Case(variant, dtype, head_dim, causal, config)
+    config = config or default_config(head_dim, on_gpu=True, variant=variant, dtype=dtype)
+    return Case(variant, dtype, head_dim, causal, config, tuple(length_one))
 
 
 def compile_for_sm90(spec_name: str, variant: Variant, dtype: str, head_dim: int, causal: bool,
-                     config: TileConfig | None = None) -> CompileReport:
+                     config: TileConfig | None = None, length_one=()) -> CompileReport:
     """Compile one case for sm_90; raises on a compile error (see `run_gate` for collecting)."""
     import triton
     from triton import knobs
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    spec, case = SPECS[spec_name], make_case(variant, dtype, head_dim, causal, config)
+    spec, case = SPECS[spec_name], make_case(variant, dtype, head_dim, causal, config, length_one)
     fn = spec.kernel()
     if not isinstance(fn, triton.runtime.JITFunction):
         raise RuntimeError(f"{spec_name} is a {type(fn).__name__}, not a JITFunction: unset "
@@ -241,7 +244,7 @@ def _blank_report(spec_name: str, case: Case) -> CompileReport:
 def _compile_or_report(spec_name: str, case: Case) -> CompileReport:
     try:
         return compile_for_sm90(spec_name, case.variant, case.dtype, case.head_dim, case.causal,
-                                case.config)
+                                case.config, case.length_one)
     except Exception as e:  # noqa: BLE001 - every failure becomes a report
         report = _blank_report(spec_name, case)
         report.error = describe_error(e)
@@ -262,20 +265,22 @@ def describe_error(e: BaseException) -> str:
 
 
 def run_gate(variants, dtypes, head_dims, causals, specs=tuple(SPECS), overrides=None,
-             jobs: int = 1, progress: Callable[[CompileReport], None] | None = None):
+             jobs: int = 1, progress: Callable[[CompileReport], None] | None = None,
+             length_one=()):
     """Compile every combination; failures are returned as reports with `error` set.
 
     overrides: TileConfig fields replacing the default config's; jobs > 1 compiles in that
-    many worker processes; progress is called with each report as it finishes.
+    many worker processes; progress is called with each report as it finishes; length_one:
+    sequence lengths compiled as the constant 1 (see Case).
     """
     cases = []
     for spec, variant, dtype, head_dim, causal in itertools.product(specs, variants, dtypes,
                                                                     head_dims, causals):
         if not SPECS[spec].uses_split_q and not variant.split_q:
             continue  # the same kernel as with split_q on
-        config = default_config(head_dim, on_gpu=True, variant=variant)
+        config = default_config(head_dim, on_gpu=True, variant=variant, dtype=dtype)
         config = dataclasses.replace(config, **(overrides or {}))
-        cases.append((spec, make_case(variant, dtype, head_dim, causal, config)))
+        cases.append((spec, make_case(variant, dtype, head_dim, causal, config, length_one)))
     reports = [None] * len(cases)
 
     def done(i, report):
@@ -331,6 +336,8 @@ def parse_args(argv):
                    help="only causal / only non-causal; default: both")
     for field in ("block_m", "block_n", "num_warps", "num_stages", "key_slices"):
         p.add_argument("--" + field.replace("_", "-"), type=int, help="override the default config")
+    p.add_argument("--length-one", action="append", default=[], choices=("seqlen_q", "seqlen_k"),
+                   help="compile this length as the constant 1, as a call with length 1 is")
     p.add_argument("--jobs", "-j", type=int, default=os.cpu_count() or 1,
                    help="worker processes (default: one per CPU)")
     p.add_argument("--json", metavar="PATH", help="write the reports as JSON")
@@ -370,7 +377,7 @@ def main(argv=None) -> int:
             bar.update(task, advance=1, description=f"{r.kernel} {r.variant} {r.dtype} "
                                                     f"D={r.head_dim} causal={r.causal}")
         reports = run_gate(variants, dtypes, head_dims, causals, specs=specs, overrides=overrides,
-                           jobs=args.jobs, progress=progress)
+                           jobs=args.jobs, progress=progress, length_one=args.length_one)
     console.print(_table(reports))
     failed = [r for r in reports if not r.ok]
     for r in failed:

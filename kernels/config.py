@@ -31,8 +31,9 @@ class TileConfig:
         return replace(self, key_slices=slices)
 
 
-def default_config(head_dim: int, on_gpu: bool, variant=None) -> TileConfig:
-    """A reasonable starting point; `fa2check.ablate` tunes every variant separately."""
+def default_config(head_dim: int, on_gpu: bool, variant=None, dtype=None) -> TileConfig:
+    """A reasonable starting point; `fa2check.ablate` tunes every variant separately.
+    dtype (torch dtype or its name): float32 tiles take twice the shared memory."""
     if not on_gpu:
         # The interpreter's cost grows with the number of tile steps, not their size; small
         # tiles still exercise partial tiles and multi-tile loops at small sequence lengths.
@@ -45,6 +46,10 @@ def default_config(head_dim: int, on_gpu: bool, variant=None) -> TileConfig:
     else:
         config = TileConfig(block_m=64, block_n=32, num_warps=4, num_stages=2,
                             bwd_block_m=32, bwd_block_n=32, bwd_num_warps=8, bwd_num_stages=1)
+    if on_gpu and head_dim >= 128 and str(dtype).removeprefix("torch.") == "float32":
+        # 3 stages of float32 K/V tiles need 213-230 KB of the 227 KB an sm_90 block may use,
+        # and some launches go over (seqlen_k == 1 is compiled as a constant: 240 KB)
+        config = replace(config, num_stages=2)
     if variant is not None and not variant.split_q and on_gpu and head_dim >= 128:
         # split-K keeps one partial output per slice: (slices, BLOCK_M, D) float32 registers
         config = replace(config, block_m=64)

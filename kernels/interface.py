@@ -43,7 +43,7 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, variant=Varian
         softmax_scale = head_dim ** -0.5
     on_gpu = q.is_cuda and not interpreting()
     if config is None:
-        config = default_config(head_dim, on_gpu, variant)
+        config = default_config(head_dim, on_gpu, variant, q.dtype)
     _check_config(config, variant, on_gpu)
     o, lse = _FlashAttention.apply(q, k, v, bool(causal), float(softmax_scale), variant, config)
     return (o, lse) if return_lse else o
