@@ -35,6 +35,7 @@ from multiprocessing import get_context
 from typing import Callable
 
 from kernels import SUPPORTED_HEAD_DIMS, TileConfig, Variant, default_config
+from kernels.forward import REPAIR_CHUNK
 
 DTYPES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}  # torch name -> Triton type
 SM90_MAX_SHARED = 232448  # bytes of shared memory one block may opt in to on H100/H200 (227 KiB)
@@ -60,6 +61,7 @@ class KernelSpec:
     specialize: Callable[[object, Case], tuple[dict, dict, dict]]  # -> signature, constexprs, attrs
     tiles: Callable[[TileConfig], dict]  # -> this kernel's block_m, block_n, num_warps, num_stages
     uses_split_q: bool = True  # False: the split_q flag does not reach this kernel
+    causal_only: bool = False  # launched for causal calls only
 
 
 def runtime_specialization(fn, pointers: dict[str, str], constexprs: dict, floats=(), unit=(),
@@ -93,11 +95,12 @@ def _forward_kernel():
     return _attn_fwd
 
 
-def _forward_specialization(fn, case: Case):
+def _forward_specialization(fn, case: Case, repair: bool = False):
     """Arguments of `kernels.forward.attn_fwd` for contiguous (B, H, S, D) q, k, v and o."""
     cfg, v = case.config, case.variant
     io = DTYPES[case.dtype]
-    pointers = {"Q": io, "K": io, "V": io, "O": io, "LSE": "fp32", "M": "fp32", "L": "fp32"}
+    pointers = {"Q": io, "K": io, "V": io, "O": io, "LSE": "fp32", "M": "fp32", "L": "fp32",
+                "FLAGS": "i32"}
     # contiguous: stride_*d == 1; stride_*m/n, *h, *b are multiples of head_dim, hence of 16.
     # The stats strides (multiples of seqlen_q), heads_q and group_size stay plain i32: the
     # runtime would make group_size == 1 (plain MHA) a constexpr, which drops one division.
@@ -107,7 +110,8 @@ def _forward_specialization(fn, case: Case):
     constexprs = dict(IS_CAUSAL=case.causal, DEFER_NORM=v.defer_norm, SEQ_PARALLEL=v.seq_parallel,
                       SPLIT_Q=v.split_q, KEY_SLICES=cfg.key_slices, BLOCK_M=cfg.block_m,
                       BLOCK_N=cfg.block_n, HEAD_DIM=case.head_dim,
-                      INPUT_PRECISION=cfg.input_precision)
+                      INPUT_PRECISION=cfg.input_precision, REPAIR=repair,
+                      REPAIR_CHUNK=REPAIR_CHUNK)
     return runtime_specialization(fn, pointers, constexprs, floats=("qk_scale",), unit=unit,
                                   div16=div16)
 
@@ -137,6 +141,11 @@ SPECS = {spec.name: spec for spec in [
     KernelSpec("attn_fwd", _forward_kernel, _forward_specialization,
                lambda c: dict(block_m=c.block_m, block_n=c.block_n, num_warps=c.num_warps,
                               num_stages=c.num_stages)),
+    # the second launch of a causal forward: recomputes row blocks flagged with a NaN
+    KernelSpec("attn_fwd_repair", _forward_kernel,
+               lambda fn, case: _forward_specialization(fn, case, repair=True),
+               lambda c: dict(block_m=c.block_m, block_n=c.block_n, num_warps=c.num_warps,
+                              num_stages=c.num_stages), causal_only=True),
     KernelSpec("attn_bwd", _backward_kernel, _backward_specialization,
                lambda c: dict(block_m=c.bwd_block_m, block_n=c.bwd_block_n,
                               num_warps=c.bwd_num_warps, num_stages=c.bwd_num_stages),
@@ -201,6 +210,13 @@ def make_case(variant: Variant, dtype: str, head_dim: int, causal: bool,
 def compile_for_sm90(spec_name: str, variant: Variant, dtype: str, head_dim: int, causal: bool,
                      config: TileConfig | None = None, length_one=()) -> CompileReport:
     """Compile one case for sm_90; raises on a compile error (see `run_gate` for collecting)."""
+    return compile_kernel_for_sm90(spec_name, variant, dtype, head_dim, causal, config,
+                                   length_one)[0]
+
+
+def compile_kernel_for_sm90(spec_name: str, variant: Variant, dtype: str, head_dim: int,
+                            causal: bool, config: TileConfig | None = None, length_one=()):
+    """`compile_for_sm90`, also returning Triton's CompiledKernel: (report, compiled)."""
     import triton
     from triton import knobs
     from triton.backends.compiler import GPUTarget
@@ -231,7 +247,7 @@ def compile_for_sm90(spec_name: str, variant: Variant, dtype: str, head_dim: int
     if report.shared_bytes > SM90_MAX_SHARED:
         report.error = (f"needs {report.shared_bytes} bytes of shared memory; "
                         f"an sm_90 block may have {SM90_MAX_SHARED}")
-    return report
+    return report, compiled
 
 
 def _blank_report(spec_name: str, case: Case) -> CompileReport:
@@ -264,6 +280,22 @@ def describe_error(e: BaseException) -> str:
     return text
 
 
+def gate_cases(variants, dtypes, head_dims, causals, specs=tuple(SPECS), overrides=None,
+               length_one=()) -> list[tuple[str, Case]]:
+    """(kernel spec, case) for every combination a launcher can reach."""
+    cases = []
+    for spec, variant, dtype, head_dim, causal in itertools.product(specs, variants, dtypes,
+                                                                    head_dims, causals):
+        if not SPECS[spec].uses_split_q and not variant.split_q:
+            continue  # the same kernel as with split_q on
+        if SPECS[spec].causal_only and not causal:
+            continue
+        config = default_config(head_dim, on_gpu=True, variant=variant, dtype=dtype)
+        config = dataclasses.replace(config, **(overrides or {}))
+        cases.append((spec, make_case(variant, dtype, head_dim, causal, config, length_one)))
+    return cases
+
+
 def run_gate(variants, dtypes, head_dims, causals, specs=tuple(SPECS), overrides=None,
              jobs: int = 1, progress: Callable[[CompileReport], None] | None = None,
              length_one=()):
@@ -273,14 +305,7 @@ def run_gate(variants, dtypes, head_dims, causals, specs=tuple(SPECS), overrides
     many worker processes; progress is called with each report as it finishes; length_one:
     sequence lengths compiled as the constant 1 (see Case).
     """
-    cases = []
-    for spec, variant, dtype, head_dim, causal in itertools.product(specs, variants, dtypes,
-                                                                    head_dims, causals):
-        if not SPECS[spec].uses_split_q and not variant.split_q:
-            continue  # the same kernel as with split_q on
-        config = default_config(head_dim, on_gpu=True, variant=variant, dtype=dtype)
-        config = dataclasses.replace(config, **(overrides or {}))
-        cases.append((spec, make_case(variant, dtype, head_dim, causal, config, length_one)))
+    cases = gate_cases(variants, dtypes, head_dims, causals, specs, overrides, length_one)
     reports = [None] * len(cases)
 
     def done(i, report):
@@ -362,8 +387,7 @@ def main(argv=None) -> int:
     head_dims = args.head_dim or list(SUPPORTED_HEAD_DIMS)
     causals = [args.causal] if args.causal is not None else [False, True]
     specs = args.kernel or list(SPECS)
-    total = sum((SPECS[s].uses_split_q or v.split_q) for s in specs for v in variants) \
-        * len(dtypes) * len(head_dims) * len(causals)
+    total = len(gate_cases(variants, dtypes, head_dims, causals, specs))
 
     console = Console()
     if not console.is_terminal:

@@ -11,8 +11,7 @@ variant) and require every replayed check to pass, whichever implementation the 
 A counterexample found in another implementation (a modified copy of a kernel, a planted test
 double) is an input that once broke a FlashAttention kernel, so ours must handle it; one found
 in ours fails `make test` until the kernels are fixed. The replayed checks are the ones that
-failed plus every other check that was run, except the known-failing ones (fa2check.fuzzer.
-KNOWN_FAILING) unless they are what failed. An entry may carry "known_open": "reason" for a bug
+failed plus every other check that was run. An entry may carry "known_open": "reason" for a bug
 in our kernels that is accepted as open for now; its replay is then a strict xfail (it must
 still fail, so the entry is noticed when the bug is fixed).
 """
@@ -26,7 +25,7 @@ import shlex
 
 from properties.strategies import Example
 
-from .fuzzer import DEFAULT_CHECKS, KNOWN_FAILING, ExampleReport, check_example
+from .fuzzer import DEFAULT_CHECKS, ExampleReport, check_example
 from .implementations import OURS
 
 CORPUS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests",
@@ -86,10 +85,9 @@ def examples(directory: str = CORPUS_DIR) -> list[Example]:
 
 
 def replay_checks(data: dict) -> tuple[str, ...]:
-    """What failed, and every other check that was run except the known-failing ones."""
+    """What failed, and every other check that was run."""
     failed = [c for c in data["failed"] if c != "runs"]
-    kept = [c for c in data["checks"] if c not in KNOWN_FAILING or c in failed]
-    return tuple(dict.fromkeys(kept + failed))
+    return tuple(dict.fromkeys(list(data["checks"]) + failed))
 
 
 def replay(data: dict, device: str, impl=None) -> ExampleReport:

@@ -116,12 +116,12 @@ def main(argv=None) -> int:
     from properties.strategies import DISTRIBUTIONS, LAYOUTS, Space
 
     from . import corpus
-    from .fuzzer import CHECKS, KNOWN_FAILING
+    from .fuzzer import CHECKS
     from .implementations import Column, expand
 
     console = Console(width=None if sys.stdout.isatty() else 200, highlight=False)
     if args.list:
-        _list(console, CHECKS, KNOWN_FAILING, DISTRIBUTIONS, LAYOUTS)
+        _list(console, CHECKS, DISTRIBUTIONS, LAYOUTS)
         return 0
     corpus_dir = args.corpus or corpus.CORPUS_DIR
     replay_entry = None
@@ -170,20 +170,16 @@ def _campaign(console, escape, args, impl_name, space, checks, explicit, corpus_
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from . import corpus
-    from .fuzzer import KNOWN_FAILING, PROFILES, Tally, fuzz, fuzz_parallel, merge
+    from .fuzzer import PROFILES, Tally, fuzz, fuzz_parallel, merge
 
     profile = PROFILES[args.profile]
     max_examples = args.max_examples or profile.max_examples
     seconds = args.seconds if args.seconds is not None else profile.seconds
-    skipped = [n for n in KNOWN_FAILING if n not in checks]
     console.print(f"[bold]fa2check fuzz[/]: {escape(impl_name)} on {device}, profile "
                   f"{args.profile} ({max_examples} examples"
                   + (f" or {seconds:.0f} s" if seconds else "") + f"), {args.jobs} job(s)",
                   soft_wrap=True)
     console.print(f"checks: {', '.join(checks)}", soft_wrap=True)
-    if skipped:
-        console.print(f"[dim]left out, known to fail (open kernel bug; --check NAME to include): "
-                      f"{', '.join(skipped)}[/]", soft_wrap=True)
     console.print(f"space: {escape(space.describe())}", soft_wrap=True)
     if explicit:
         console.print(f"first: {len(explicit)} example(s) of the regression corpus "
@@ -328,14 +324,13 @@ def _describe(check):
     return describe(check)
 
 
-def _list(console, checks, known_failing, distributions, layouts):
+def _list(console, checks, distributions, layouts):
     from .fuzzer import DEFAULT_CHECKS
 
     console.print("[bold]checks[/] (* default)")
     for name, text in checks.items():
         mark = "*" if name in DEFAULT_CHECKS else " "
-        note = f" [red]known to fail: {known_failing[name]}[/]" if name in known_failing else ""
-        console.print(f" {mark} {name}: {text}{note}", soft_wrap=True)
+        console.print(f" {mark} {name}: {text}", soft_wrap=True)
     console.print("[bold]distributions[/]")
     for d in distributions.values():
         judged = ("pass rule or extreme_logits' bound" if d.judge == "pass_rule"

@@ -18,10 +18,10 @@ NaN-filled allocations (so a buffer it never writes shows as NaN), and applies t
                          those rows' o and lse bitwise unchanged (properties/causal_masking.py;
                          one more forward call)
     invisible_nan_keys   the same with K = NaN there (a mask added as a bias lets NaN through)
+    invisible_1e10       the same with K and V = 1e10 (inf in float16)
+    invisible_nan        the same with K and V = NaN (a product P @ V over all of a tile's keys
+                         lets 0 * NaN into rows that cannot see the key)
   not by default (`--check NAME`, or `--check all`):
-    invisible_nan        K and V = NaN at hidden keys: KNOWN TO FAIL, an open kernel bug (a NaN
-                         in V reaches rows that cannot see it through 0 * NaN in P @ V; README)
-    invisible_1e10       K and V = 1e10 at hidden keys: the same bug in float16 (1e10 is inf)
     gqa_twin             the call against its MHA twin on repeated K/V: o and lse agree, dK/dV
                          are the group sums, every dK/dV head written (properties/gqa_reduction.py;
                          one more call, forward and backward)
@@ -103,12 +103,7 @@ RESULTS = {
     "variant_flips": ("seq_parallel_bitwise", "defer_norm_agree", "split_q_agree"),
 }
 DEFAULT_CHECKS = ("oracle", "lse_bounds", "rows_without_keys", "invisible_random",
-                  "invisible_nan_keys")
-KNOWN_FAILING = {
-    "invisible_nan": "open kernel bug: a NaN in V at a key hidden from a row reaches that row "
-                     "(0 * NaN inside P @ V in tiles that cross the diagonal; README)",
-    "invisible_1e10": "the same open bug in float16, where 1e10 rounds to inf",
-}
+                  "invisible_nan_keys", "invisible_nan", "invisible_1e10")
 
 
 @dataclass(frozen=True)

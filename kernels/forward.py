@@ -30,12 +30,21 @@ Causal masking is bottom-right aligned: query i sees key j iff j <= i + (seqlen_
 K/V tiles wholly above the diagonal are never visited; only tiles that cross the diagonal or the
 end of the keys compute a mask. Masked scores are -inf. A row that sees no key gets O = 0 and
 L = -inf.
+
+Non-finite V at hidden keys (causal): in a tile that crosses the diagonal a hidden key's P is 0,
+but 0 * NaN and 0 * inf are NaN inside P V, so a NaN or inf in V at a key a row cannot see
+would reach the row. Keeping such V out of the product in every masked tile costs the fast path
+10-35% (V must pass through registers; ablations/NOTES.md), so it is done only where needed: the
+main launch records, per row block, whether its output holds a NaN (one reduction in the
+epilogue), and a second launch (REPAIR) recomputes just those row blocks with V sanitised in
+the masked tiles and NaN put back where a row does see a non-finite V.
 """
 import triton
 import triton.language as tl
 
 LOG2E = 1.4426950408889634  # 1 / ln 2
 LN2 = 0.6931471805599453  # ln 2
+REPAIR_CHUNK = 1024  # row-block flags one REPAIR program checks
 
 
 @triton.jit
@@ -60,7 +69,7 @@ def _online_softmax_step(m_i, l_i, acc, q, K_tile_ptrs, V_tile_ptrs, start_n, of
                          MASK: tl.constexpr, IS_CAUSAL: tl.constexpr, DEFER_NORM: tl.constexpr,
                          SPLIT_Q: tl.constexpr, KEY_SLICES: tl.constexpr,
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
-                         INPUT_PRECISION: tl.constexpr):
+                         INPUT_PRECISION: tl.constexpr, SANITIZE_V: tl.constexpr):
     """Fold one K/V tile (keys start_n .. start_n + BLOCK_N) into the running (m_i, l_i, acc)."""
     keys = start_n + offs_n
     if MASK:
@@ -81,6 +90,12 @@ def _online_softmax_step(m_i, l_i, acc, q, K_tile_ptrs, V_tile_ptrs, start_n, of
         if IS_CAUSAL:
             visible = visible & (keys[None, :] <= offs_m[:, None] + (seqlen_k - seqlen_q))
         s = tl.where(visible, s, float("-inf"))
+    if SANITIZE_V:
+        # Row i sees a prefix of the tile's keys, so it sees a non-finite V[:, d] iff the first
+        # such key of column d is visible to it: zero those V, put NaN back after the product.
+        v_finite = tl.abs(v) < float("inf")  # False for NaN too
+        first_bad_key = tl.min(tl.where(v_finite, seqlen_k, keys[:, None]), 0)  # (D,)
+        v = tl.where(v_finite, v, 0.0)
 
     if SPLIT_Q:
         m_new = tl.maximum(m_i, tl.max(s, 1))
@@ -105,6 +120,9 @@ def _online_softmax_step(m_i, l_i, acc, q, K_tile_ptrs, V_tile_ptrs, start_n, of
         l_tile = tl.sum(w * l_s, 1)
         pv = tl.sum(o_s * tl.permute(w, (1, 0))[:, :, None], 0)
 
+    if SANITIZE_V:
+        sees_bad = first_bad_key[None, :] <= offs_m[:, None] + (seqlen_k - seqlen_q)
+        pv = tl.where(sees_bad, float("nan"), pv)
     alpha = tl.math.exp2((m_i - m_use) * qk_scale)
     l_new = alpha * l_i + l_tile
     if DEFER_NORM:
@@ -116,7 +134,7 @@ def _online_softmax_step(m_i, l_i, acc, q, K_tile_ptrs, V_tile_ptrs, start_n, of
 
 
 @triton.jit
-def _attn_fwd_row_block(Q, K, V, O, LSE, M, L, start_m, off_b, off_h, off_hkv,
+def _attn_fwd_row_block(Q, K, V, O, LSE, M, L, FLAGS, block_index, start_m, off_b, off_h, off_hkv,
                         stride_qb, stride_qh, stride_qm, stride_qd,
                         stride_kb, stride_kh, stride_kn, stride_kd,
                         stride_vb, stride_vh, stride_vn, stride_vd,
@@ -125,8 +143,11 @@ def _attn_fwd_row_block(Q, K, V, O, LSE, M, L, start_m, off_b, off_h, off_hkv,
                         seqlen_q, seqlen_k, qk_scale,
                         IS_CAUSAL: tl.constexpr, DEFER_NORM: tl.constexpr, SPLIT_Q: tl.constexpr,
                         KEY_SLICES: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                        HEAD_DIM: tl.constexpr, INPUT_PRECISION: tl.constexpr):
-    """Attention for query rows start_m .. start_m + BLOCK_M of one (batch, head)."""
+                        HEAD_DIM: tl.constexpr, INPUT_PRECISION: tl.constexpr,
+                        REPAIR: tl.constexpr):
+    """Attention for query rows start_m .. start_m + BLOCK_M of one (batch, head).
+    REPAIR: V sanitised in the masked tiles (see the module docstring); otherwise a causal call
+    sets this row block's flag (block_index) iff its output holds a NaN."""
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
@@ -150,13 +171,13 @@ def _attn_fwd_row_block(Q, K, V, O, LSE, M, L, start_m, off_b, off_h, off_hkv,
             m_i, l_i, acc, q, K_ptrs + start_n * stride_kn, V_ptrs + start_n * stride_vn,
             start_n, offs_m, offs_n, seqlen_q, seqlen_k, qk_scale,
             False, IS_CAUSAL, DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM,
-            INPUT_PRECISION)
+            INPUT_PRECISION, False)
     for start_n in range(full_end, hi, BLOCK_N):
         m_i, l_i, acc = _online_softmax_step(
             m_i, l_i, acc, q, K_ptrs + start_n * stride_kn, V_ptrs + start_n * stride_vn,
             start_n, offs_m, offs_n, seqlen_q, seqlen_k, qk_scale,
             True, IS_CAUSAL, DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM,
-            INPUT_PRECISION)
+            INPUT_PRECISION, IS_CAUSAL and REPAIR)
 
     sees_a_key = l_i > 0.0
     if DEFER_NORM:
@@ -169,22 +190,47 @@ def _attn_fwd_row_block(Q, K, V, O, LSE, M, L, start_m, off_b, off_h, off_hkv,
         stat = off_b * stride_lb + off_h * stride_lh + offs_m
         tl.store(M + stat, m_i * qk_scale * 0.6931471805599453, mask=row_ok)  # natural-log units
         tl.store(L + stat, l_i, mask=row_ok)
+    if IS_CAUSAL and not REPAIR:  # a NaN may be a hidden key's 0 * NaN: flag for REPAIR
+        tl.store(FLAGS + block_index, tl.max((acc != acc).to(tl.int32)))
     o_base = O + off_b.to(tl.int64) * stride_ob + off_h.to(tl.int64) * stride_oh
     tl.store(o_base + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od,
              acc.to(O.dtype.element_ty), mask=row_ok[:, None])
 
 
 @triton.jit
-def _attn_fwd(Q, K, V, O, LSE, M, L,
+def _attn_fwd(Q, K, V, O, LSE, M, L, FLAGS,
               stride_qb, stride_qh, stride_qm, stride_qd,
               stride_kb, stride_kh, stride_kn, stride_kd,
               stride_vb, stride_vh, stride_vn, stride_vd,
               stride_ob, stride_oh, stride_om, stride_od,
               stride_lb, stride_lh,
-              heads_q, group_size, seqlen_q, seqlen_k, qk_scale,
+              heads_q, group_size, seqlen_q, seqlen_k, qk_scale, n_flags,
               IS_CAUSAL: tl.constexpr, DEFER_NORM: tl.constexpr, SEQ_PARALLEL: tl.constexpr,
               SPLIT_Q: tl.constexpr, KEY_SLICES: tl.constexpr, BLOCK_M: tl.constexpr,
-              BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, INPUT_PRECISION: tl.constexpr):
+              BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, INPUT_PRECISION: tl.constexpr,
+              REPAIR: tl.constexpr, REPAIR_CHUNK: tl.constexpr):
+    row_blocks = tl.cdiv(seqlen_q, BLOCK_M)  # FLAGS: one per (batch, head, row block)
+    if REPAIR:
+        # A few programs, each checking REPAIR_CHUNK flags at once; one with a flag set
+        # recomputes its flagged row blocks in turn (rare: NaN in the output).
+        first = tl.program_id(0) * REPAIR_CHUNK
+        chunk = first + tl.arange(0, REPAIR_CHUNK)
+        if tl.max(tl.load(FLAGS + chunk, mask=chunk < n_flags, other=0)) != 0:
+            for block in range(first, tl.minimum(first + REPAIR_CHUNK, n_flags)):
+                off_bh = block // row_blocks
+                off_h = off_bh % heads_q
+                if tl.load(FLAGS + block) != 0:
+                    _attn_fwd_row_block(Q, K, V, O, LSE, M, L, FLAGS, block,
+                                        (block % row_blocks) * BLOCK_M, off_bh // heads_q,
+                                        off_h, off_h // group_size,
+                                        stride_qb, stride_qh, stride_qm, stride_qd,
+                                        stride_kb, stride_kh, stride_kn, stride_kd,
+                                        stride_vb, stride_vh, stride_vn, stride_vd,
+                                        stride_ob, stride_oh, stride_om, stride_od, stride_lb,
+                                        stride_lh, seqlen_q, seqlen_k, qk_scale, IS_CAUSAL,
+                                        DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_M, BLOCK_N,
+                                        HEAD_DIM, INPUT_PRECISION, True)
+        return
     if SEQ_PARALLEL:
         off_bh = tl.program_id(1)
     else:
@@ -192,24 +238,27 @@ def _attn_fwd(Q, K, V, O, LSE, M, L,
     off_b = off_bh // heads_q
     off_h = off_bh % heads_q
     off_hkv = off_h // group_size  # GQA/MQA: query head h reads kv head h // group_size
+    first_block = off_bh * row_blocks
 
     if SEQ_PARALLEL:
-        _attn_fwd_row_block(Q, K, V, O, LSE, M, L, tl.program_id(0) * BLOCK_M, off_b, off_h, off_hkv,
+        _attn_fwd_row_block(Q, K, V, O, LSE, M, L, FLAGS, first_block + tl.program_id(0),
+                            tl.program_id(0) * BLOCK_M, off_b, off_h, off_hkv,
                             stride_qb, stride_qh, stride_qm, stride_qd,
                             stride_kb, stride_kh, stride_kn, stride_kd,
                             stride_vb, stride_vh, stride_vn, stride_vd,
                             stride_ob, stride_oh, stride_om, stride_od, stride_lb, stride_lh,
                             seqlen_q, seqlen_k, qk_scale, IS_CAUSAL, DEFER_NORM, SPLIT_Q,
-                            KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM, INPUT_PRECISION)
+                            KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM, INPUT_PRECISION, False)
     else:
         for start_m in range(0, seqlen_q, BLOCK_M):
-            _attn_fwd_row_block(Q, K, V, O, LSE, M, L, start_m, off_b, off_h, off_hkv,
+            _attn_fwd_row_block(Q, K, V, O, LSE, M, L, FLAGS, first_block + start_m // BLOCK_M,
+                                start_m, off_b, off_h, off_hkv,
                                 stride_qb, stride_qh, stride_qm, stride_qd,
                                 stride_kb, stride_kh, stride_kn, stride_kd,
                                 stride_vb, stride_vh, stride_vn, stride_vd,
                                 stride_ob, stride_oh, stride_om, stride_od, stride_lb, stride_lh,
                                 seqlen_q, seqlen_k, qk_scale, IS_CAUSAL, DEFER_NORM, SPLIT_Q,
-                                KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM, INPUT_PRECISION)
+                                KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM, INPUT_PRECISION, False)
 
 
 def attn_fwd(q, k, v, causal, softmax_scale, variant, config):
@@ -231,17 +280,22 @@ def attn_fwd(q, k, v, causal, softmax_scale, variant, config):
         stats = tuple(torch.empty(stat_shape, device=q.device, dtype=torch.float32) for _ in range(2))
         m, l = stats
         lse = m  # not written
-    if variant.seq_parallel:
-        grid = (triton.cdiv(seqlen_q, config.block_m), batch * heads_q)
-    else:
-        grid = (batch * heads_q,)
-    _attn_fwd[grid](
-        q, k, v, o, lse, m, l,
-        *q.stride(), *k.stride(), *v.stride(), *o.stride(), stats[0].stride(0), stats[0].stride(1),
-        heads_q, heads_q // heads_kv, seqlen_q, seqlen_k, softmax_scale * LOG2E,
-        IS_CAUSAL=causal, DEFER_NORM=variant.defer_norm, SEQ_PARALLEL=variant.seq_parallel,
-        SPLIT_Q=variant.split_q, KEY_SLICES=config.key_slices, BLOCK_M=config.block_m,
-        BLOCK_N=config.block_n, HEAD_DIM=head_dim, INPUT_PRECISION=config.input_precision,
-        num_warps=config.num_warps, num_stages=config.num_stages,
-    )
+    row_blocks = triton.cdiv(seqlen_q, config.block_m)
+    n_flags = batch * heads_q * row_blocks
+    # causal: one flag per row block, set by the main launch where the output holds a NaN
+    flags = torch.empty(n_flags if causal else 1, device=q.device, dtype=torch.int32)
+    main_grid = (row_blocks, batch * heads_q) if variant.seq_parallel else (batch * heads_q,)
+    repair_grid = (triton.cdiv(n_flags, REPAIR_CHUNK),)
+    for repair in (False, True) if causal else (False,):
+        _attn_fwd[repair_grid if repair else main_grid](
+            q, k, v, o, lse, m, l, flags,
+            *q.stride(), *k.stride(), *v.stride(), *o.stride(), stats[0].stride(0),
+            stats[0].stride(1), heads_q, heads_q // heads_kv, seqlen_q, seqlen_k,
+            softmax_scale * LOG2E, n_flags,
+            IS_CAUSAL=causal, DEFER_NORM=variant.defer_norm, SEQ_PARALLEL=variant.seq_parallel,
+            SPLIT_Q=variant.split_q, KEY_SLICES=config.key_slices, BLOCK_M=config.block_m,
+            BLOCK_N=config.block_n, HEAD_DIM=head_dim, INPUT_PRECISION=config.input_precision,
+            REPAIR=repair, REPAIR_CHUNK=REPAIR_CHUNK, num_warps=config.num_warps,
+            num_stages=config.num_stages,
+        )
     return o, stats

@@ -22,6 +22,7 @@ BUGS = {
     "finite_sentinel": "masked scores are -1e6 instead of -inf (rows that see no key average V)",
     "dropped_last_key": "the last key (at the end of a partial tile) is never read",
     "top_left_causal": "causal mask aligned top-left (j <= i) instead of bottom-right",
+    "hidden_v_leaks": "P @ V over all keys: 0 * NaN lets a NaN in V at a hidden key into the row",
     # logsumexp
     "lse_log2": "lse returned in log2 units (L / ln 2), as the kernels keep it internally",
     "no_max_subtraction": "softmax as exp(S) / sum exp(S), without subtracting the row max",
@@ -121,7 +122,7 @@ def _attention(q, k, v, causal, softmax_scale, variant, bug):
     else:
         lse = torch.logsumexp(s, -1)
         p = torch.exp(s - torch.where(torch.isfinite(lse), lse, 0.0)[..., None])
-    o = p @ v.to(s.dtype)
+    o = p @ v.to(s.dtype) if bug == "hidden_v_leaks" else _visible_product(p, v.to(s.dtype), seen)
     eps = torch.finfo(q.dtype).eps  # the jitters below are float64, so they survive rounding
     if bug == "nondeterministic":  # a different rounding on every call, as a race would give
         o = o.double() * (1 + eps * (next(_CALLS) % 4 + 1))
@@ -130,6 +131,15 @@ def _attention(q, k, v, causal, softmax_scale, variant, bug):
     if bug == "lse_log2":
         lse = lse / math.log(2)
     return o.to(q.dtype), lse.float()
+
+
+def _visible_product(p, v, seen):
+    """p @ v in which a key's V reaches only the rows that see it: non-finite V is zeroed for
+    the product, and rows that do see a non-finite V[:, d] get NaN in column d."""
+    finite = torch.isfinite(v)
+    o = p @ torch.where(finite, v, 0.0)
+    sees_non_finite = (seen.to(v.dtype) @ (~finite).to(v.dtype)) > 0
+    return torch.where(sees_non_finite, float("nan"), o)
 
 
 def _one_key_more(t):
