@@ -349,14 +349,41 @@ def _s(value) -> str:
     return "" if value is None else str(value)
 
 
+def interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def rerun_without_interpreter(module: str, argv) -> int:
+    """triton.jit already built interpreter objects in this process: run `python -m module`
+    in a clean one and return its exit status."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    return subprocess.run([sys.executable, "-m", module, *argv], env=env).returncode
+
+
+def add_case_arguments(p, kernels: str, dtypes: str, head_dims: str):
+    """The options that select cases (kernel, variant, dtype, head_dim); help: their defaults."""
+    p.add_argument("--kernel", action="append", choices=sorted(SPECS), help=f"default: {kernels}")
+    p.add_argument("--variant", action="append", type=Variant.parse,
+                   help="e.g. fa2, fa1 or '+defer-seqpar+splitq' (repeatable); default: all 8")
+    p.add_argument("--dtype", action="append", choices=list(DTYPES), help=f"default: {dtypes}")
+    p.add_argument("--head-dim", action="append", type=int, help=f"default: {head_dims}")
+
+
+@contextlib.contextmanager
+def compile_progress(console, total: int):
+    """A progress bar over `total` compiles; yields advance(description)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("compiling for sm_90"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), TextColumn("{task.description}"), console=console) as bar:
+        task = bar.add_task("", total=total)
+        yield lambda description: bar.update(task, advance=1, description=description)
+
+
 def parse_args(argv):
     p = argparse.ArgumentParser(prog="python -m fa2check.compile_gate", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--kernel", action="append", choices=sorted(SPECS), help="default: all")
-    p.add_argument("--variant", action="append", type=Variant.parse,
-                   help="e.g. fa2, fa1 or '+defer-seqpar+splitq' (repeatable); default: all 8")
-    p.add_argument("--dtype", action="append", choices=list(DTYPES), help="default: all")
-    p.add_argument("--head-dim", action="append", type=int, help="default: all supported")
+    add_case_arguments(p, "all", "all", "all supported")
     p.add_argument("--causal", action=argparse.BooleanOptionalAction, default=None,
                    help="only causal / only non-causal; default: both")
     for field in ("block_m", "block_n", "num_warps", "num_stages", "key_slices"):
@@ -371,13 +398,9 @@ def parse_args(argv):
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
-        # triton.jit already built interpreter objects in this process: start a clean one
-        env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-        return subprocess.run([sys.executable, "-m", "fa2check.compile_gate", *argv],
-                              env=env).returncode
+    if interpreting():
+        return rerun_without_interpreter("fa2check.compile_gate", argv)
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     args = parse_args(argv)
     overrides = {f: getattr(args, f) for f in ("block_m", "block_n", "num_warps", "num_stages",
@@ -393,13 +416,9 @@ def main(argv=None) -> int:
     if not console.is_terminal:
         console.width = 180  # a log file: don't squeeze the table into 80 columns
     start = time.perf_counter()
-    with Progress(TextColumn("compiling for sm_90"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), TextColumn("{task.description}"), console=console) as bar:
-        task = bar.add_task("", total=total)
-
+    with compile_progress(console, total) as advance:
         def progress(r):
-            bar.update(task, advance=1, description=f"{r.kernel} {r.variant} {r.dtype} "
-                                                    f"D={r.head_dim} causal={r.causal}")
+            advance(f"{r.kernel} {r.variant} {r.dtype} D={r.head_dim} causal={r.causal}")
         reports = run_gate(variants, dtypes, head_dims, causals, specs=specs, overrides=overrides,
                            jobs=args.jobs, progress=progress, length_one=args.length_one)
     console.print(_table(reports))

@@ -38,7 +38,6 @@ import json
 import math
 import os
 import re
-import subprocess
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -46,8 +45,10 @@ from dataclasses import dataclass, field
 from multiprocessing import get_context
 from typing import Callable
 
-from fa2check.compile_gate import (DTYPES, SPECS, Case, CompileReport, _blank_report,
-                                   compile_kernel_for_sm90, describe_error, gate_cases)
+from fa2check.compile_gate import (SPECS, Case, CompileReport, _blank_report, _s,
+                                   add_case_arguments, compile_kernel_for_sm90, compile_progress,
+                                   describe_error, gate_cases, interpreting,
+                                   rerun_without_interpreter)
 from kernels import Variant
 
 DOT_ROLES = {  # kernel variable -> the product it holds
@@ -474,19 +475,11 @@ def _table(reports: list[LayoutReport]):
     return table
 
 
-def _s(value) -> str:
-    return "" if value is None else str(value)
-
-
 def parse_args(argv):
     p = argparse.ArgumentParser(prog="python -m fa2check.layouts", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--backend", action="append", choices=sorted(BACKENDS), help="default: all")
-    p.add_argument("--kernel", action="append", choices=sorted(SPECS), help="default: attn_fwd")
-    p.add_argument("--variant", action="append", type=Variant.parse,
-                   help="e.g. fa2, fa1 or '+defer-seqpar+splitq' (repeatable); default: all 8")
-    p.add_argument("--dtype", action="append", choices=list(DTYPES), help="default: bfloat16")
-    p.add_argument("--head-dim", action="append", type=int, help="default: 64 and 128")
+    add_case_arguments(p, "attn_fwd", "bfloat16", "64 and 128")
     p.add_argument("--causal", action=argparse.BooleanOptionalAction, default=False,
                    help="causal or not (default: not)")
     p.add_argument("--jobs", "-j", type=int, default=os.cpu_count() or 1,
@@ -497,13 +490,9 @@ def parse_args(argv):
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
-        # triton.jit already built interpreter objects in this process: start a clean one
-        env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-        return subprocess.run([sys.executable, "-m", "fa2check.layouts", *argv],
-                              env=env).returncode
+    if interpreting():
+        return rerun_without_interpreter("fa2check.layouts", argv)
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     args = parse_args(argv)
     selection = dict(backends=args.backend or list(BACKENDS), kernels=args.kernel or ["attn_fwd"],
@@ -517,14 +506,10 @@ def main(argv=None) -> int:
     if not console.is_terminal:
         console.width = 240  # a log file: don't squeeze the table
     start = time.perf_counter()
-    with Progress(TextColumn("compiling for sm_90"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), TextColumn("{task.description}"), console=console) as bar:
-        task = bar.add_task("", total=total)
-
+    with compile_progress(console, total) as advance:
         def progress(r):
             c = r.compile
-            bar.update(task, advance=1, description=f"{r.backend} {c.kernel} {c.variant} "
-                                                    f"{c.dtype} D={c.head_dim}")
+            advance(f"{r.backend} {c.kernel} {c.variant} {c.dtype} D={c.head_dim}")
         reports = run_layouts(**selection, jobs=args.jobs, progress=progress)
     console.print(_table(reports))
     for line in split_q_findings(reports):

@@ -7,33 +7,19 @@ are not JITFunctions and cannot be compiled. With an empty Triton cache this fil
 """
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
+from compile_cli import run_cli
 from fa2check.compile_gate import _forward_specialization, make_case, ptxas_usage
 from kernels import SUPPORTED_HEAD_DIMS, Variant
 from kernels.forward import _attn_fwd
 
-ROOT = Path(__file__).resolve().parents[1]
 DTYPES = ("float16", "bfloat16", "float32")
 
 
 def gate(tmp_path, *args, interpret=False):
     """Run `python -m fa2check.compile_gate ARGS`; returns (process, reports from --json)."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    if interpret:
-        env["TRITON_INTERPRET"] = "1"  # the gate must rerun itself without it
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-    out = tmp_path / "reports.json"
-    cmd = [sys.executable, "-m", "fa2check.compile_gate", *args, "--json", str(out)]
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
-    reports = json.loads(out.read_text()) if out.exists() else []
-    return proc, reports
+    return run_cli("fa2check.compile_gate", tmp_path, *args, interpret=interpret)
 
 
 def by_case(reports):

@@ -7,18 +7,13 @@ slowly).
 """
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
+from compile_cli import run_cli
 from fa2check.layouts import LayoutParseError, parse_dots, parse_layout_aliases, parse_reductions
 
-ROOT = Path(__file__).resolve().parents[1]
 
 # Lines as Triton 3.6 prints them for the split-K forward, shortened; 8 warps on 64 rows
 ALIASES = textwrap.dedent("""\
@@ -102,14 +97,7 @@ def test_unknown_layout_alias_is_an_error():
 
 def layouts_cli(tmp_path, *args, interpret=False):
     """Run `python -m fa2check.layouts ARGS --json`; returns (process, reports)."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    if interpret:
-        env["TRITON_INTERPRET"] = "1"  # the CLI must rerun itself without it
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-    out = tmp_path / "layouts.json"
-    cmd = [sys.executable, "-m", "fa2check.layouts", *args, "--json", str(out)]
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
-    return proc, json.loads(out.read_text()) if out.exists() else []
+    return run_cli("fa2check.layouts", tmp_path, *args, interpret=interpret)
 
 
 @pytest.fixture(scope="module")
