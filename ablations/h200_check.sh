@@ -4,16 +4,15 @@
 #   bash ablations/h200_check.sh [KERNEL_DIR ...]   (run from the repository root on the H200)
 set -u
 OUT=${OUT:-out}; mkdir -p "$OUT"
-COMMIT=${COMMIT:-unknown}
 if [ $# -gt 0 ]; then
-  timeout 150 python3 ablations/compare_kernels.py "$@" kernels --json "$OUT/ab-forward.json" \
+  timeout 120 python3 ablations/compare_kernels.py "$@" kernels --json "$OUT/ab-forward.json" \
     > "$OUT/ab-forward.log" 2>&1; echo "ab rc=$?"
 fi
-timeout 330 python3 -m fa2check.verify --tier full --impl sdpa --jobs 8 \
+timeout 420 python3 -m fa2check.verify --tier full --impl sdpa --jobs 8 \
   --json "$OUT/verify-full-sdpa.json" > "$OUT/verify-full-sdpa.log" 2>&1 &
 VERIFY=$!
-timeout 330 python3 -m pytest -q -p no:warnings -n 6 tests/ --ignore=tests/test_compile_gate.py \
-  ${PYTEST_ARGS:-} --junitxml "$OUT/pytest-gpu.xml" > "$OUT/pytest-gpu.log" 2>&1 &
+timeout 420 python3 -m pytest -v -rf -p no:warnings -n 6 tests/ --ignore=tests/test_compile_gate.py \
+  --ignore=tests/test_layouts.py ${PYTEST_ARGS:-} --junitxml "$OUT/pytest-gpu.xml" > "$OUT/pytest-gpu.log" 2>&1 &
 PYTEST=$!
 wait $VERIFY; echo "verify rc=$?"
 wait $PYTEST; echo "pytest rc=$?"
