@@ -44,7 +44,9 @@ import triton.language as tl
 
 LOG2E = 1.4426950408889634  # 1 / ln 2
 LN2 = 0.6931471805599453  # ln 2
-REPAIR_CHUNK = 1024  # row-block flags one REPAIR program checks
+# row-block flags one REPAIR program checks: small enough that a call whose every row block is
+# flagged (NaN in Q, say) recomputes in parallel, with at most 16 row blocks per program
+REPAIR_CHUNK = 16
 
 
 @triton.jit
@@ -92,7 +94,7 @@ def _online_softmax_step(m_i, l_i, acc, q, K_tile_ptrs, V_tile_ptrs, start_n, of
         s = tl.where(visible, s, float("-inf"))
     if SANITIZE_V:
         # Row i sees a prefix of the tile's keys, so it sees a non-finite V[:, d] iff the first
-        # such key of column d is visible to it: zero those V, put NaN back after the product.
+        # such key of column d is visible to it: zero those V, put NaN back after the update.
         v_finite = tl.abs(v) < float("inf")  # False for NaN too
         first_bad_key = tl.min(tl.where(v_finite, seqlen_k, keys[:, None]), 0)  # (D,)
         v = tl.where(v_finite, v, 0.0)
@@ -120,9 +122,6 @@ def _online_softmax_step(m_i, l_i, acc, q, K_tile_ptrs, V_tile_ptrs, start_n, of
         l_tile = tl.sum(w * l_s, 1)
         pv = tl.sum(o_s * tl.permute(w, (1, 0))[:, :, None], 0)
 
-    if SANITIZE_V:
-        sees_bad = first_bad_key[None, :] <= offs_m[:, None] + (seqlen_k - seqlen_q)
-        pv = tl.where(sees_bad, float("nan"), pv)
     alpha = tl.math.exp2((m_i - m_use) * qk_scale)
     l_new = alpha * l_i + l_tile
     if DEFER_NORM:
@@ -130,6 +129,11 @@ def _online_softmax_step(m_i, l_i, acc, q, K_tile_ptrs, V_tile_ptrs, start_n, of
     else:
         inv_l_new = 1.0 / tl.where(l_new == 0.0, 1.0, l_new)
         acc = (acc * (l_i * alpha * inv_l_new)[:, None]) + pv * inv_l_new[:, None]
+    if SANITIZE_V:
+        # after the update, so the product and its accumulation are the main launch's own
+        # code and a row that sees no non-finite V gets the same bits as there
+        sees_bad = first_bad_key[None, :] <= offs_m[:, None] + (seqlen_k - seqlen_q)
+        acc = tl.where(sees_bad, float("nan"), acc)
     return m_new, l_new, acc
 
 
