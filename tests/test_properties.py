@@ -1,6 +1,7 @@
 """Every property fails on test doubles with known bugs (tests/doubles.py) and our kernels pass
 it, so no check is one that cannot fail. Tiny problems: head_dim 16, seqlen <= 70."""
 import pytest
+import torch
 
 from conftest import DEVICE
 from doubles import double
@@ -115,6 +116,21 @@ def test_causal_masking_pass(which, device):
     result = run("causal_masking", flash_attention, CAUSAL_CASES[which])
     for name in MASKING_CHECKS:
         assert result.check(name).passed, str(result.check(name))
+
+
+@pytest.mark.parametrize("variant", [FA2, Variant(False, False, False)], ids=str)
+def test_recomputed_row_blocks_keep_the_bits_of_their_other_rows(variant, device):
+    """A NaN in one query row flags its row block for the causal forward's REPAIR launch; the
+    recomputed block's other rows must come out bitwise as in a call without the NaN."""
+    gen = torch.Generator().manual_seed(7)
+    q, k, v = (torch.randn(1, 2, 45, 16, generator=gen).to(device) for _ in range(3))
+    clean = flash_attention(q, k, v, causal=True, variant=variant)
+    q[0, 1, 5] = float("nan")
+    flagged = flash_attention(q, k, v, causal=True, variant=variant)
+    assert torch.isnan(flagged[0, 1, 5]).all()
+    others = torch.ones(flagged.shape[:3], dtype=torch.bool, device=device)
+    others[0, 1, 5] = False
+    assert torch.equal(flagged[others], clean[others])
 
 
 def test_causal_masking_catch_hidden_values_in_the_product():
