@@ -118,6 +118,7 @@ def test_causal_masking_pass(which, device):
         assert result.check(name).passed, str(result.check(name))
 
 
+@pytest.mark.filterwarnings("ignore:All-NaN slice:RuntimeWarning")  # the interpreter's row max
 @pytest.mark.parametrize("variant", [FA2, Variant(False, False, False)], ids=str)
 def test_recomputed_row_blocks_keep_the_bits_of_their_other_rows(variant, device):
     """A NaN in one query row flags its row block for the causal forward's REPAIR launch; the
