@@ -45,6 +45,20 @@ def table(records: list[dict], columns: list, property_names: list[str], title: 
     return t
 
 
+def markdown(report: dict) -> str:
+    """The verdict table of a saved --json report as markdown (for the README)."""
+    from rich.text import Text
+
+    labels = [c["label"] for c in report["columns"]]
+    lines = ["| property | " + " | ".join(labels) + " |", "|---" * (len(labels) + 1) + "|"]
+    for name in report["properties"]:
+        cells = [Text.from_markup(cell([r for r in report["results"]
+                                        if r["property"] == name and r["column"] == label])[1]).plain
+                 for label in labels]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 LEGEND = ("[dim]PASS/FAIL and the worst error/allowed ratio over a cell's cases (1.0 is the edge; "
           "exact checks have none); FAIL a/b: a of b cases failed; n/a: the implementation "
           "does not support the case.[/]")

@@ -12,6 +12,7 @@ Tiers: quick (the default without a GPU: tiny problems for Triton's CPU interpre
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import sys
@@ -41,11 +42,19 @@ def parse_args(argv=None):
                         help="worker processes (default: one per CPU core, up to 16)")
     parser.add_argument("--json", dest="json_path", default=None, help="write every case here")
     parser.add_argument("--list", action="store_true", help="list the tier's cases and exit")
+    parser.add_argument("--from", dest="from_path", default=None, metavar="REPORT",
+                        help="print a saved --json report's verdict table as markdown and exit")
     return parser.parse_args(argv)
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.from_path:
+        from .verdicts import markdown
+
+        with open(args.from_path) as f:
+            print(markdown(json.load(f)))
+        return 0
     device = select_device()  # sets TRITON_INTERPRET before triton is imported
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn

@@ -258,15 +258,10 @@ def test_memory_safety_pass(layout, device):
     assert_passes(run("memory_safety", flash_attention, MEMORY_CASES[layout], fa1))
 
 
+@pytest.mark.parametrize("bug", ["reads_past_end", "ignores_strides"])
 @pytest.mark.parametrize("layout", MEMORY_CASES)
-def test_memory_safety_catch_read_past_end(layout):
-    result = run("memory_safety", double("reads_past_end"), MEMORY_CASES[layout])
-    assert {"oracle", "same_as_contiguous"} <= failed_checks(result)
-
-
-@pytest.mark.parametrize("layout", MEMORY_CASES)
-def test_memory_safety_catch_ignored_strides(layout):
-    result = run("memory_safety", double("ignores_strides"), MEMORY_CASES[layout])
+def test_memory_safety_catch(bug, layout):
+    result = run("memory_safety", double(bug), MEMORY_CASES[layout])
     assert {"oracle", "same_as_contiguous"} <= failed_checks(result)
 
 

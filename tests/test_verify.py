@@ -55,6 +55,11 @@ def test_failures_exit_nonzero_and_reproduce(tmp_path, capsys):
     assert "--impl=doubles:lse_log2" in command and command in capsys.readouterr().out
     again = tmp_path / "again.json"
     assert verify.main(shlex.split(command)[3:] + ["--json", str(again)]) == 1
+    capsys.readouterr()
+    assert verify.main(["--from", str(report)]) == 0  # the saved verdict as markdown
+    row = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| lse_b")]
+    worst = max(r["ratio"] for r in failed)
+    assert row == [f"| lse_bounds | FAIL {worst:.2f} {len(failed)}/{len(failed)} |"]
     rerun = json.loads(again.read_text())["results"]
     assert [r["case"]["id"] for r in rerun] == [failed[0]["case"]["id"]]
 
