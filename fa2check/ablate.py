@@ -21,6 +21,7 @@ import shlex
 import sys
 import time
 
+from .contributions import view_of
 from .grids import GRIDS, MODES, custom_grid, filter_grid, parse_modes
 
 CELL_OPTIONS = ("grid", "seqlen", "head_dim", "batch", "heads", "heads_kv", "causal", "dtype", "mode")
@@ -56,6 +57,9 @@ def parse_args(argv):
     t.add_argument("--tune-rep-ms", type=float, default=10.0)
     t.add_argument("--backends", default="sdpa-flash,sdpa-cudnn,sdpa-efficient,sdpa-math",
                    help="SDPA backends to time beside ours (comma separated; '' for none)")
+    t.add_argument("--gluon", action="store_true",
+                   help="fwd mode: also time the Gluon forward of every variant (kernels."
+                        "gluon_forward: warp partitioning stated), with its own contributions")
     t.add_argument("--math-max-seqlen", type=int, default=4096,
                    help="skip sdpa-math above this seqlen (it materialises the scores)")
     t.add_argument("--budget-s", type=float, help="stop repeating sweeps before this many seconds")
@@ -101,7 +105,7 @@ def settings_from(args):
                     backends=tuple(b for b in args.backends.split(",") if b),
                     math_max_seqlen=args.math_max_seqlen, budget_s=args.budget_s,
                     workers=args.jobs or tuning.default_workers(), seed=args.seed,
-                    configs_from=tuple(args.configs_from))
+                    configs_from=tuple(args.configs_from), gluon=args.gluon)
 
 
 def print_plan(console, cells, settings, grid, workers=None):
@@ -195,7 +199,8 @@ def render_files(sources, args, console) -> int:
         results = load(path)
         analysis = analyse_results(results, n_draws=args.bootstrap, seed=0)
         if modes is not None:
-            analysis["modes"] = {m: d for m, d in analysis["modes"].items() if m in modes}
+            analysis["modes"] = {m: d for m, d in analysis["modes"].items()
+                                 if view_of(m)[0] in modes}
         report.render(results, analysis, console, source=os.path.relpath(path))
         base = path[:-len(".json")]
         images = [(alt, os.path.relpath(base + suffix, os.path.dirname(README)))

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from .contenders import GLUON
 from .contributions import (NOT_APPLICABLE, analyse, players_for, repeat_draws, subsets,
-                            summarise, variant_for, with_intervals)
+                            summarise, variant_for, view_of, with_intervals)
 from .grids import MODES, Cell
 from .sdpa_backends import BACKENDS
 from .timing import flatten, summary, tflops
@@ -44,14 +45,28 @@ def contender_stats(cell: Cell, mode: str, samples: dict, matmul: dict) -> dict:
     return stats
 
 
+def views(results: dict) -> list[str]:
+    """The modes measured, each followed by "<mode> gluon" where the Gluon kernels were timed
+    too: the same contributions computed from the Gluon forward's times."""
+    out = []
+    for mode in results["settings"]["modes"]:
+        out.append(mode)
+        if any(name.startswith(GLUON) for entry in results["cells"]
+               for name in entry["modes"].get(mode, {}).get("samples", {})):
+            out.append(f"{mode} {GLUON}")
+    return out
+
+
 def analyse_results(results: dict, n_draws: int = DEFAULT_DRAWS, seed: int = 0) -> dict:
-    """{"matmul_tflops": {dtype: rate}, "modes": {mode: {...}}} (see module docstring)."""
+    """{"matmul_tflops": {dtype: rate}, "modes": {view: {...}}} (see module docstring); a view
+    is a mode, or a mode and a kernel backend ("fwd gluon", see `views`)."""
     matmul = matmul_rates(results)
     repeats = results.get("repeats_done", 0)
     out = {"matmul_tflops": matmul, "modes": {}, "n_draws": n_draws, "seed": seed}
-    for mode in results["settings"]["modes"]:
+    for view in views(results):
+        mode, prefix = view_of(view)
         players = players_for(mode)
-        rng = np.random.default_rng([seed, MODES.index(mode)])
+        rng = np.random.default_rng([seed, MODES.index(mode)] + ([1] if prefix else []))
         draws = repeat_draws(max(repeats, 1), n_draws, rng)
         cells, analysed = [], []
         for entry in results["cells"]:
@@ -62,9 +77,12 @@ def analyse_results(results: dict, n_draws: int = DEFAULT_DRAWS, seed: int = 0) 
             row = {"cell": entry["cell"], "status": info["status"],
                    "excluded": {**entry.get("skipped", {}), **info.get("excluded", {}),
                                 **{n: f"error: {e}" for n, e in info.get("errors", {}).items()}},
-                   "stats": contender_stats(cell, mode, info["samples"], matmul),
+                   "stats": contender_stats(cell, mode, {
+                       n: runs for n, runs in info["samples"].items()
+                       if n in BACKENDS or n.startswith(GLUON) == bool(prefix)}, matmul),
                    "contributions": None}
-            game = {s: info["samples"].get(str(variant_for(s, players))) for s in subsets(players)}
+            game = {s: info["samples"].get(prefix + str(variant_for(s, players)))
+                    for s in subsets(players)}
             if repeats and all(runs and len(runs) == repeats for runs in game.values()):
                 result = analyse(game, players, draws, rng)
                 row["contributions"] = with_intervals(result["point"], result["draws"])
@@ -73,7 +91,7 @@ def analyse_results(results: dict, n_draws: int = DEFAULT_DRAWS, seed: int = 0) 
         by_seqlen = {}
         for s in sorted({c.seqlen for c, _ in analysed}):
             by_seqlen[s] = summarise([r for c, r in analysed if c.seqlen == s])
-        out["modes"][mode] = {
+        out["modes"][view] = {
             "players": list(players),
             "not_applicable": NOT_APPLICABLE if mode == "bwd" else {},
             "cells": cells,

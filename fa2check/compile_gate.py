@@ -62,6 +62,8 @@ class KernelSpec:
     tiles: Callable[[TileConfig], dict]  # -> this kernel's block_m, block_n, num_warps, num_stages
     uses_split_q: bool = True  # False: the split_q flag does not reach this kernel
     causal_only: bool = False  # launched for causal calls only
+    backend: str = "triton"  # kernels.config.BACKENDS: "gluon" kernels are Gluon functions
+    supports: Callable[[str, int], bool] = lambda dtype, head_dim: True
 
 
 def runtime_specialization(fn, pointers: dict[str, str], constexprs: dict, floats=(), unit=(),
@@ -137,6 +139,30 @@ def _backward_specialization(fn, case: Case):
                                   unit=unit, div16=div16)
 
 
+def _gluon_forward_kernel():
+    from kernels.gluon_forward import _gluon_attn_fwd
+    return _gluon_attn_fwd
+
+
+def _gluon_forward_specialization(fn, case: Case):
+    """Arguments of `kernels.gluon_forward.gluon_attn_fwd` for contiguous q, k, v and o."""
+    cfg, v = case.config, case.variant
+    io = DTYPES[case.dtype]
+    pointers = {"Q": io, "K": io, "V": io, "O": io, "LSE": "fp32", "M": "fp32", "L": "fp32"}
+    div16 = [f"stride_{name}" for name in ("qb", "qh", "qm", "kb", "kh", "kn", "vb", "vh", "vn",
+                                           "ob", "oh", "om")]
+    constexprs = dict(IS_CAUSAL=case.causal, DEFER_NORM=v.defer_norm, SEQ_PARALLEL=v.seq_parallel,
+                      KEY_SLICES=1 if v.split_q else cfg.num_warps, BLOCK_M=cfg.block_m,
+                      BLOCK_N=cfg.block_n, HEAD_DIM=case.head_dim, NUM_WARPS=cfg.num_warps)
+    return runtime_specialization(fn, pointers, constexprs, floats=("qk_scale",),
+                                  unit=list(case.length_one), div16=div16)
+
+
+def _gluon_supports(dtype: str, head_dim: int) -> bool:
+    from kernels.gluon_forward import GLUON_DTYPES, GLUON_HEAD_DIMS
+    return dtype in GLUON_DTYPES and head_dim in GLUON_HEAD_DIMS
+
+
 SPECS = {spec.name: spec for spec in [
     KernelSpec("attn_fwd", _forward_kernel, _forward_specialization,
                lambda c: dict(block_m=c.block_m, block_n=c.block_n, num_warps=c.num_warps,
@@ -150,6 +176,9 @@ SPECS = {spec.name: spec for spec in [
                lambda c: dict(block_m=c.bwd_block_m, block_n=c.bwd_block_n,
                               num_warps=c.bwd_num_warps, num_stages=c.bwd_num_stages),
                uses_split_q=False),
+    KernelSpec("gluon_attn_fwd", _gluon_forward_kernel, _gluon_forward_specialization,
+               lambda c: dict(block_m=c.block_m, block_n=c.block_n, num_warps=c.num_warps,
+                              num_stages=1), backend="gluon", supports=_gluon_supports),
 ]}
 
 
@@ -201,9 +230,10 @@ def rerun_ptxas(ptx: str) -> str:
 
 
 def make_case(variant: Variant, dtype: str, head_dim: int, causal: bool,
-              config: TileConfig | None = None, length_one=()) -> Case:
+              config: TileConfig | None = None, length_one=(), backend: str = "triton") -> Case:
     """A given config is used as is, as `flash_attention` does (it validates, never refits)."""
-    config = config or default_config(head_dim, on_gpu=True, variant=variant, dtype=dtype)
+    config = config or default_config(head_dim, on_gpu=True, variant=variant, dtype=dtype,
+                                      backend=backend)
     return Case(variant, dtype, head_dim, causal, config, tuple(length_one))
 
 
@@ -221,8 +251,10 @@ def compile_kernel_for_sm90(spec_name: str, variant: Variant, dtype: str, head_d
     from triton import knobs
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
+    from triton.experimental.gluon._runtime import GluonASTSource
 
-    spec, case = SPECS[spec_name], make_case(variant, dtype, head_dim, causal, config, length_one)
+    spec = SPECS[spec_name]
+    case = make_case(variant, dtype, head_dim, causal, config, length_one, spec.backend)
     fn = spec.kernel()
     if not isinstance(fn, triton.runtime.JITFunction):
         raise RuntimeError(f"{spec_name} is a {type(fn).__name__}, not a JITFunction: unset "
@@ -232,7 +264,10 @@ def compile_kernel_for_sm90(spec_name: str, variant: Variant, dtype: str, head_d
     start = time.perf_counter()
     with knobs.nvidia.scope(), contextlib.redirect_stdout(io.StringIO()) as out:
         knobs.nvidia.dump_ptxas_log = True  # Triton prints its own `ptxas -v` log
-        compiled = triton.compile(ASTSource(fn, signature, constexprs, attrs),
+        # Gluon's source also sets the module's num-warps, which its reductions need
+        source = (GluonASTSource if spec.backend == "gluon" else ASTSource)(fn, signature,
+                                                                           constexprs, attrs)
+        compiled = triton.compile(source,
                                   target=GPUTarget("cuda", 90, 32),
                                   options=dict(num_warps=report.num_warps,
                                                num_stages=report.num_stages))
@@ -288,9 +323,10 @@ def gate_cases(variants, dtypes, head_dims, causals, specs=tuple(SPECS), overrid
                                                                     head_dims, causals):
         if not SPECS[spec].uses_split_q and not variant.split_q:
             continue  # the same kernel as with split_q on
-        if SPECS[spec].causal_only and not causal:
+        if SPECS[spec].causal_only and not causal or not SPECS[spec].supports(dtype, head_dim):
             continue
-        config = default_config(head_dim, on_gpu=True, variant=variant, dtype=dtype)
+        config = default_config(head_dim, on_gpu=True, variant=variant, dtype=dtype,
+                                backend=SPECS[spec].backend)
         config = dataclasses.replace(config, **(overrides or {}))
         cases.append((spec, make_case(variant, dtype, head_dim, causal, config, length_one)))
     return cases

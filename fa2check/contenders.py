@@ -17,12 +17,30 @@ from dataclasses import dataclass
 from .sdpa_backends import BACKENDS, forced, sdpa
 
 
+GLUON = "gluon"  # the prefix of the Gluon forward's names: "gluon+defer+seqpar+splitq"
+
+
+def kernel_name(variant, kernel_backend: str = "triton") -> str:
+    """The name of one of our kernels: str(variant), prefixed with "gluon" for that backend."""
+    return (GLUON if kernel_backend == GLUON else "") + str(variant)
+
+
+def parse_kernel_name(name: str):
+    """kernel_name's inverse: (kernel backend, kernels.Variant)."""
+    from kernels import Variant
+
+    if name.startswith(GLUON):
+        return GLUON, Variant.parse(name[len(GLUON):])
+    return "triton", Variant.parse(name)
+
+
 @dataclass(frozen=True)
 class Contender:
-    name: str  # str(variant) for ours, an sdpa-* backend name otherwise
+    name: str  # kernel_name(variant, kernel_backend) for ours, an sdpa-* backend name otherwise
     variant: object = None  # kernels.Variant for ours
     config: object = None  # kernels.TileConfig for ours
-    backend: str | None = None
+    backend: str | None = None  # the SDPA backend
+    kernel_backend: str = "triton"  # ours: kernels.config.BACKENDS
 
     @property
     def ours(self) -> bool:
@@ -37,13 +55,15 @@ class Contender:
             from kernels import flash_attention
 
             return flash_attention(q, k, v, causal=causal, variant=self.variant,
-                                   config=self.config, return_lse=return_lse)
+                                   config=self.config, return_lse=return_lse,
+                                   backend=self.kernel_backend)
         o = sdpa(q, k, v, causal)
         return (o, None) if return_lse else o
 
 
-def ours(variant, config) -> Contender:
-    return Contender(str(variant), variant=variant, config=config)
+def ours(variant, config, kernel_backend: str = "triton") -> Contender:
+    return Contender(kernel_name(variant, kernel_backend), variant=variant, config=config,
+                     kernel_backend=kernel_backend)
 
 
 def backend(name: str) -> Contender:

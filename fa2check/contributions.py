@@ -41,8 +41,14 @@ NOT_APPLICABLE = {"split_q": "not applicable: the backward code is the same for 
 CONFIDENCE = 0.95
 
 
-def players_for(mode: str) -> tuple[str, ...]:
-    return BACKWARD_PLAYERS if mode == "bwd" else FLAGS
+def view_of(view: str) -> tuple[str, str]:
+    """An analysis view, "fwd" or "fwd gluon", as (mode, kernel backend prefix of its names)."""
+    mode, _, backend = view.partition(" ")
+    return mode, backend
+
+
+def players_for(view: str) -> tuple[str, ...]:
+    return BACKWARD_PLAYERS if view_of(view)[0] == "bwd" else FLAGS
 
 
 def subsets(players: Sequence[str]) -> list[frozenset]:

@@ -2,6 +2,7 @@
 flash_attention's signature, named as MODULE:FUNC.
 
     ours                  kernels:flash_attention, one column per variant
+    gluon                 fa2check.adapters:gluon (our forward in Gluon), one column per variant
     sdpa                  ours and the four torch SDPA adapters beside it
     sdpa_math (etc.)      fa2check.adapters:sdpa_math
     MODULE:FUNC           any importable callable (variant is passed; it may ignore it)
@@ -12,6 +13,8 @@ import importlib
 from dataclasses import dataclass
 
 OURS = "kernels:flash_attention"
+GLUON = "fa2check.adapters:gluon"
+PER_VARIANT = (OURS, GLUON)  # implementations that take every variant
 SDPA = ("sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "sdpa_math")
 
 
@@ -29,7 +32,7 @@ class Column:
 
     @property
     def ours(self) -> bool:
-        return self.impl == OURS
+        return self.impl in PER_VARIANT
 
     def load(self):
         module, _, name = self.impl.partition(":")
@@ -42,13 +45,16 @@ class Column:
 
     def cli_args(self) -> list[str]:
         """The --impl/--variant arguments that select exactly this column."""
-        return ([] if self.ours else [f"--impl={self.impl}"]) + [f"--variant={self.variant}"]
+        return ([] if self.impl == OURS else [f"--impl={self.impl}"]) + \
+            [f"--variant={self.variant}"]
 
 
 def expand(spec: str) -> list[str]:
     """An --impl value -> MODULE:FUNC names."""
     if spec == "ours":
         return [OURS]
+    if spec == "gluon":
+        return [GLUON]
     if spec == "sdpa":
         return [OURS] + [f"fa2check.adapters:{name}" for name in SDPA]
     if spec in SDPA:
@@ -70,6 +76,8 @@ def columns(impl_specs: list[str] | None, variant_names: list[str] | None) -> li
         module, _, name = impl.partition(":")
         if impl == OURS:
             out += [Column(impl, str(v), str(v)) for v in (asked or Variant.all())]
+        elif impl == GLUON:
+            out += [Column(impl, str(v), f"gluon {v}") for v in (asked or Variant.all())]
         elif asked and len(asked) > 1:
             out += [Column(impl, str(v), f"{name} {v}") for v in asked]
         else:

@@ -53,6 +53,7 @@ from kernels import Variant
 
 DOT_ROLES = {  # kernel variable -> the product it holds
     "s": "S", "pv": "PV", "o_s": "PV",  # forward (o_s: split-K's per-slice P V)
+    "pv_s": "PV",  # the Gluon forward's per-slice P V
     "sT": "S^T", "dv": "dV", "dpT": "dP^T", "dk": "dK", "dq": "dQ",  # backward
 }
 
@@ -309,6 +310,8 @@ def parse_reductions(ttgir: str, aliases: dict[str, Layout] | None = None
     return found
 
 
+FORWARDS = ["attn_fwd", "gluon_attn_fwd"]
+
 # --- compiling: one entry per backend ------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -325,8 +328,9 @@ def _compile_triton(kernel: str, case: Case) -> tuple[CompileReport, str]:
     return report, compiled.asm["ttgir"]
 
 
-BACKENDS = {b.name: b for b in [
-    Backend("triton", tuple(SPECS), _compile_triton),
+BACKENDS = {b.name: b for b in [  # both compile through the gate; a spec names its backend
+    Backend(name, tuple(k for k, spec in SPECS.items() if spec.backend == name), _compile_triton)
+    for name in ("triton", "gluon")
 ]}
 
 
@@ -457,7 +461,8 @@ def _table(reports: list[LayoutReport]):
     from rich.table import Table
     from rich.text import Text
 
-    table = Table(title="sm_90 layouts (warpsPerCTA as Triton chose them)", show_lines=True)
+    table = Table(title="sm_90 layouts (warpsPerCTA as Triton chose them; gluon: as the kernel "
+                  "states them)", show_lines=True)
     for column in ("backend", "kernel", "variant", "dtype", "D", "causal", "products",
                    "reductions", "smem", "regs", "spill st/ld", "status"):
         table.add_column(column, justify="right" if column in ("D", "smem", "regs",
@@ -479,7 +484,7 @@ def parse_args(argv):
     p = argparse.ArgumentParser(prog="python -m fa2check.layouts", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--backend", action="append", choices=sorted(BACKENDS), help="default: all")
-    add_case_arguments(p, "attn_fwd", "bfloat16", "64 and 128")
+    add_case_arguments(p, "the forwards, attn_fwd and gluon_attn_fwd", "bfloat16", "64 and 128")
     p.add_argument("--causal", action=argparse.BooleanOptionalAction, default=False,
                    help="causal or not (default: not)")
     p.add_argument("--jobs", "-j", type=int, default=os.cpu_count() or 1,
@@ -495,7 +500,7 @@ def main(argv=None) -> int:
     from rich.console import Console
 
     args = parse_args(argv)
-    selection = dict(backends=args.backend or list(BACKENDS), kernels=args.kernel or ["attn_fwd"],
+    selection = dict(backends=args.backend or list(BACKENDS), kernels=args.kernel or FORWARDS,
                      variants=args.variant or Variant.all(), dtypes=args.dtype or ["bfloat16"],
                      head_dims=args.head_dim or [64, 128], causals=[args.causal])
     total = sum(len(gate_cases(selection["variants"], selection["dtypes"],

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+from .contenders import parse_kernel_name
 from .contributions import FLAGS
 from .report import BACKEND_LABELS, names
 from .sdpa_backends import BACKENDS
@@ -75,7 +76,7 @@ def tflops_plot(results, analysis, path):
                     colour, style = BACKEND_STYLE[name]
                     ax.plot(xs, ys, style, color=colour, marker=".", label=BACKEND_LABELS[name])
                 else:
-                    variant = Variant.parse(name)
+                    variant = parse_kernel_name(name)[1]
                     label = name + (" FA2" if name == fa2 else " FA1-style" if name == fa1 else "")
                     width = 2.5 if name in (fa2, fa1) else 1.0
                     style = "--" if not variant.seq_parallel else "-"

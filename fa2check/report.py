@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from .contributions import FLAGS, interaction_name, players_for, subsets, variant_for
+from .contributions import FLAGS, interaction_name, players_for, subsets, variant_for, view_of
 from .grids import Cell
 from .sdpa_backends import BACKENDS
 
@@ -74,10 +74,11 @@ def cell_label(cell: dict) -> list[str]:
 CELL_HEADERS = ["seqlen", "d", "mask", "dtype"]
 
 
-def names(mode: str) -> tuple[str, str]:
-    """(FA2, FA1-style baseline) contender names for a mode."""
-    players = players_for(mode)
-    return str(variant_for(frozenset(players), players)), str(variant_for(frozenset(), players))
+def names(view: str) -> tuple[str, str]:
+    """(FA2, FA1-style baseline) contender names for a view ("fwd", or "fwd gluon")."""
+    players, prefix = players_for(view), view_of(view)[1]
+    return (prefix + str(variant_for(frozenset(players), players)),
+            prefix + str(variant_for(frozenset(), players)))
 
 
 def provenance_lines(results: dict, source: str | None = None) -> list[str]:

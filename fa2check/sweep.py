@@ -24,7 +24,8 @@ import numpy as np
 
 from . import tuning
 from .cellcheck import CellOracle, gate
-from .contenders import Contender, backend, make_inputs, ours, timed_call
+from .contenders import (GLUON, Contender, backend, kernel_name, make_inputs, ours,
+                         parse_kernel_name, timed_call)
 from .sdpa_backends import BACKENDS
 from .timing import bench, gpu_state, matmul_samples
 
@@ -49,6 +50,7 @@ class Settings:
     workers: int = field(default_factory=tuning.default_workers)
     seed: int = 0
     configs_from: tuple = ()
+    gluon: bool = False  # also time the Gluon forward of every variant (fwd mode)
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -60,6 +62,19 @@ def variants_for(mode: str):
     from kernels import Variant
 
     return [v for v in Variant.all() if mode != "bwd" or v.split_q]
+
+
+def kernels_for(mode: str, cell, settings: Settings) -> list[str]:
+    """Names of our kernels timed in a mode and cell: the Triton variants, and with
+    settings.gluon the Gluon forward of every variant (forward only; dtypes and head dims it
+    supports), a second backend whose split_q is the warp partitioning itself."""
+    from kernels.gluon_forward import GLUON_DTYPES, GLUON_HEAD_DIMS
+
+    names = [str(v) for v in variants_for(mode)]
+    if (settings.gluon and mode == "fwd" and cell.dtype in GLUON_DTYPES
+            and cell.head_dim in GLUON_HEAD_DIMS):
+        names += [kernel_name(v, GLUON) for v in variants_for(mode)]
+    return names
 
 
 def backends_for(cell, settings: Settings) -> tuple[list[str], dict]:
@@ -79,20 +94,24 @@ class Configs:
     def __init__(self, records: dict, on_gpu: bool):
         self.records, self.on_gpu = dict(records), on_gpu
 
-    def fields(self, part, variant, head_dim, causal):
-        key = tuning.TuneKey(part, str(tuning.part_variant(part, variant)), head_dim, causal)
-        record = self.records.get(key)
+    def fields(self, part, name: str, head_dim, causal):
+        record = self.records.get(tuning.TuneKey(part, name, head_dim, causal))
         return record["fields"] if record else None
 
-    def config(self, variant, head_dim: int, causal: bool):
+    def config(self, name, head_dim: int, causal: bool):
+        """The config of one of our kernels (a kernel_name, or a Variant for Triton's)."""
+        kernel_backend, variant = parse_kernel_name(str(name))
+        bwd_name = str(tuning.part_variant("bwd", variant))  # the Triton backward's
         return tuning.build_config(head_dim, variant, self.on_gpu,
-                                   fwd=self.fields("fwd", variant, head_dim, causal),
-                                   bwd=self.fields("bwd", variant, head_dim, causal))
+                                   fwd=self.fields("fwd", str(name), head_dim, causal),
+                                   bwd=self.fields("bwd", bwd_name, head_dim, causal),
+                                   kernel_backend=kernel_backend)
 
     def default_record(self, key: tuning.TuneKey) -> dict:
-        from kernels import Variant, default_config
+        from kernels import default_config
 
-        config = default_config(key.head_dim, self.on_gpu, Variant.parse(key.variant))
+        kernel_backend, variant = parse_kernel_name(key.variant)
+        config = default_config(key.head_dim, self.on_gpu, variant, backend=kernel_backend)
         return {"key": key.as_dict(), "fields": tuning.fields_of(config, key.part),
                 "source": "default_config"}
 
@@ -100,13 +119,15 @@ class Configs:
         return [self.records[k] for k in sorted(self.records, key=lambda k: tuple(map(str, k.as_dict().values())))]
 
 
-def needed_keys(cells, modes) -> list[tuning.TuneKey]:
+def needed_keys(cells, modes, settings: Settings) -> list[tuning.TuneKey]:
     keys = []
     for mode in modes:
         for cell in cells:
-            for variant in variants_for(mode):
+            for name in kernels_for(mode, cell, settings):
+                variant = parse_kernel_name(name)[1]
                 for part in PARTS[mode]:
-                    key = tuning.TuneKey(part, str(tuning.part_variant(part, variant)),
+                    key = tuning.TuneKey(part, name if part == "fwd" else
+                                         str(tuning.part_variant(part, variant)),
                                          cell.head_dim, cell.causal)
                     if key not in keys:
                         keys.append(key)
@@ -115,17 +136,16 @@ def needed_keys(cells, modes) -> list[tuning.TuneKey]:
 
 def tuning_jobs(keys, cells, settings, on_gpu) -> list[tuple[tuning.TuneKey, object, dict, dict]]:
     """(key, representative cell, candidate fields, job) for every candidate of every key."""
-    from kernels import Variant
-
     out = []
     for key in keys:
-        variant = Variant.parse(key.variant)
+        kernel_backend, variant = parse_kernel_name(key.variant)
         cell = tuning.representative(cells, key.head_dim, key.causal, settings.tune_seqlen)
-        for fields in tuning.candidates(key.part, key.head_dim, variant, on_gpu):
+        for fields in tuning.candidates(key.part, key.head_dim, variant, on_gpu, kernel_backend):
             config = tuning.build_config(key.head_dim, variant, on_gpu,
                                          fwd=fields if key.part == "fwd" else None,
-                                         bwd=fields if key.part == "bwd" else None)
-            out.append((key, cell, fields, tuning.make_job(key.part, variant, config, cell)))
+                                         bwd=fields if key.part == "bwd" else None,
+                                         kernel_backend=kernel_backend)
+            out.append((key, cell, fields, tuning.make_job(key.part, key.variant, config, cell)))
     return out
 
 
@@ -135,22 +155,20 @@ def forward_of_backward_jobs(candidates) -> list[dict]:
     return [{**job, "part": "fwd"} for _, _, _, job in candidates if job["part"] == "bwd"]
 
 
-def final_jobs(cells, modes, configs: Configs) -> list[dict]:
+def final_jobs(cells, modes, configs: Configs, settings: Settings) -> list[dict]:
     jobs = []
     for cell in cells:
         for mode in modes:
-            for variant in variants_for(mode):
-                config = configs.config(variant, cell.head_dim, cell.causal)
+            for name in kernels_for(mode, cell, settings):
+                config = configs.config(name, cell.head_dim, cell.causal)
                 for part in ("fwd",) + (("bwd",) if "bwd" in PARTS[mode] else ()):
-                    jobs.append(tuning.make_job(part, variant, config, cell))
+                    jobs.append(tuning.make_job(part, name, config, cell))
     return jobs
 
 
 def tune(key, cell, candidates, device, settings, precompiled) -> dict:
     """Time every candidate of one key on its representative cell; keep the fastest."""
-    from kernels import Variant
-
-    variant = Variant.parse(key.variant)
+    kernel_backend, variant = parse_kernel_name(key.variant)
     inputs = make_inputs(cell, device, settings.seed)
     tried = []
     for fields, job in candidates:
@@ -159,9 +177,11 @@ def tune(key, cell, candidates, device, settings, precompiled) -> dict:
         if error is None:
             config = tuning.build_config(key.head_dim, variant, device == "cuda",
                                          fwd=fields if key.part == "fwd" else None,
-                                         bwd=fields if key.part == "bwd" else None)
+                                         bwd=fields if key.part == "bwd" else None,
+                                         kernel_backend=kernel_backend)
             try:
-                with timed_call(ours(variant, config), key.part, inputs, cell.causal) as fn:
+                with timed_call(ours(variant, config, kernel_backend), key.part, inputs,
+                                cell.causal) as fn:
                     samples = bench(fn, device=device, warmup_ms=settings.tune_warmup_ms,
                                     rep_ms=settings.tune_rep_ms)
                 entry["median_ms"] = float(np.median(samples))
@@ -215,7 +235,7 @@ def run(cells, settings: Settings, device: str, *, console=None, started=None, c
     # 1-2. configs: loaded, tuned (with precompiling) or default
     t0 = time.perf_counter()
     loaded = tuning.load_configs(settings.configs_from)
-    keys = needed_keys(cells, modes)
+    keys = needed_keys(cells, modes, settings)
     configs = Configs({k: loaded[k] for k in keys if k in loaded}, on_gpu)
     to_tune = [k for k in keys if k not in configs.records] if settings.tune else []
     candidates = tuning_jobs(to_tune, cells, settings, on_gpu)
@@ -246,7 +266,8 @@ def run(cells, settings: Settings, device: str, *, console=None, started=None, c
     t0 = time.perf_counter()
     if on_gpu:
         done = set(precompiled)
-        jobs = [j for j in final_jobs(cells, modes, configs) if tuning.job_key(j) not in done]
+        jobs = [j for j in final_jobs(cells, modes, configs, settings)
+                if tuning.job_key(j) not in done]
         if jobs:
             log(f"precompiling {len({tuning.job_key(j) for j in jobs})} kernels for the grid")
             for k, error in tuning.precompile(jobs, settings.workers).items():
@@ -295,13 +316,10 @@ def run(cells, settings: Settings, device: str, *, console=None, started=None, c
 
 def gate_cell(cell, modes, configs: Configs, settings: Settings, device: str, log) -> dict:
     """Gate one cell for every contender any mode times; returns the cell's results entry."""
-    from kernels import Variant
-
     t0 = time.perf_counter()
-    variants = [v for v in Variant.all() if any(v in variants_for(m) for m in modes)]
+    kernels = list(dict.fromkeys(n for m in modes for n in kernels_for(m, cell, settings)))
     names, skipped = backends_for(cell, settings)
-    contenders = [ours(v, configs.config(v, cell.head_dim, cell.causal)) for v in variants]
-    contenders += [backend(n) for n in names]
+    contenders = [by_name(n, cell, configs) for n in kernels + names]
     backward = any("bwd" in PARTS[m] for m in modes)
     inputs = make_inputs(cell, device, settings.seed)
     entry = {"cell": cell.as_dict(), "gate": {}, "skipped": dict(skipped), "modes": {},
@@ -323,7 +341,9 @@ def gate_cell(cell, modes, configs: Configs, settings: Settings, device: str, lo
         ours_needed = [str(v) for v in variants_for(mode)]
         failed = [n for n in ours_needed if not entry["gate"][n]["passed"]]
         passing_backends, excluded = [], {}
-        for name in names:
+        # the Gluon kernels, like SDPA's backends, are left out of a cell they fail (reported),
+        # rather than costing the cell the Triton variants' timings
+        for name in [n for n in kernels_for(mode, cell, settings) if n not in ours_needed] + names:
             result = entry["gate"][name]
             if result["passed"]:
                 passing_backends.append(name)
@@ -377,16 +397,14 @@ def sweep(r, cells, entries, modes, configs, settings, device, results, progress
 
 
 def by_name(name: str, cell, configs: Configs) -> Contender:
-    from kernels import Variant
-
     if name in BACKENDS:
         return backend(name)
-    variant = Variant.parse(name)
-    return ours(variant, configs.config(variant, cell.head_dim, cell.causal))
+    kernel_backend, variant = parse_kernel_name(name)
+    return ours(variant, configs.config(name, cell.head_dim, cell.causal), kernel_backend)
 
 
 def contenders_for(cell, mode: str, settings: Settings) -> list[tuple[str, object]]:
-    return ([(str(v), v) for v in variants_for(mode)]
+    return ([(n, parse_kernel_name(n)[1]) for n in kernels_for(mode, cell, settings)]
             + [(name, None) for name in backends_for(cell, settings)[0]])
 
 
@@ -394,7 +412,7 @@ def plan_estimate(cells, settings: Settings) -> dict:
     """The planning estimate of a GPU run of `cells` (fa2check.plan), without running it."""
     from . import plan
 
-    keys = needed_keys(cells, settings.modes)
+    keys = needed_keys(cells, settings.modes, settings)
     loaded = tuning.load_configs(settings.configs_from)
     configs = Configs({k: loaded[k] for k in keys if k in loaded}, on_gpu=True)
     to_tune = [k for k in keys if k not in configs.records] if settings.tune else []
@@ -404,7 +422,7 @@ def plan_estimate(cells, settings: Settings) -> dict:
     for key in keys:
         configs.records.setdefault(key, configs.default_record(key))
     phase2 = {}
-    for job in final_jobs(cells, settings.modes, configs):
+    for job in final_jobs(cells, settings.modes, configs, settings):
         if tuning.job_key(job) not in phase1:
             phase2.setdefault(tuning.job_key(job), job)
     timed = [(k.part, tuning.variant_of(k), cell) for k, cell, _, _ in candidates]

@@ -50,6 +50,12 @@ BWD_SPACE = {
 # Other head dims: small tiles that fit the registers and shared memory of any of them.
 FWD_SPACE_OTHER = [(64, 64, 4, 2), (64, 32, 4, 2), (32, 64, 4, 2), (128, 64, 8, 2)]
 BWD_SPACE_OTHER = [(32, 32, 4, 2), (32, 64, 4, 2), (64, 64, 8, 2)]
+# The Gluon forward (mma.sync, no software pipeline: one stage): (block_m, block_n, warps, 1)
+# for every head_dim. Split-Q needs 16 rows per warp, split-K 16 keys per warp (a slice each),
+# so each variant keeps the candidates its split can run (see kernels.gluon_forward).
+GLUON_FWD_SPACE = [(64, 32, 4, 1), (64, 64, 4, 1), (128, 32, 8, 1), (128, 64, 8, 1),
+                   (64, 128, 4, 1), (16, 64, 4, 1), (32, 64, 4, 1), (16, 128, 4, 1),
+                   (32, 128, 4, 1)]
 # The interpreter: two small candidates, so the tuning code path runs cheaply on a CPU.
 CPU_FWD_SPACE = [(32, 16, 4, 1), (16, 32, 4, 1)]
 CPU_BWD_SPACE = [(16, 32, 4, 1), (32, 16, 4, 1)]
@@ -69,9 +75,9 @@ class TuneKey:
 
 
 def variant_of(key: TuneKey):
-    from kernels import Variant
+    from .contenders import parse_kernel_name
 
-    return Variant.parse(key.variant)
+    return parse_kernel_name(key.variant)[1]
 
 
 def part_variant(part: str, variant):
@@ -83,8 +89,14 @@ def fields_of(config, part: str) -> dict:
     return {f: getattr(config, f) for f in PART_FIELDS[part]}
 
 
-def candidates(part: str, head_dim: int, variant, on_gpu: bool) -> list[dict]:
+def candidates(part: str, head_dim: int, variant, on_gpu: bool,
+               kernel_backend: str = "triton") -> list[dict]:
     """The search space for one part and head_dim, less what `variant` cannot use."""
+    if kernel_backend == "gluon":
+        out = [dict(zip(FWD_FIELDS, c)) for c in GLUON_FWD_SPACE]
+        if variant.split_q:
+            return [c for c in out if c["block_m"] % (16 * c["num_warps"]) == 0]
+        return [c for c in out if c["block_n"] % (16 * c["num_warps"]) == 0]
     if not on_gpu:
         space = CPU_FWD_SPACE if part == "fwd" else CPU_BWD_SPACE
     elif part == "fwd":
@@ -98,11 +110,11 @@ def candidates(part: str, head_dim: int, variant, on_gpu: bool) -> list[dict]:
 
 
 def build_config(head_dim: int, variant, on_gpu: bool, fwd: dict | None = None,
-                 bwd: dict | None = None):
+                 bwd: dict | None = None, kernel_backend: str = "triton"):
     """default_config with the given forward and backward fields, fitted to the variant."""
     from kernels import default_config
 
-    config = default_config(head_dim, on_gpu)
+    config = default_config(head_dim, on_gpu, backend=kernel_backend)
     config = replace(config, **(fwd or {}), **(bwd or {}))
     return config.for_variant(variant, on_gpu)
 
@@ -144,13 +156,14 @@ def warm_job(job: dict) -> str | None:
     text when it cannot run (a compile error, too much shared memory), else None."""
     import torch
 
-    from kernels import TileConfig, Variant, flash_attention
+    from kernels import TileConfig, flash_attention
 
+    from .contenders import parse_kernel_name
     from .problems import DTYPES
 
     try:
         config = TileConfig(**job["config"])
-        variant = Variant.parse(job["variant"])
+        kernel_backend, variant = parse_kernel_name(job["variant"])
         s, d = warm_seqlen(job["seqlen"]), job["head_dim"]
         dtype = DTYPES[job["dtype"]]
         q = torch.randn(1, job["heads_q"], s, d, device="cuda", dtype=dtype)
@@ -158,7 +171,8 @@ def warm_job(job: dict) -> str | None:
         backward = job["part"] == "bwd"
         for t in (q, k, v):
             t.requires_grad_(backward)
-        o = flash_attention(q, k, v, causal=job["causal"], variant=variant, config=config)
+        o = flash_attention(q, k, v, causal=job["causal"], variant=variant, config=config,
+                            backend=kernel_backend)
         if backward:
             torch.autograd.grad(o, (q, k, v), torch.randn_like(o))
         torch.cuda.synchronize()
@@ -175,8 +189,9 @@ def job_key(job: dict) -> tuple:
             tuple(job["config"][f] for f in FWD_FIELDS) if job["part"] == "bwd" else ())
 
 
-def make_job(part: str, variant, config, cell) -> dict:
-    return {"part": part, "variant": str(variant), "config": dataclasses.asdict(config),
+def make_job(part: str, name: str, config, cell) -> dict:
+    """name: the kernel's name (fa2check.contenders.kernel_name) or its Variant."""
+    return {"part": part, "variant": str(name), "config": dataclasses.asdict(config),
             "dtype": cell.dtype, "head_dim": cell.head_dim, "causal": cell.causal,
             "heads_q": cell.heads_q, "heads_kv": cell.heads_kv, "seqlen": cell.seqlen}
 

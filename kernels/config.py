@@ -31,9 +31,20 @@ class TileConfig:
         return replace(self, key_slices=slices)
 
 
-def default_config(head_dim: int, on_gpu: bool, variant=None, dtype=None) -> TileConfig:
+BACKENDS = ("triton", "gluon")
+
+
+def default_config(head_dim: int, on_gpu: bool, variant=None, dtype=None,
+                   backend: str = "triton") -> TileConfig:
     """A reasonable starting point; `fa2check.ablate` tunes every variant separately.
-    dtype (torch dtype or its name): float32 tiles take twice the shared memory."""
+    dtype (torch dtype or its name): float32 tiles take twice the shared memory.
+    backend "gluon": the forward tiles of the Gluon kernel (4 warps, no spills on sm_90);
+    the backward fields stay the Triton backward's, which every backend's gradients use."""
+    if backend == "gluon":
+        config = default_config(head_dim, on_gpu, None, dtype)
+        if variant is not None and not variant.split_q:  # FA1: 16 rows, 16 keys per warp
+            return replace(config, block_m=16, block_n=64, num_warps=4, num_stages=1)
+        return replace(config, block_m=64, block_n=32, num_warps=4, num_stages=1)
     if not on_gpu:
         # The interpreter's cost grows with the number of tile steps, not their size; small
         # tiles still exercise partial tiles and multi-tile loops at small sequence lengths.

@@ -6,7 +6,7 @@ import os
 
 import torch
 
-from .config import MIN_DOT_DIM, TileConfig, default_config
+from .config import BACKENDS, MIN_DOT_DIM, TileConfig, default_config
 from .variant import Variant
 
 SUPPORTED_HEAD_DIMS = (16, 32, 64, 128, 256)
@@ -26,7 +26,7 @@ if interpreting():
 
 
 def flash_attention(q, k, v, *, causal=False, softmax_scale=None, variant=Variant(),
-                    return_lse=False, config: TileConfig | None = None):
+                    return_lse=False, config: TileConfig | None = None, backend="triton"):
     """softmax(q k^T * softmax_scale [+ causal mask]) v, differentiable in q, k and v.
 
     q (batch, heads_q, seqlen_q, head_dim); k and v (batch, heads_kv, seqlen_k, head_dim) with
@@ -35,17 +35,30 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, variant=Varian
     that sees no key gets output 0 and lse -inf.
     Returns o in q's dtype, and with return_lse=True also lse: float32 (batch, heads_q,
     seqlen_q), natural log. `config` overrides the tile sizes (see kernels.config).
+    backend "gluon" computes the forward with the Gluon kernel, whose warp layouts are stated
+    (kernels.gluon_forward; CUDA only, float16/bfloat16); the backward is the Triton one.
     """
     _check_inputs(q, k, v, causal, softmax_scale, variant)
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if backend == "gluon" and interpreting():
+        raise ValueError("the gluon backend needs a CUDA GPU: Triton's interpreter does not run "
+                         "Gluon (its layouts can be compiled and read on the CPU: "
+                         "python -m fa2check.layouts --backend gluon)")
     q, k, v = (_int32_addressable(t, name) for t, name in ((q, "q"), (k, "k"), (v, "v")))
     head_dim = q.shape[-1]
     if softmax_scale is None:
         softmax_scale = head_dim ** -0.5
     on_gpu = q.is_cuda and not interpreting()
     if config is None:
-        config = default_config(head_dim, on_gpu, variant, q.dtype)
+        config = default_config(head_dim, on_gpu, variant, q.dtype, backend)
     _check_config(config, variant, on_gpu)
-    o, lse = _FlashAttention.apply(q, k, v, bool(causal), float(softmax_scale), variant, config)
+    if backend == "gluon":
+        from .gluon_forward import check_gluon_call
+
+        check_gluon_call(q.dtype, head_dim, variant, config)
+    o, lse = _FlashAttention.apply(q, k, v, bool(causal), float(softmax_scale), variant, config,
+                                   backend)
     return (o, lse) if return_lse else o
 
 
@@ -56,8 +69,11 @@ def lse_from_m_l(m, l):
 
 class _FlashAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, causal, softmax_scale, variant, config):
-        from .forward import attn_fwd
+    def forward(ctx, q, k, v, causal, softmax_scale, variant, config, backend):
+        if backend == "gluon":
+            from .gluon_forward import gluon_attn_fwd as attn_fwd
+        else:
+            from .forward import attn_fwd
 
         o, stats = attn_fwd(q, k, v, causal, softmax_scale, variant, config)
         lse = stats[0] if variant.defer_norm else lse_from_m_l(*stats)
@@ -72,12 +88,12 @@ class _FlashAttention(torch.autograd.Function):
 
         q, k, v, o, *stats = ctx.saved_tensors
         if do is None and dlse is None:
-            return (None,) * 7
+            return (None,) * 8
         if do is None:
             do = torch.zeros_like(o)
         dq, dk, dv = attn_bwd(q, k, v, o, stats, do, dlse, ctx.causal, ctx.softmax_scale,
                               ctx.variant, ctx.config)
-        return dq, dk, dv, None, None, None, None
+        return dq, dk, dv, None, None, None, None, None
 
 
 def _check_inputs(q, k, v, causal, softmax_scale, variant):
