@@ -21,7 +21,6 @@ import shlex
 import sys
 import time
 
-from .contributions import view_of
 from .grids import GRIDS, MODES, custom_grid, filter_grid, parse_modes
 
 CELL_OPTIONS = ("grid", "seqlen", "head_dim", "batch", "heads", "heads_kv", "causal", "dtype", "mode")
@@ -189,18 +188,17 @@ def finish(results, json_path, args, console) -> int:
 
 
 def render_files(sources, args, console) -> int:
-    """Render saved results (each file's selected modes); optional markdown / README."""
+    """Render saved results (each file's selected views); optional markdown / README."""
     from . import report
     from .analysis import analyse_results
     from .results import load
 
     parts = []
-    for path, modes in sources:
+    for path, views in sources:
         results = load(path)
         analysis = analyse_results(results, n_draws=args.bootstrap, seed=0)
-        if modes is not None:
-            analysis["modes"] = {m: d for m, d in analysis["modes"].items()
-                                 if view_of(m)[0] in modes}
+        if views is not None:
+            analysis["modes"] = {m: d for m, d in analysis["modes"].items() if m in views}
         report.render(results, analysis, console, source=os.path.relpath(path))
         base = path[:-len(".json")]
         images = [(alt, os.path.relpath(base + suffix, os.path.dirname(README)))

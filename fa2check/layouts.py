@@ -389,6 +389,31 @@ def run_layouts(backends, kernels, variants, dtypes, head_dims, causals, jobs: i
 
 # --- what split_q changes ------------------------------------------------------------------------
 
+SOFTMAX_REDUCTIONS = ("m_new", "l_tile", "pv")  # a tile's row max, row sum, merge of P V
+
+
+def warp_partition(report: LayoutReport) -> str:
+    """How a forward's warps share the S tile: "rows" (split-Q: every warp owns whole query
+    rows and no softmax reduction crosses warps), "keys" (split-K: every warp owns a share of
+    the keys and the tile's softmax reductions cross warps), or "mixed". S is (rows, keys), or
+    (slices, rows, keys per slice) where the kernel holds the key slices on an axis of their
+    own. (The causal Gluon kernel's scan of a diagonal tile's V for non-finite values,
+    `first_bad`, is not a softmax reduction.)"""
+    s = next((d for d in report.dots if d.role == "S"), None)
+    if s is None or s.warps_per_cta is None:
+        return "mixed"
+    warps = math.prod(s.warps_per_cta)
+    on_rows = s.warps_per_cta[-2]
+    crosses = any(r.warps_on_axis and r.warps_on_axis > 1 for r in report.reductions
+                  if r.name in SOFTMAX_REDUCTIONS)
+    if on_rows == warps and not crosses:
+        return "rows"
+    if on_rows == 1 and crosses:
+        return "keys"
+    return "mixed"
+
+
+
 def split_q_findings(reports: list[LayoutReport]) -> list[str]:
     """Each split-Q report against its split-K counterpart (same flags otherwise): one header
     line per group of flags that give the same comparison, then one line per product."""
@@ -519,6 +544,11 @@ def main(argv=None) -> int:
     console.print(_table(reports))
     for line in split_q_findings(reports):
         console.print(line, markup=False, highlight=False)
+    for r in reports:
+        if r.ok and r.compile.kernel in FORWARDS:
+            console.print(f"{r.backend} {r.compile.variant} {r.compile.dtype} D={r.compile.head_dim}:"
+                          f" the warps split S along its {warp_partition(r)}", markup=False,
+                          highlight=False)
     failed = [r for r in reports if not r.ok]
     for r in failed:
         c = r.compile

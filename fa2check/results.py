@@ -36,14 +36,17 @@ def save(results: dict, path: str):
 def load(path: str) -> dict:
     with open(path) as f:
         data = json.load(f)
-    if not str(data.get("schema", "")).startswith("fa2check.ablate/"):
+    if not isinstance(data, dict) or not str(data.get("schema", "")).startswith("fa2check.ablate/"):
         raise ValueError(f"{path} is not a fa2check.ablate results file")
     return data
 
 
 def committed(results_dir: str = RESULTS_DIR) -> list[tuple[str, list[str]]]:
-    """(path, modes) of the results measured on a GPU under results_dir: for each mode the
-    newest file that has it, newest file first."""
+    """(path, views) of the results measured on a GPU under results_dir: for each view (a mode,
+    or "fwd gluon", see fa2check.analysis.views) the file that has it on the most cells, the
+    newest of those; files in order of date, newest first."""
+    from .analysis import views
+
     found = []
     for path in glob.glob(os.path.join(results_dir, "*.json")):
         try:
@@ -51,11 +54,16 @@ def committed(results_dir: str = RESULTS_DIR) -> list[tuple[str, list[str]]]:
         except (ValueError, OSError, json.JSONDecodeError):
             continue
         if data["provenance"].get("device") == "cuda":
-            found.append((data["provenance"].get("date", ""), path, data["settings"]["modes"]))
-    chosen, covered = [], set()
-    for _, path, modes in sorted(found, reverse=True):
-        new = [m for m in modes if m not in covered]
-        if new:
-            chosen.append((path, new))
-            covered |= set(new)
+            found.append((data["provenance"].get("date", ""), path, views(data),
+                          len(data["cells"])))
+    best = {}
+    for date, path, names, n_cells in found:
+        for view in names:
+            if view not in best or (n_cells, date) > best[view][:2]:
+                best[view] = (n_cells, date, path)
+    chosen = []
+    for date, path, names, _ in sorted(found, reverse=True):
+        mine = [v for v in names if best[v][2] == path]
+        if mine:
+            chosen.append((path, mine))
     return chosen

@@ -31,6 +31,7 @@ CASES = [
     ("block not pow2", lambda q, k, v: (q, k, v, {"config": TileConfig(48, 16)}), ValueError, "block_m"),
     ("slices", lambda q, k, v: (q, k, v, {"config": TileConfig(32, 16, key_slices=3),
                                           "variant": Variant(split_q=False)}), ValueError, "key_slices"),
+    ("backend", lambda q, k, v: (q, k, v, {"backend": "cuda"}), ValueError, "backend must be one of"),
 ]
 
 
@@ -58,3 +59,24 @@ def test_variant_names_round_trip():
         Variant.parse("+defer+defer+splitq")
     with pytest.raises(TypeError):
         Variant(defer_norm=1)
+
+
+def test_gluon_backend_refuses_what_it_cannot_run(device):
+    from kernels.gluon_forward import check_gluon_call
+
+    q, k, v = _qkv(device)
+    if device == "cpu":
+        with pytest.raises(ValueError, match="needs a CUDA GPU"):
+            flash_attention(q, k, v, backend="gluon")
+    else:
+        with pytest.raises(ValueError, match="float16 or bfloat16"):
+            flash_attention(q.float(), k.float(), v.float(), backend="gluon")
+    fa2, split_k = Variant(), Variant(split_q=False)
+    for dtype, head_dim, variant, config, message in [
+            (torch.float32, 64, fa2, TileConfig(64, 32), "float16 or bfloat16"),
+            (torch.bfloat16, 256, fa2, TileConfig(64, 32), "head_dim in"),
+            (torch.bfloat16, 64, fa2, TileConfig(32, 32, num_warps=4), "16 rows per warp"),
+            (torch.bfloat16, 64, split_k, TileConfig(16, 32, num_warps=4), "16 keys per warp")]:
+        with pytest.raises(ValueError, match=message):
+            check_gluon_call(dtype, head_dim, variant, config)
+    check_gluon_call(torch.bfloat16, 64, split_k, TileConfig(16, 64, num_warps=4))
