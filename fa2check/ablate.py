@@ -198,6 +198,7 @@ def render_files(sources, args, console) -> int:
         results = load(path)
         analysis = analyse_results(results, n_draws=args.bootstrap, seed=0)
         if views is not None:
+            analysis["same_run"] = analysis["modes"]
             analysis["modes"] = {m: d for m, d in analysis["modes"].items() if m in views}
         report.render(results, analysis, console, source=os.path.relpath(path))
         base = path[:-len(".json")]

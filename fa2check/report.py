@@ -214,6 +214,30 @@ def by_seqlen_table(mode: str, data: dict) -> Grid:
     return grid
 
 
+def backends_table(view: str, triton: dict, gluon: dict) -> Grid:
+    """The Shapley values of one run measured with both kernel backends, side by side: the
+    Triton kernels (split_q: split-K's data flow, warps as Triton lays them out) and the Gluon
+    kernel (split_q: the warp partitioning itself)."""
+    mode = view_of(view)[0]
+    players = players_for(mode)
+    headers = ["seqlen"] + [f"{f}: triton / gluon" for f in players] + ["FA2 / FA1-style"]
+    grid = Grid(f"{mode}: the same run's contributions with each kernel backend (Shapley, "
+                "geometric mean over the cells)", headers,
+                "triton: kernels/forward.py, where split_q=False is split-K's data flow laid out "
+                "by Triton (wgmma for S, mma.sync for the per-slice P V); gluon: kernels/"
+                "gluon_forward.py, mma.sync with the warps on the query rows (split-Q) or on "
+                "the key slices (split-K), stated in the kernel.")
+    rows = [("all", triton["summary"], gluon["summary"])]
+    rows += [(s, t, gluon["by_seqlen"].get(s)) for s, t in triton["by_seqlen"].items()]
+    for seqlen, t, g in rows:
+        if t is None or g is None:
+            continue
+        grid.add(seqlen, *[f"{short_factor(t[f'shapley/{f}'])} / {short_factor(g[f'shapley/{f}'])}"
+                           for f in players],
+                 f"{short_factor(t['total'])} / {short_factor(g['total'])}")
+    return grid
+
+
 def versus_sdpa_table(mode: str, data: dict) -> Grid:
     """Geometric mean over cells of each seqlen of FA2's speed relative to each backend."""
     fa2, _ = names(mode)
@@ -296,10 +320,14 @@ def tables(results: dict, analysis: dict, detail: bool = True, headline_last: bo
     with detail, the per-cell tables and the configs. headline_last puts the headline at the
     end (a terminal's or log's tail shows it)."""
     headline, details = [], []
+    same_run = analysis.get("same_run", analysis["modes"])  # every view, before any selection
     for mode, data in analysis["modes"].items():
         if data["summary"] is not None:
             headline.append(summary_table(mode, data))
             headline.append(by_seqlen_table(mode, data))
+            base = same_run.get(view_of(mode)[0])
+            if view_of(mode)[1] and base and base["summary"] is not None:
+                headline.append(backends_table(mode, base, data))
         headline.append(versus_sdpa_table(mode, data))
         details.append(performance_table(mode, data, analysis["matmul_tflops"]))
         details.append(contributions_table(mode, data))

@@ -44,7 +44,7 @@ def load(path: str) -> dict:
 def committed(results_dir: str = RESULTS_DIR) -> list[tuple[str, list[str]]]:
     """(path, views) of the results measured on a GPU under results_dir: for each view (a mode,
     or "fwd gluon", see fa2check.analysis.views) the file that has it on the most cells, the
-    newest of those; files in order of date, newest first."""
+    newest of those; files in the order of their views (fwd, bwd, fwd+bwd, then "fwd gluon")."""
     from .analysis import views
 
     found = []
@@ -66,4 +66,6 @@ def committed(results_dir: str = RESULTS_DIR) -> list[tuple[str, list[str]]]:
         mine = [v for v in names if best[v][2] == path]
         if mine:
             chosen.append((path, mine))
-    return chosen
+    # the modes first, in their usual order, then the second backend's views
+    order = lambda view: (" " in view, ("fwd", "bwd", "fwd+bwd").index(view.split(" ")[0]))  # noqa: E731
+    return sorted(chosen, key=lambda c: min(map(order, c[1])))

@@ -28,9 +28,10 @@ def parse_args(argv=None):
                         help="default: full with a GPU, quick without")
     parser.add_argument("--impl", action="append", default=None, metavar="MODULE:FUNC",
                         help="implementation to verify (repeatable): MODULE:FUNC with "
-                             "flash_attention's signature, 'ours' (default), 'sdpa' (ours and "
-                             "torch SDPA's four backends) or one of sdpa_flash, sdpa_cudnn, "
-                             "sdpa_efficient, sdpa_math")
+                             "flash_attention's signature, 'ours', 'gluon' (ours with the Gluon "
+                             "forward), 'sdpa' (ours and torch SDPA's four backends) or one of "
+                             "sdpa_flash, sdpa_cudnn, sdpa_efficient, sdpa_math; default: ours, "
+                             "and gluon too on a GPU")
     parser.add_argument("--variant", action="append", default=None,
                         help="variant such as +defer+seqpar+splitq, or fa2/fa1 (repeatable; "
                              "default: all 8 for ours, FA2's for other implementations)")
@@ -71,7 +72,9 @@ def main(argv=None) -> int:
             for case in PROPERTIES[name].CASES[tier]:
                 console.print(f"{name}  {case.with_seed_offset(args.seed).id}", soft_wrap=True)
         return 0
-    columns = make_columns(args.impl, args.variant)
+    # on a GPU the default is ours and their Gluon forward (which the interpreter cannot run)
+    columns = make_columns(args.impl or (["ours", "gluon"] if device == "cuda" else None),
+                           args.variant)
     names = args.property or list(PROPERTIES)
     tasks = runner.plan(tier, columns, names, args.case, args.seed, args.forward_only)
     jobs = args.jobs or min(os.cpu_count() or 1, 16)

@@ -251,11 +251,15 @@ def test_gate_passes_the_kernel_and_rejects_test_doubles(device):
 
 # ----------------------------------------------------------------------------- saved results
 
-def _synthetic_results(date="2026-11-30T10:00:00+00:00", modes=("fwd", "bwd"), device="cuda"):
-    """A results file as fa2check.sweep.run writes it, with made-up timings."""
+def _synthetic_results(date="2026-11-30T10:00:00+00:00", modes=("fwd", "bwd"), device="cuda",
+                       gluon=False, n_cells=2):
+    """A results file as fa2check.sweep.run writes it, with made-up timings; gluon: the fwd
+    mode also has Gluon kernels, whose split_q is worth less (0.1 instead of 0.3 on log time)."""
     rng = np.random.default_rng(7)
     effects = {"defer_norm": 0.03, "seq_parallel": 0.8, "split_q": 0.3}
-    cells = [Cell(4, 32, 32, 4096, 64, "bfloat16", c) for c in (False, True)]
+    gluon_effects = {**effects, "split_q": 0.1}
+    cells = [Cell(4, 32, 32, seqlen, 64, "bfloat16", c)
+             for seqlen in (4096, 8192)[:max(1, n_cells // 2)] for c in (False, True)]
     entries = []
     for cell in cells:
         entry = {"cell": cell.as_dict(), "gate": {}, "skipped": {"sdpa-math": "skipped: test"},
@@ -263,10 +267,12 @@ def _synthetic_results(date="2026-11-30T10:00:00+00:00", modes=("fwd", "bwd"), d
         for mode in modes:
             players = C.players_for(mode)
             samples = {}
-            for s in C.subsets(players):
-                centre = 3.0 * math.exp(-sum(effects[p] for p in s))
-                samples[str(C.variant_for(s, players))] = [
-                    list(centre * (1 + rng.normal(0, 0.01, 30))) for _ in range(3)]
+            backends = [("", effects)] + ([("gluon", gluon_effects)] if gluon and mode == "fwd" else [])
+            for prefix, sizes in backends:
+                for s in C.subsets(players):
+                    centre = 3.0 * math.exp(-sum(sizes[p] for p in s))
+                    samples[prefix + str(C.variant_for(s, players))] = [
+                        list(centre * (1 + rng.normal(0, 0.01, 30))) for _ in range(3)]
             samples["sdpa-flash"] = [list(1.1 * (1 + rng.normal(0, 0.01, 30))) for _ in range(3)]
             for name in samples:
                 entry["gate"][name] = {"passed": True, "worst_ratio": 0.3, "checks": [], "error": None}
@@ -303,6 +309,22 @@ def test_render_from_saved_results_writes_tables_csv_and_plots(tmp_path):
         assert (out / f"synthetic{suffix}").stat().st_size > 10_000
 
 
+def test_gluon_kernels_get_their_own_contributions_beside_tritons(tmp_path):
+    from fa2check import ablate
+
+    path = tmp_path / "both.json"
+    path.write_text(json.dumps(_synthetic_results(modes=("fwd",), gluon=True)))
+    md = tmp_path / "tables.md"
+    assert ablate.main(["--from", str(path), "--markdown", str(md), "--bootstrap", "200"]) == 0
+    text = md.read_text()
+    gluon = text[text.index("fwd gluon: contributions over the grid"):]
+    assert "| split_q | 1.11x" in gluon  # exp(0.1); the Triton view has exp(0.3) = 1.35x
+    assert "| split_q | 1.35x" in text[:text.index("fwd gluon")]
+    side = text[text.index("the same run's contributions with each kernel backend"):]
+    assert "| all | 1.03x / 1.03x | 2.22x / 2.22x | 1.35x / 1.11x |" in side
+    assert "fwd gluon: time and throughput" in text  # the Gluon FA2 per cell
+
+
 def test_without_a_gpu_the_newest_committed_results_are_chosen(tmp_path):
     from fa2check.results import committed
 
@@ -312,6 +334,13 @@ def test_without_a_gpu_the_newest_committed_results_are_chosen(tmp_path):
         (tmp_path / f"{name}.json").write_text(json.dumps(_synthetic_results(date, modes, device)))
     chosen = [(os.path.basename(p), m) for p, m in committed(str(tmp_path))]
     assert chosen == [("new.json", ["fwd"]), ("old.json", ["bwd"])]
+    # a newer run on fewer cells with both kernel backends adds its Gluon view only
+    (tmp_path / "gluon.json").write_text(json.dumps(_synthetic_results(
+        "2026-11-04T00:00:00", ("fwd",), "cuda", gluon=True, n_cells=1)))
+    (tmp_path / "new.json").write_text(json.dumps(_synthetic_results(
+        "2026-11-02T00:00:00", ("fwd",), "cuda", n_cells=4)))
+    chosen = [(os.path.basename(p), m) for p, m in committed(str(tmp_path))]
+    assert chosen == [("new.json", ["fwd"]), ("old.json", ["bwd"]), ("gluon.json", ["fwd gluon"])]
 
 
 def test_update_readme_replaces_only_its_section(tmp_path):
