@@ -1,21 +1,16 @@
 #!/bin/bash
-# One device call: A/B forward timing of kernel versions, then make verify's full tier (ours and
-# torch SDPA's backends) and the GPU test suite side by side. Everything lands under $OUT.
+# One device call: A/B forward timing of kernel versions, then make verify's full tier for ours,
+# ours with the Gluon forward, and torch SDPA's backends. Everything lands under $OUT.
 #   bash ablations/h200_check.sh [KERNEL_DIR ...]   (run from the repository root on the H200)
+# The GPU test suite needs a call of its own (beside the full tier it did not finish in 420 s):
+#   python3 -m pytest -q -rf -n 8 tests/ --junitxml $OUT/pytest-gpu.xml
 set -u
 OUT=${OUT:-out}; mkdir -p "$OUT"
 if [ $# -gt 0 ]; then
   timeout 120 python3 ablations/compare_kernels.py "$@" kernels --json "$OUT/ab-forward.json" \
     > "$OUT/ab-forward.log" 2>&1; echo "ab rc=$?"
 fi
-timeout 420 python3 -m fa2check.verify --tier full --impl sdpa --jobs 8 \
-  --json "$OUT/verify-full-sdpa.json" > "$OUT/verify-full-sdpa.log" 2>&1 &
-VERIFY=$!
-timeout 420 python3 -m pytest -v -rf -p no:warnings -n 6 tests/ --ignore=tests/test_compile_gate.py \
-  --ignore=tests/test_layouts.py ${PYTEST_ARGS:-} --junitxml "$OUT/pytest-gpu.xml" > "$OUT/pytest-gpu.log" 2>&1 &
-PYTEST=$!
-wait $VERIFY; echo "verify rc=$?"
-wait $PYTEST; echo "pytest rc=$?"
+timeout 480 python3 -m fa2check.verify --tier full --impl sdpa --impl gluon --jobs 8 \
+  --json "$OUT/verify-full.json" > "$OUT/verify-full.log" 2>&1; echo "verify rc=$?"
 tail -4 "$OUT/ab-forward.log" 2>/dev/null
-grep -E "pass|fail" "$OUT/verify-full-sdpa.log" | tail -3
-tail -3 "$OUT/pytest-gpu.log"
+grep -E "pass|fail" "$OUT/verify-full.log" | tail -3

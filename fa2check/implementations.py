@@ -64,6 +64,12 @@ def expand(spec: str) -> list[str]:
     return [spec]
 
 
+def default_specs(device: str) -> list[str]:
+    """--impl's default: ours, and on a GPU also ours with the Gluon forward (which Triton's
+    interpreter cannot run)."""
+    return ["ours", "gluon"] if device == "cuda" else ["ours"]
+
+
 def columns(impl_specs: list[str] | None, variant_names: list[str] | None) -> list[Column]:
     """Ours gets every variant (or the ones asked for); another implementation gets one
     column with FA2's variant, or one per variant asked for."""

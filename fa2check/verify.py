@@ -63,7 +63,7 @@ def main(argv=None) -> int:
     from properties import PROPERTIES
 
     from . import runner, verdicts
-    from .implementations import columns as make_columns
+    from .implementations import columns as make_columns, default_specs
 
     console = Console(width=None if sys.stdout.isatty() else 200)
     tier = args.tier or ("full" if device == "cuda" else "quick")
@@ -72,9 +72,7 @@ def main(argv=None) -> int:
             for case in PROPERTIES[name].CASES[tier]:
                 console.print(f"{name}  {case.with_seed_offset(args.seed).id}", soft_wrap=True)
         return 0
-    # on a GPU the default is ours and their Gluon forward (which the interpreter cannot run)
-    columns = make_columns(args.impl or (["ours", "gluon"] if device == "cuda" else None),
-                           args.variant)
+    columns = make_columns(args.impl or default_specs(device), args.variant)
     names = args.property or list(PROPERTIES)
     tasks = runner.plan(tier, columns, names, args.case, args.seed, args.forward_only)
     jobs = args.jobs or min(os.cpu_count() or 1, 16)

@@ -38,22 +38,25 @@ GLUON_HEAD_DIMS = (16, 32, 64, 128)
 
 
 @gluon.constexpr_function
+def warps_per_cta(key_slices, num_warps):
+    """The split itself: warps along the query rows (split-Q, one slice) or along the key
+    slices (split-K), of a (slices, rows, keys per slice or D) tile."""
+    return [1, num_warps, 1] if key_slices == 1 else [num_warps, 1, 1]
+
+
+@gluon.constexpr_function
 def mma_layout(key_slices, num_warps):
-    """Warps along the slice axis (split-K) or along the query rows (split-Q, one slice)."""
-    if key_slices == 1:
-        warps = [1, num_warps, 1]
-    else:
-        warps = [num_warps, 1, 1]
-    return gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=warps, instr_shape=[1, 16, 8])
+    return gl.NVMMADistributedLayout(version=[2, 0],
+                                     warps_per_cta=warps_per_cta(key_slices, num_warps),
+                                     instr_shape=[1, 16, 8])
 
 
 @gluon.constexpr_function
 def load_layout(key_slices, num_warps):
     """Coalesced global loads of (slices, rows, head_dim) tiles, 8 contiguous elements a thread,
     the warps split as in the MMA layout (split-K: each warp loads its own slice)."""
-    warps = [1, num_warps, 1] if key_slices == 1 else [num_warps, 1, 1]
     return gl.BlockedLayout(size_per_thread=[1, 1, 8], threads_per_warp=[1, 4, 8],
-                            warps_per_cta=warps, order=[2, 1, 0])
+                            warps_per_cta=warps_per_cta(key_slices, num_warps), order=[2, 1, 0])
 
 
 @gluon.constexpr_function

@@ -9,7 +9,7 @@ import pytest
 from conftest import DEVICE
 from fa2check import verdicts, verify
 from fa2check.adapters import sdpa_efficient, sdpa_flash, sdpa_math
-from fa2check.implementations import Column, Unsupported, columns
+from fa2check.implementations import Column, Unsupported, columns, default_specs
 from fa2check.problems import Problem
 from fa2check.runner import Task, plan, run_task
 from kernels import Variant
@@ -21,6 +21,9 @@ LSE_CASE = PROPERTIES["lse_bounds"].CASES["quick"][0]
 
 def test_columns():
     assert [c.label for c in columns(None, None)] == [str(v) for v in Variant.all()]
+    assert default_specs("cpu") == ["ours"]  # the interpreter cannot run Gluon
+    on_gpu = [c.label for c in columns(default_specs("cuda"), None)]
+    assert on_gpu == [str(v) for v in Variant.all()] + [f"gluon {v}" for v in Variant.all()]
     with_sdpa = [c.label for c in columns(["sdpa"], None)]
     assert with_sdpa[8:] == ["sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "sdpa_math"]
     assert [c.label for c in columns(["sdpa_math"], None)] == ["sdpa_math"]
@@ -66,8 +69,9 @@ def test_failures_exit_nonzero_and_reproduce(tmp_path, capsys):
 
 def test_passing_run_exits_zero_in_worker_processes(tmp_path):
     report = tmp_path / "report.json"
-    status = verify.main(["--property", "lse_bounds", "--variant", "fa2", "--variant", "fa1",
-                          "--tier", "quick", "--jobs", "2", "--json", str(report)])
+    status = verify.main(["--impl", "ours", "--property", "lse_bounds", "--variant", "fa2",
+                          "--variant", "fa1", "--tier", "quick", "--jobs", "2", "--json",
+                          str(report)])
     assert status == 0
     results = json.loads(report.read_text())["results"]
     assert len(results) == 2 * len(PROPERTIES["lse_bounds"].CASES["quick"])
