@@ -59,6 +59,9 @@ def parse_args(argv):
     t.add_argument("--gluon", action="store_true",
                    help="fwd mode: also time the Gluon forward of every variant (kernels."
                         "gluon_forward: warp partitioning stated), with its own contributions")
+    t.add_argument("--gluon-max-seqlen", type=int, default=4096,
+                   help="with --gluon: skip the Gluon kernels above this seqlen (its slowest "
+                        "split-K variants take tens of ms a call from 4k)")
     t.add_argument("--math-max-seqlen", type=int, default=4096,
                    help="skip sdpa-math above this seqlen (it materialises the scores)")
     t.add_argument("--budget-s", type=float, help="stop repeating sweeps before this many seconds")
@@ -104,7 +107,8 @@ def settings_from(args):
                     backends=tuple(b for b in args.backends.split(",") if b),
                     math_max_seqlen=args.math_max_seqlen, budget_s=args.budget_s,
                     workers=args.jobs or tuning.default_workers(), seed=args.seed,
-                    configs_from=tuple(args.configs_from), gluon=args.gluon)
+                    configs_from=tuple(args.configs_from), gluon=args.gluon,
+                    gluon_max_seqlen=args.gluon_max_seqlen)
 
 
 def print_plan(console, cells, settings, grid, workers=None):

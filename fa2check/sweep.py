@@ -51,6 +51,7 @@ class Settings:
     seed: int = 0
     configs_from: tuple = ()
     gluon: bool = False  # also time the Gluon forward of every variant (fwd mode)
+    gluon_max_seqlen: int = 4096
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -67,14 +68,26 @@ def variants_for(mode: str):
 def kernels_for(mode: str, cell, settings: Settings) -> list[str]:
     """Names of our kernels timed in a mode and cell: the Triton variants, and with
     settings.gluon the Gluon forward of every variant (forward only; dtypes and head dims it
-    supports), a second backend whose split_q is the warp partitioning itself."""
-    from kernels.gluon_forward import GLUON_DTYPES, GLUON_HEAD_DIMS
-
+    supports, seqlen up to gluon_max_seqlen), a second backend whose split_q is the warp
+    partitioning itself."""
     names = [str(v) for v in variants_for(mode)]
-    if (settings.gluon and mode == "fwd" and cell.dtype in GLUON_DTYPES
-            and cell.head_dim in GLUON_HEAD_DIMS):
+    if mode == "fwd" and not gluon_skipped(cell, settings):
         names += [kernel_name(v, GLUON) for v in variants_for(mode)]
     return names
+
+
+def gluon_skipped(cell, settings: Settings) -> str | None:
+    """Why the Gluon kernels are not timed in a cell (None: they are)."""
+    from kernels.gluon_forward import GLUON_DTYPES, GLUON_HEAD_DIMS
+
+    if not settings.gluon:
+        return "not asked for (--gluon)"
+    if cell.dtype not in GLUON_DTYPES or cell.head_dim not in GLUON_HEAD_DIMS:
+        return f"skipped: the Gluon kernel takes {'/'.join(GLUON_DTYPES)}, head_dim {GLUON_HEAD_DIMS}"
+    if cell.seqlen > settings.gluon_max_seqlen:
+        # its split-K variants without seq_parallel take 40-75 ms a call at 4k on the H200
+        return f"skipped: seqlen {cell.seqlen} > --gluon-max-seqlen {settings.gluon_max_seqlen}"
+    return None
 
 
 def backends_for(cell, settings: Settings) -> tuple[list[str], dict]:
@@ -322,6 +335,9 @@ def gate_cell(cell, modes, configs: Configs, settings: Settings, device: str, lo
     contenders = [by_name(n, cell, configs) for n in kernels + names]
     backward = any("bwd" in PARTS[m] for m in modes)
     inputs = make_inputs(cell, device, settings.seed)
+    if settings.gluon and "fwd" in modes and gluon_skipped(cell, settings):
+        skipped.update({kernel_name(v, GLUON): gluon_skipped(cell, settings)
+                        for v in variants_for("fwd")})
     entry = {"cell": cell.as_dict(), "gate": {}, "skipped": dict(skipped), "modes": {},
              "configs": {c.name: dataclasses.asdict(c.config) for c in contenders if c.ours}}
     try:

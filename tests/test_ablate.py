@@ -325,6 +325,19 @@ def test_gluon_kernels_get_their_own_contributions_beside_tritons(tmp_path):
     assert "fwd gluon: time and throughput" in text  # the Gluon FA2 per cell
 
 
+def test_gluon_kernels_are_timed_only_where_they_can_run():
+    from fa2check.sweep import Settings, gluon_skipped, kernels_for
+
+    on, off = Settings(gluon=True), Settings()
+    cell = Cell(4, 32, 32, 4096, 64, "bfloat16", True)
+    assert len(kernels_for("fwd", cell, on)) == 16 and len(kernels_for("fwd", cell, off)) == 8
+    assert len(kernels_for("bwd", cell, on)) == 4  # the Gluon kernel is a forward
+    for other in (Cell(1, 16, 16, 8192, 128, "bfloat16", True), Cell(4, 32, 32, 4096, 64,
+                                                                    "float32", False)):
+        assert len(kernels_for("fwd", other, on)) == 8
+        assert gluon_skipped(other, on).startswith("skipped")
+
+
 def test_without_a_gpu_the_newest_committed_results_are_chosen(tmp_path):
     from fa2check.results import committed
 
@@ -362,7 +375,8 @@ def test_tiny_end_to_end_run_in_the_interpreter(tmp_path, device):
     status = ablate.main(["--seqlen", "16", "--head-dim", "16", "--heads", "2", "--heads-kv", "1",
                           "--batch", "2", "--causal", "true", "--mode", "fwd,bwd",
                           "--repeats", "3", "--budget-s", "0.001", "--bootstrap", "100",
-                          "--backends", "sdpa-math,sdpa-efficient", "--out", str(tmp_path)])
+                          "--backends", "sdpa-math,sdpa-efficient", "--gluon", "--out",
+                          str(tmp_path)])
     assert status == 0
     (path,) = tmp_path.glob("*.json")
     results = json.loads(path.read_text())
@@ -374,9 +388,14 @@ def test_tiny_end_to_end_run_in_the_interpreter(tmp_path, device):
     assert set(fwd["timed"]) == {str(v) for v in Variant.all()} | {"sdpa-math"}
     assert set(bwd["timed"]) == {str(v) for v in Variant.all() if v.split_q} | {"sdpa-math"}
     assert fwd["excluded"]["sdpa-efficient"].startswith("unavailable")
+    # the Gluon kernels are gated like any contender; the interpreter cannot run them
+    gluon = [f"gluon{v}" for v in Variant.all()]
+    assert all("needs a CUDA GPU" in fwd["excluded"][n] for n in gluon)
+    assert not any(n in bwd["excluded"] for n in gluon)  # forward only
     assert all(len(runs) == 1 and runs[0] for runs in fwd["samples"].values())
     assert {r["key"]["part"] for r in results["configs"]} == {"fwd", "bwd"}
-    assert all(r["source"].startswith("tuned on") for r in results["configs"])
+    triton = [r for r in results["configs"] if not r["key"]["variant"].startswith("gluon")]
+    assert all(r["source"].startswith("tuned on") for r in triton)
     analysis = results["analysis"]["modes"]
     assert analysis["bwd"]["players"] == ["defer_norm", "seq_parallel"]
     assert "shapley/split_q" in analysis["fwd"]["cells"][0]["contributions"]
