@@ -102,13 +102,12 @@ def gluon(q, k, v, *, causal=False, softmax_scale=None, variant=None, return_lse
     """Our kernels with the Gluon forward (kernels.gluon_forward): what it cannot run (float32,
     head_dim 256, no GPU) is Unsupported, as for the SDPA backends."""
     from kernels import Variant, flash_attention
-    from kernels.gluon_forward import GLUON_DTYPES, GLUON_HEAD_DIMS
+    from kernels.gluon_forward import unsupported
 
     if not q.is_cuda:
         raise Unsupported("the gluon backend runs on CUDA only (the interpreter cannot run Gluon)")
-    if str(q.dtype).removeprefix("torch.") not in GLUON_DTYPES or q.shape[-1] not in GLUON_HEAD_DIMS:
-        raise Unsupported(f"the gluon backend takes {'/'.join(GLUON_DTYPES)} and head_dim in "
-                          f"{GLUON_HEAD_DIMS}, got {q.dtype} and {q.shape[-1]}")
+    if why := unsupported(q.dtype, q.shape[-1]):
+        raise Unsupported(why)
     return flash_attention(q, k, v, causal=causal, softmax_scale=softmax_scale,
                            variant=variant or Variant(), return_lse=return_lse, config=config,
                            backend="gluon")

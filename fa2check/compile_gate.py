@@ -159,8 +159,8 @@ def _gluon_forward_specialization(fn, case: Case):
 
 
 def _gluon_supports(dtype: str, head_dim: int) -> bool:
-    from kernels.gluon_forward import GLUON_DTYPES, GLUON_HEAD_DIMS
-    return dtype in GLUON_DTYPES and head_dim in GLUON_HEAD_DIMS
+    from kernels.gluon_forward import unsupported
+    return unsupported(dtype, head_dim) is None
 
 
 SPECS = {spec.name: spec for spec in [
@@ -342,23 +342,29 @@ def run_gate(variants, dtypes, head_dims, causals, specs=tuple(SPECS), overrides
     sequence lengths compiled as the constant 1 (see Case).
     """
     cases = gate_cases(variants, dtypes, head_dims, causals, specs, overrides, length_one)
-    reports = [None] * len(cases)
+    return run_in_workers(_compile_or_report, cases, jobs, progress)
 
-    def done(i, report):
-        reports[i] = report
+
+def run_in_workers(fn, cases: list[tuple], jobs: int, progress=None) -> list:
+    """[fn(*case) for case in cases], in that order, on `jobs` spawned worker processes when
+    jobs > 1 (spawn: no fork of a process that runs rich's refresh thread); progress is called
+    with each result as it finishes."""
+    results = [None] * len(cases)
+
+    def done(i, result):
+        results[i] = result
         if progress:
-            progress(report)
+            progress(result)
 
     if jobs <= 1:
-        for i, (spec, case) in enumerate(cases):
-            done(i, _compile_or_report(spec, case))
-    else:  # spawn: no fork of a process that runs rich's refresh thread
+        for i, case in enumerate(cases):
+            done(i, fn(*case))
+    else:
         with ProcessPoolExecutor(jobs, mp_context=get_context("spawn")) as pool:
-            futures = {pool.submit(_compile_or_report, spec, case): i
-                       for i, (spec, case) in enumerate(cases)}
+            futures = {pool.submit(fn, *case): i for i, case in enumerate(cases)}
             for future in as_completed(futures):
                 done(futures[future], future.result())
-    return reports
+    return results
 
 
 def _table(reports):

@@ -25,10 +25,10 @@ In plain Triton the compiler chooses warpsPerCTA, not the kernel: the report sho
 chose for each variant, and compares every split-Q variant with its split-K counterpart (the
 same flags otherwise), saying plainly when split_q leaves a product's warpsPerCTA unchanged.
 
-Backends are entries of `BACKENDS`: each compiles a kernel case to (CompileReport, TTGIR text),
-so another implementation of the same kernels (e.g. Gluon, whose layouts are written by hand)
-joins the report as one more entry. As in the gate, with TRITON_INTERPRET set the kernels are
-interpreter objects, so `main` then reruns itself without that variable.
+Backends: every kernel of the compile gate (`SPECS`) names its backend, `triton` (layouts chosen
+by the compiler) or `gluon` (layouts written in the kernel), so a new kernel joins the report by
+joining the gate. As in the gate, with TRITON_INTERPRET set the kernels are interpreter
+objects, so `main` then reruns itself without that variable.
 """
 from __future__ import annotations
 
@@ -40,15 +40,13 @@ import os
 import re
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
-from multiprocessing import get_context
 from typing import Callable
 
 from fa2check.compile_gate import (SPECS, Case, CompileReport, _blank_report, _s,
                                    add_case_arguments, compile_kernel_for_sm90, compile_progress,
                                    describe_error, gate_cases, interpreting,
-                                   rerun_without_interpreter)
+                                   rerun_without_interpreter, run_in_workers)
 from kernels import Variant
 
 DOT_ROLES = {  # kernel variable -> the product it holds
@@ -312,26 +310,10 @@ def parse_reductions(ttgir: str, aliases: dict[str, Layout] | None = None
 
 FORWARDS = ["attn_fwd", "gluon_attn_fwd"]
 
-# --- compiling: one entry per backend ------------------------------------------------------------
+# --- compiling: every kernel spec names its backend -----------------------------------------------
 
-@dataclass(frozen=True)
-class Backend:
-    """One implementation of the kernels: how a (kernel, case) compiles for sm_90."""
-    name: str
-    kernels: tuple[str, ...]
-    compile: Callable[[str, Case], tuple[CompileReport, str]]  # -> (report, TTGIR text)
-
-
-def _compile_triton(kernel: str, case: Case) -> tuple[CompileReport, str]:
-    report, compiled = compile_kernel_for_sm90(kernel, case.variant, case.dtype, case.head_dim,
-                                               case.causal, case.config, case.length_one)
-    return report, compiled.asm["ttgir"]
-
-
-BACKENDS = {b.name: b for b in [  # both compile through the gate; a spec names its backend
-    Backend(name, tuple(k for k, spec in SPECS.items() if spec.backend == name), _compile_triton)
-    for name in ("triton", "gluon")
-]}
+BACKENDS = {name: tuple(k for k, spec in SPECS.items() if spec.backend == name)
+            for name in ("triton", "gluon")}  # backend -> its kernels (compile gate specs)
 
 
 @dataclass
@@ -346,45 +328,37 @@ class LayoutReport:
         return self.compile.ok
 
 
-def layout_report(backend: str, kernel: str, case: Case) -> LayoutReport:
-    """Compile one case and read its layouts; raises on a compile or parse error."""
-    report, ttgir = BACKENDS[backend].compile(kernel, case)
+def layout_report(kernel: str, case: Case) -> LayoutReport:
+    """Compile one case as the gate does and read its layouts; raises on a compile or parse
+    error."""
+    report, compiled = compile_kernel_for_sm90(kernel, case.variant, case.dtype, case.head_dim,
+                                               case.causal, case.config, case.length_one)
+    ttgir = compiled.asm["ttgir"]
     aliases = parse_layout_aliases(ttgir)
-    return LayoutReport(backend, report, parse_dots(ttgir, aliases),
+    return LayoutReport(SPECS[kernel].backend, report, parse_dots(ttgir, aliases),
                         parse_reductions(ttgir, aliases))
 
 
-def _report_or_error(backend: str, kernel: str, case: Case) -> LayoutReport:
+def _report_or_error(kernel: str, case: Case) -> LayoutReport:
     try:
-        return layout_report(backend, kernel, case)
+        return layout_report(kernel, case)
     except Exception as e:  # noqa: BLE001 - every failure becomes a report
         report = _blank_report(kernel, case)
         report.error = describe_error(e)
-        return LayoutReport(backend, report)
+        return LayoutReport(SPECS[kernel].backend, report)
+
+
+def layout_cases(backends, kernels, variants, dtypes, head_dims, causals) -> list[tuple]:
+    """(kernel, case) for every combination the selected backends' kernels provide."""
+    chosen = [k for k in kernels if any(k in BACKENDS[b] for b in backends)]
+    return gate_cases(variants, dtypes, head_dims, causals, chosen)
 
 
 def run_layouts(backends, kernels, variants, dtypes, head_dims, causals, jobs: int = 1,
                 progress: Callable[[LayoutReport], None] | None = None) -> list[LayoutReport]:
     """Every combination each backend provides; failures come back with compile.error set."""
-    cases = [(backend, kernel, case) for backend in backends
-             for kernel, case in gate_cases(variants, dtypes, head_dims, causals,
-                                            [k for k in kernels if k in BACKENDS[backend].kernels])]
-    reports = [None] * len(cases)
-
-    def done(i, report):
-        reports[i] = report
-        if progress:
-            progress(report)
-
-    if jobs <= 1:
-        for i, args in enumerate(cases):
-            done(i, _report_or_error(*args))
-    else:  # spawn, as the gate: no fork of a process that runs rich's refresh thread
-        with ProcessPoolExecutor(jobs, mp_context=get_context("spawn")) as pool:
-            futures = {pool.submit(_report_or_error, *args): i for i, args in enumerate(cases)}
-            for future in as_completed(futures):
-                done(futures[future], future.result())
-    return reports
+    cases = layout_cases(backends, kernels, variants, dtypes, head_dims, causals)
+    return run_in_workers(_report_or_error, cases, jobs, progress)
 
 
 # --- what split_q changes ------------------------------------------------------------------------
@@ -528,10 +502,7 @@ def main(argv=None) -> int:
     selection = dict(backends=args.backend or list(BACKENDS), kernels=args.kernel or FORWARDS,
                      variants=args.variant or Variant.all(), dtypes=args.dtype or ["bfloat16"],
                      head_dims=args.head_dim or [64, 128], causals=[args.causal])
-    total = sum(len(gate_cases(selection["variants"], selection["dtypes"],
-                               selection["head_dims"], selection["causals"],
-                               [k for k in selection["kernels"] if k in BACKENDS[b].kernels]))
-                for b in selection["backends"])
+    total = len(layout_cases(**selection))
     console = Console()
     if not console.is_terminal:
         console.width = 240  # a log file: don't squeeze the table

@@ -78,12 +78,12 @@ def kernels_for(mode: str, cell, settings: Settings) -> list[str]:
 
 def gluon_skipped(cell, settings: Settings) -> str | None:
     """Why the Gluon kernels are not timed in a cell (None: they are)."""
-    from kernels.gluon_forward import GLUON_DTYPES, GLUON_HEAD_DIMS
+    from kernels.gluon_forward import unsupported
 
     if not settings.gluon:
         return "not asked for (--gluon)"
-    if cell.dtype not in GLUON_DTYPES or cell.head_dim not in GLUON_HEAD_DIMS:
-        return f"skipped: the Gluon kernel takes {'/'.join(GLUON_DTYPES)}, head_dim {GLUON_HEAD_DIMS}"
+    if why := unsupported(cell.dtype, cell.head_dim):
+        return f"skipped: {why}"
     if cell.seqlen > settings.gluon_max_seqlen:
         # its split-K variants without seq_parallel take 40-75 ms a call at 4k on the H200
         return f"skipped: seqlen {cell.seqlen} > --gluon-max-seqlen {settings.gluon_max_seqlen}"

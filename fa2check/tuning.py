@@ -93,10 +93,10 @@ def candidates(part: str, head_dim: int, variant, on_gpu: bool,
                kernel_backend: str = "triton") -> list[dict]:
     """The search space for one part and head_dim, less what `variant` cannot use."""
     if kernel_backend == "gluon":
-        out = [dict(zip(FWD_FIELDS, c)) for c in GLUON_FWD_SPACE]
-        if variant.split_q:
-            return [c for c in out if c["block_m"] % (16 * c["num_warps"]) == 0]
-        return [c for c in out if c["block_n"] % (16 * c["num_warps"]) == 0]
+        from kernels.gluon_forward import bad_tiles
+
+        return [dict(zip(FWD_FIELDS, c)) for c in GLUON_FWD_SPACE
+                if not bad_tiles(variant.split_q, *c[:3])]
     if not on_gpu:
         space = CPU_FWD_SPACE if part == "fwd" else CPU_BWD_SPACE
     elif part == "fwd":

@@ -38,7 +38,8 @@ def default_config(head_dim: int, on_gpu: bool, variant=None, dtype=None,
                    backend: str = "triton") -> TileConfig:
     """A reasonable starting point; `fa2check.ablate` tunes every variant separately.
     dtype (torch dtype or its name): float32 tiles take twice the shared memory.
-    backend "gluon": the forward tiles of the Gluon kernel (4 warps, no spills on sm_90);
+    backend "gluon": the forward tiles of the Gluon kernel (4 warps; the compile gate shows
+    spills, 8 bytes, only for split-Q without seq_parallel at head_dim 32);
     the backward fields stay the Triton backward's, which every backend's gradients use."""
     if backend == "gluon":
         config = default_config(head_dim, on_gpu, None, dtype)

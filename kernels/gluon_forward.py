@@ -137,7 +137,6 @@ def _gluon_row_block(Q, K, V, O, LSE, M, L, start_m, off_b, off_h, off_hkv,
         v = gl.load(v_base + (start_n + keys_ld) * stride_vn + dims_ld, mask=key_ok_ld,
                     other=0.0)  # (S, SLICE, D)
         s = mma_v2(q, gl.convert_layout(gl.permute(k, (0, 2, 1)), b_op),  # (S, BLOCK_M, SLICE)
-                  
                    gl.full([KEY_SLICES, BLOCK_M, SLICE], 0.0, gl.float32, mma))
         if masked:
             visible = start_n + keys_s < seqlen_k
@@ -226,21 +225,35 @@ def _gluon_attn_fwd(Q, K, V, O, LSE, M, L,
                              DEFER_NORM, KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_WARPS)
 
 
-def check_gluon_call(dtype, head_dim: int, variant, config):
-    """Raise ValueError for what the Gluon kernel cannot do (the Triton backend can)."""
+def unsupported(dtype, head_dim: int) -> str | None:
+    """Why the Gluon kernel cannot take inputs of this dtype (torch dtype or its name) and
+    head_dim (the Triton backend can); None if it can."""
     name = str(dtype).removeprefix("torch.")
     if name not in GLUON_DTYPES:
-        raise ValueError(f"the gluon backend takes {' or '.join(GLUON_DTYPES)} (mma.sync "
-                         f"operands), got {name}; use backend='triton'")
+        return (f"the gluon backend takes {' or '.join(GLUON_DTYPES)} (mma.sync operands), got "
+                f"{name}; use backend='triton'")
     if head_dim not in GLUON_HEAD_DIMS:
-        raise ValueError(f"the gluon backend takes head_dim in {GLUON_HEAD_DIMS}, got {head_dim}")
-    warps, block_m, block_n = config.num_warps, config.block_m, config.block_n
-    if variant.split_q and block_m % (16 * warps):
-        raise ValueError(f"gluon split-Q: block_m ({block_m}) must be a multiple of 16 rows per "
-                         f"warp x num_warps ({warps})")
-    if not variant.split_q and block_n % (16 * warps):
-        raise ValueError(f"gluon split-K: block_n ({block_n}) must be a multiple of 16 keys per "
-                         f"warp x num_warps ({warps}): each warp owns one slice of the keys")
+        return f"the gluon backend takes head_dim in {GLUON_HEAD_DIMS}, got {head_dim}"
+    return None
+
+
+def bad_tiles(split_q: bool, block_m: int, block_n: int, num_warps: int) -> str | None:
+    """Why these tiles do not split over the warps as the variant's split needs; None if they do."""
+    if split_q and block_m % (16 * num_warps):
+        return (f"gluon split-Q: block_m ({block_m}) must be a multiple of 16 rows per warp x "
+                f"num_warps ({num_warps})")
+    if not split_q and block_n % (16 * num_warps):
+        return (f"gluon split-K: block_n ({block_n}) must be a multiple of 16 keys per warp x "
+                f"num_warps ({num_warps}): each warp owns one slice of the keys")
+    return None
+
+
+def check_gluon_call(dtype, head_dim: int, variant, config):
+    """Raise ValueError for what the Gluon kernel cannot do (the Triton backend can)."""
+    why = unsupported(dtype, head_dim) or bad_tiles(variant.split_q, config.block_m,
+                                                     config.block_n, config.num_warps)
+    if why:
+        raise ValueError(why)
 
 
 def gluon_attn_fwd(q, k, v, causal, softmax_scale, variant, config):

@@ -52,11 +52,7 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, variant=Varian
     on_gpu = q.is_cuda and not interpreting()
     if config is None:
         config = default_config(head_dim, on_gpu, variant, q.dtype, backend)
-    _check_config(config, variant, on_gpu)
-    if backend == "gluon":
-        from .gluon_forward import check_gluon_call
-
-        check_gluon_call(q.dtype, head_dim, variant, config)
+    _check_config(config, variant, on_gpu)  # the Gluon launcher checks what it cannot run
     o, lse = _FlashAttention.apply(q, k, v, bool(causal), float(softmax_scale), variant, config,
                                    backend)
     return (o, lse) if return_lse else o

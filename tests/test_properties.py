@@ -120,12 +120,9 @@ def test_causal_masking_pass(which, device):
 
 @pytest.mark.filterwarnings("ignore:All-NaN slice:RuntimeWarning")  # the interpreter's row max
 @pytest.mark.parametrize("variant", [FA2, Variant(False, False, False)], ids=str)
-def test_recomputed_row_blocks_keep_the_bits_of_their_other_rows(variant, device):
+def test_recomputed_row_blocks_keep_the_bits_of_their_other_rows(variant, device, request):
     """A NaN in one query row flags its row block for the causal forward's REPAIR launch; the
-    recomputed block's other rows must come out bitwise as in a call without the NaN. Except
-    float32 split-K on the GPU: there the repair's code (sanitised V) changes how ptxas
-    contracts the batched FMA product, and the H200 gave rows 1 ulp apart (5.96e-8 at d=16;
-    ablations/results/20261130-h200-repair-bits-probe.log), so those are held to 4 ulp."""
+    recomputed block's other rows must come out bitwise as in a call without the NaN."""
     gen = torch.Generator().manual_seed(7)
     q, k, v = (torch.randn(1, 2, 45, 16, generator=gen).to(device) for _ in range(3))
     clean = flash_attention(q, k, v, causal=True, variant=variant)
@@ -135,10 +132,12 @@ def test_recomputed_row_blocks_keep_the_bits_of_their_other_rows(variant, device
     others = torch.ones(flagged.shape[:3], dtype=torch.bool, device=device)
     others[0, 1, 5] = False
     if device == "cuda" and not variant.split_q:
-        ulp = torch.finfo(torch.float32).eps * clean[others].abs().max()
-        assert (flagged[others] - clean[others]).abs().max() <= 4 * ulp
-    else:
-        assert torch.equal(flagged[others], clean[others])
+        # known open: float32 split-K on the GPU gave rows 1 ulp apart on the H200, probably
+        # because the repair's code (sanitised V) changes how the batched FMA product is contracted
+        # (ablations/results/20261130-h200-repair-bits-probe.log)
+        request.applymarker(pytest.mark.xfail(strict=True, reason="float32 split-K REPAIR "
+                                              "rows 1 ulp apart on the GPU"))
+    assert torch.equal(flagged[others], clean[others])
 
 
 def test_causal_masking_catch_hidden_values_in_the_product():
