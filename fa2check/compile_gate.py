@@ -128,13 +128,14 @@ def _backward_specialization(fn, case: Case):
     cfg, v = case.config, case.variant
     io = DTYPES[case.dtype]
     pointers = {"Q": io, "K": io, "V": io, "DO": io, "DK": io, "DV": io,
-                "DQ": "fp32", "STAT": "fp32", "L": "fp32", "DELTA": "fp32"}
+                "DQ": io if cfg.bwd_dq_pass else "fp32", "STAT": "fp32", "L": "fp32",
+                "DELTA": "fp32"}
     unit = [f"stride_{t}d" for t in ("q", "k", "v", "do", "dk")] + list(case.length_one)
     div16 = [f"stride_{t}{d}" for t in ("q", "k", "v", "do", "dk") for d in "bh"] + \
         ["stride_qm", "stride_kn", "stride_vn", "stride_dom", "stride_dkn"]
     constexprs = dict(IS_CAUSAL=case.causal, DEFER_NORM=v.defer_norm, SEQ_PARALLEL=v.seq_parallel,
-                      BLOCK_M=cfg.bwd_block_m, BLOCK_N=cfg.bwd_block_n, HEAD_DIM=case.head_dim,
-                      INPUT_PRECISION=cfg.input_precision)
+                      DQ_PASS=cfg.bwd_dq_pass, BLOCK_M=cfg.bwd_block_m, BLOCK_N=cfg.bwd_block_n,
+                      HEAD_DIM=case.head_dim, INPUT_PRECISION=cfg.input_precision)
     return runtime_specialization(fn, pointers, constexprs, floats=("qk_scale", "sm_scale"),
                                   unit=unit, div16=div16)
 
@@ -174,7 +175,8 @@ SPECS = {spec.name: spec for spec in [
                               num_stages=c.num_stages), causal_only=True),
     KernelSpec("attn_bwd", _backward_kernel, _backward_specialization,
                lambda c: dict(block_m=c.bwd_block_m, block_n=c.bwd_block_n,
-                              num_warps=c.bwd_num_warps, num_stages=c.bwd_num_stages),
+                              num_warps=c.bwd_num_warps, num_stages=c.bwd_num_stages,
+                              dq_pass=c.bwd_dq_pass),
                uses_split_q=False),
     KernelSpec("gluon_attn_fwd", _gluon_forward_kernel, _gluon_forward_specialization,
                lambda c: dict(block_m=c.block_m, block_n=c.block_n, num_warps=c.num_warps,
@@ -195,6 +197,7 @@ class CompileReport:
     num_stages: int
     key_slices: int
     input_precision: str
+    dq_pass: bool | None = None  # backward only: dQ in its own pass (TileConfig.bwd_dq_pass)
     registers: int | None = None  # per thread, from ptxas -v
     spill_stores: int | None = None  # bytes, from ptxas -v
     spill_loads: int | None = None
@@ -373,7 +376,7 @@ def _table(reports):
 
     table = Table(title="sm_90 compile gate")
     for column in ("kernel", "variant", "dtype", "D", "causal", "BM", "BN", "warps", "stages",
-                   "slices", "regs", "spill st/ld", "smem", "wgmma", "s", "status"):
+                   "slices", "dQ", "regs", "spill st/ld", "smem", "wgmma", "s", "status"):
         table.add_column(column, justify="left" if column in ("kernel", "variant", "dtype",
                                                                "status") else "right")
     for r in reports:
@@ -382,9 +385,12 @@ def _table(reports):
                       "yellow" if r.spill_stores else "")
         table.add_row(r.kernel, r.variant, r.dtype, str(r.head_dim), "y" if r.causal else "n",
                       str(r.block_m), str(r.block_n), str(r.num_warps), str(r.num_stages),
-                      str(r.key_slices), _s(r.registers), spills, _s(r.shared_bytes),
+                      str(r.key_slices), _s(DQ_MODE.get(r.dq_pass)), _s(r.registers), spills, _s(r.shared_bytes),
                       _s(None if r.wgmma is None else "yn"[not r.wgmma]), _s(r.compile_s), status)
     return table
+
+
+DQ_MODE = {True: "pass", False: "in loop"}
 
 
 def _s(value) -> str:
@@ -422,14 +428,20 @@ def compile_progress(console, total: int):
         yield lambda description: bar.update(task, advance=1, description=description)
 
 
+INT_OVERRIDES = ("block_m", "block_n", "num_warps", "num_stages", "key_slices", "bwd_block_m",
+                 "bwd_block_n", "bwd_num_warps", "bwd_num_stages")
+
+
 def parse_args(argv):
     p = argparse.ArgumentParser(prog="python -m fa2check.compile_gate", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     add_case_arguments(p, "all", "all", "all supported")
     p.add_argument("--causal", action=argparse.BooleanOptionalAction, default=None,
                    help="only causal / only non-causal; default: both")
-    for field in ("block_m", "block_n", "num_warps", "num_stages", "key_slices"):
+    for field in INT_OVERRIDES:
         p.add_argument("--" + field.replace("_", "-"), type=int, help="override the default config")
+    p.add_argument("--bwd-dq-pass", action=argparse.BooleanOptionalAction, default=None,
+                   help="override the default config: dQ in its own pass (backward)")
     p.add_argument("--length-one", action="append", default=[], choices=("seqlen_q", "seqlen_k"),
                    help="compile this length as the constant 1, as a call with length 1 is")
     p.add_argument("--jobs", "-j", type=int, default=os.cpu_count() or 1,
@@ -445,8 +457,8 @@ def main(argv=None) -> int:
     from rich.console import Console
 
     args = parse_args(argv)
-    overrides = {f: getattr(args, f) for f in ("block_m", "block_n", "num_warps", "num_stages",
-                                               "key_slices") if getattr(args, f) is not None}
+    overrides = {f: getattr(args, f) for f in INT_OVERRIDES + ("bwd_dq_pass",)
+                 if getattr(args, f) is not None}
     variants = args.variant or Variant.all()
     dtypes = args.dtype or list(DTYPES)
     head_dims = args.head_dim or list(SUPPORTED_HEAD_DIMS)

@@ -29,7 +29,7 @@ import os
 from dataclasses import dataclass, replace
 
 FWD_FIELDS = ("block_m", "block_n", "num_warps", "num_stages")
-BWD_FIELDS = ("bwd_block_m", "bwd_block_n", "bwd_num_warps", "bwd_num_stages")
+BWD_FIELDS = ("bwd_block_m", "bwd_block_n", "bwd_num_warps", "bwd_num_stages", "bwd_dq_pass")
 PART_FIELDS = {"fwd": FWD_FIELDS, "bwd": BWD_FIELDS}
 SPLIT_K_MIN_BLOCK_N = 64  # 4 key slices of >= 16 keys
 
@@ -40,16 +40,22 @@ FWD_SPACE = {
     128: [(128, 64, 8, 3), (128, 128, 8, 2), (64, 64, 4, 3), (64, 64, 8, 3), (64, 128, 8, 2),
           (32, 64, 4, 3), (32, 128, 4, 2), (64, 32, 4, 3)],
 }  # default_config's choices are among them (split-K at d=128 defaults to (64, 64, 8, 3))
-# (bwd_block_m, bwd_block_n, bwd_num_warps, bwd_num_stages)
+# (bwd_block_m, bwd_block_n, bwd_num_warps, bwd_num_stages, bwd_dq_pass): both places of the
+# dQ computation (kernels/backward.py), each with the tiles the sm_90 compile gate shows free of
+# spills or nearly so (bf16; python -m fa2check.compile_gate --kernel attn_bwd --bwd-...), plus
+# the earlier default tiles, which spill.
 BWD_SPACE = {
-    64: [(64, 64, 4, 2), (32, 64, 4, 2), (64, 128, 8, 2), (32, 128, 4, 2), (64, 64, 8, 3),
-         (128, 64, 8, 2)],
-    128: [(64, 64, 8, 2), (32, 64, 4, 2), (64, 128, 8, 2), (32, 128, 8, 2), (64, 64, 4, 3),
-          (32, 32, 4, 2)],
+    64: [(32, 128, 8, 2, False), (16, 128, 8, 2, False), (32, 64, 4, 2, False),
+         (64, 64, 4, 2, False), (32, 128, 8, 2, True), (32, 128, 8, 3, True),
+         (16, 128, 8, 3, True), (32, 64, 4, 3, True)],
+    128: [(16, 128, 8, 2, False), (32, 128, 8, 2, False), (64, 64, 8, 2, False),
+          (32, 128, 8, 2, True), (16, 128, 8, 2, True), (16, 128, 8, 3, True),
+          (32, 128, 8, 3, True), (64, 128, 8, 2, True)],
 }
 # Other head dims: small tiles that fit the registers and shared memory of any of them.
 FWD_SPACE_OTHER = [(64, 64, 4, 2), (64, 32, 4, 2), (32, 64, 4, 2), (128, 64, 8, 2)]
-BWD_SPACE_OTHER = [(32, 32, 4, 2), (32, 64, 4, 2), (64, 64, 8, 2)]
+BWD_SPACE_OTHER = [(32, 32, 4, 2, False), (32, 64, 4, 2, False), (64, 64, 8, 2, False),
+                   (32, 64, 4, 2, True), (16, 64, 4, 2, True)]
 # The Gluon forward (mma.sync, no software pipeline: one stage): (block_m, block_n, warps, 1)
 # for every head_dim. Split-Q needs 16 rows per warp, split-K 16 keys per warp (a slice each),
 # so each variant keeps the candidates its split can run (see kernels.gluon_forward).
@@ -58,7 +64,7 @@ GLUON_FWD_SPACE = [(64, 32, 4, 1), (64, 64, 4, 1), (128, 32, 8, 1), (128, 64, 8,
                    (32, 128, 4, 1)]
 # The interpreter: two small candidates, so the tuning code path runs cheaply on a CPU.
 CPU_FWD_SPACE = [(32, 16, 4, 1), (16, 32, 4, 1)]
-CPU_BWD_SPACE = [(16, 32, 4, 1), (32, 16, 4, 1)]
+CPU_BWD_SPACE = [(16, 32, 4, 1, False), (32, 16, 4, 1, True)]
 
 TUNE_SEQLEN = 4096
 

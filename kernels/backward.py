@@ -17,10 +17,18 @@ uses lse adds dlse_i * P_ij to dS_ij, which is the same as subtracting dlse_i fr
 One program owns a key/value column block K_j, V_j of one kv head and keeps dK_j, dV_j in
 registers while it walks the query row blocks of every query head in that kv head's GQA group:
 the group reduction of dK and dV happens in registers, and K/V are never repeated per head.
-SEQ_PARALLEL: grid (column blocks, batch * kv heads); dQ_i receives contributions from many
-programs and accumulates them with float32 atomic adds (the paper's scheme). Not SEQ_PARALLEL:
-grid (batch * kv heads,); each program walks all column blocks itself and owns every dQ row of
-its heads, so dQ is read, updated and written without atomics.
+Where dQ is computed (DQ_PASS, a tile choice tuned like block sizes, not one of FA2's changes):
+  off: in the same loop as dK, dV (the paper's Algorithm 2): every step adds its dS_ij K_j to
+       dQ_i in a float32 buffer: atomic adds when SEQ_PARALLEL (many programs share dQ_i), a
+       read-modify-write otherwise (one program owns all of a head's rows).
+  on:  in a pass of its own: one program per query row block keeps dQ_i in registers while it
+       walks the key blocks, recomputing S_ij and dP_ij (two more products per tile: 7 instead
+       of 5) in exchange for no atomics, no float32 buffer, and fewer tiles live at once. The
+       dQ pass swaps the tile shape: BLOCK_N query rows against BLOCK_M keys, so its
+       accumulator is the size of dK's.
+SEQ_PARALLEL: one program per column block (and, with DQ_PASS, one per query row block of each
+query head) in grid (blocks, batch * kv heads). Not SEQ_PARALLEL: grid (batch * kv heads,);
+each program walks all column blocks (then, with DQ_PASS, all row blocks of its heads) itself.
 SPLIT_Q does not change the backward pass: it is the same code for both values.
 
 Causal: query blocks that see none of a column block are never visited; only blocks that cross
@@ -30,7 +38,7 @@ l = 0); they are given P = 0, so they get dQ = 0 and add nothing to dK and dV.
 import triton
 import triton.language as tl
 
-from .forward import LOG2E
+from .forward import LOG2E, _visible_key_range
 
 
 @triton.jit
@@ -79,25 +87,35 @@ def _query_block_range(start_n, seqlen_q, seqlen_k,
 
 
 @triton.jit
-def _attn_bwd_step(dk, dv, k, v, Q_ptrs, DO_ptrs, DQ_ptrs, STAT_ptr, L_ptr, DELTA_ptr,
-                   start_m, offs_m, offs_n, stride_qm, stride_dom, stride_dqm,
-                   seqlen_q, seqlen_k, qk_scale, sm_scale,
-                   MASK: tl.constexpr, IS_CAUSAL: tl.constexpr, DEFER_NORM: tl.constexpr,
-                   SEQ_PARALLEL: tl.constexpr, INPUT_PRECISION: tl.constexpr):
-    """Fold query rows start_m .. start_m + BLOCK_M into dK_j, dV_j and add their dQ part."""
+def _row_stats(STAT_ptr, L_ptr, rows, row_ok, DEFER_NORM: tl.constexpr):
+    """(stat, inv_l) with P = exp2(S * c - stat) (* inv_l when not DEFER_NORM), in log2 units.
+    Rows past the end or seeing no key get stat = +inf, so P = 0 there."""
+    stat = tl.load(STAT_ptr + rows, mask=row_ok, other=float("inf")) * 1.4426950408889634  # 1/ln 2
+    if DEFER_NORM:  # stat is L
+        stat = tl.where(stat == float("-inf"), float("inf"), stat)
+        inv_l = stat  # not used
+    else:  # stat is m
+        l = tl.load(L_ptr + rows, mask=row_ok, other=1.0)
+        stat = tl.where(l == 0.0, float("inf"), stat)
+        inv_l = 1.0 / tl.where(l == 0.0, 1.0, l)
+    return stat, inv_l
+
+
+@triton.jit
+def _attn_bwd_kv_step(dk, dv, k, v, Q_ptrs, DO_ptrs, DQ_ptrs, STAT_ptr, L_ptr, DELTA_ptr,
+                      start_m, offs_m, offs_n, stride_qm, stride_dom, stride_dqm,
+                      seqlen_q, seqlen_k, qk_scale, sm_scale,
+                      MASK: tl.constexpr, IS_CAUSAL: tl.constexpr, DEFER_NORM: tl.constexpr,
+                      SEQ_PARALLEL: tl.constexpr, DQ_PASS: tl.constexpr,
+                      INPUT_PRECISION: tl.constexpr):
+    """Fold query rows start_m .. start_m + BLOCK_M into dK_j, dV_j (and, without DQ_PASS, add
+    their dQ part). Works on the transposed tile (keys x rows): dK_j, dV_j are row sums of it."""
     rows = start_m + offs_m
     row_ok = rows < seqlen_q
     q = tl.load(Q_ptrs + start_m * stride_qm, mask=row_ok[:, None], other=0.0)  # (BLOCK_M, D)
     do = tl.load(DO_ptrs + start_m * stride_dom, mask=row_ok[:, None], other=0.0)  # (BLOCK_M, D)
     delta = tl.load(DELTA_ptr + rows, mask=row_ok, other=0.0)
-    # Row statistics in log2 units; rows past the end or seeing no key get P = 0.
-    stat = tl.load(STAT_ptr + rows, mask=row_ok, other=float("inf")) * 1.4426950408889634  # 1/ln 2
-    if DEFER_NORM:
-        stat = tl.where(stat == float("-inf"), float("inf"), stat)  # stat is L
-    else:
-        l = tl.load(L_ptr + rows, mask=row_ok, other=1.0)  # stat is m
-        stat = tl.where(l == 0.0, float("inf"), stat)
-        inv_l = 1.0 / tl.where(l == 0.0, 1.0, l)
+    stat, inv_l = _row_stats(STAT_ptr, L_ptr, rows, row_ok, DEFER_NORM)
 
     sT = tl.dot(k, tl.trans(q), input_precision=INPUT_PRECISION) * qk_scale  # (BLOCK_N, BLOCK_M)
     if MASK:
@@ -112,16 +130,17 @@ def _attn_bwd_step(dk, dv, k, v, Q_ptrs, DO_ptrs, DQ_ptrs, STAT_ptr, L_ptr, DELT
     dpT = tl.dot(v, tl.trans(do), input_precision=INPUT_PRECISION)  # (BLOCK_N, BLOCK_M)
     dsT = pT * (dpT - delta[None, :])
     dk += tl.dot(dsT.to(q.dtype), q, input_precision=INPUT_PRECISION)
-    dq = tl.dot(tl.trans(dsT).to(k.dtype), k, input_precision=INPUT_PRECISION) * sm_scale
-    dq_ptrs = DQ_ptrs + start_m * stride_dqm
-    if SEQ_PARALLEL:
-        tl.atomic_add(dq_ptrs, dq, mask=row_ok[:, None])
-    else:
-        # This program is the only writer of these rows: read, add, write back. The barrier
-        # orders this write before another thread's read of the same rows in a later step.
-        tl.store(dq_ptrs, tl.load(dq_ptrs, mask=row_ok[:, None], other=0.0) + dq,
-                 mask=row_ok[:, None])
-        tl.debug_barrier()
+    if not DQ_PASS:
+        dq = tl.dot(tl.trans(dsT).to(k.dtype), k, input_precision=INPUT_PRECISION) * sm_scale
+        dq_ptrs = DQ_ptrs + start_m * stride_dqm
+        if SEQ_PARALLEL:
+            tl.atomic_add(dq_ptrs, dq, mask=row_ok[:, None])
+        else:
+            # This program is the only writer of these rows: read, add, write back. The barrier
+            # orders this write before another thread's read of the same rows in a later step.
+            tl.store(dq_ptrs, tl.load(dq_ptrs, mask=row_ok[:, None], other=0.0) + dq,
+                     mask=row_ok[:, None])
+            tl.debug_barrier()
     return dk, dv
 
 
@@ -134,7 +153,8 @@ def _attn_bwd_col_block(Q, K, V, DO, DQ, DK, DV, STAT, L, DELTA, start_n, off_b,
                         stride_dkb, stride_dkh, stride_dkn, stride_dkd,
                         heads_q, group_size, seqlen_q, seqlen_k, qk_scale, sm_scale,
                         IS_CAUSAL: tl.constexpr, DEFER_NORM: tl.constexpr,
-                        SEQ_PARALLEL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                        SEQ_PARALLEL: tl.constexpr, DQ_PASS: tl.constexpr,
+                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                         HEAD_DIM: tl.constexpr, INPUT_PRECISION: tl.constexpr):
     """dK_j and dV_j for keys start_n .. start_n + BLOCK_N of one kv head, summed over the
     kv head's group of query heads."""
@@ -162,23 +182,96 @@ def _attn_bwd_col_block(Q, K, V, DO, DQ, DK, DV, STAT, L, DELTA, start_n, off_b,
         DQ_ptrs = DQ + head_dq + offs_m[:, None] * HEAD_DIM + offs_d[None, :]
         row_stats = (off_b * heads_q + off_h) * seqlen_q  # STAT, L, DELTA: contiguous (B, H, Sq)
         for start_m in range(lo, full_lo, BLOCK_M):
-            dk, dv = _attn_bwd_step(dk, dv, k, v, Q_ptrs, DO_ptrs, DQ_ptrs, STAT + row_stats,
-                                    L + row_stats, DELTA + row_stats, start_m, offs_m, offs_n,
-                                    stride_qm, stride_dom, HEAD_DIM, seqlen_q, seqlen_k,
-                                    qk_scale, sm_scale, True, IS_CAUSAL, DEFER_NORM,
-                                    SEQ_PARALLEL, INPUT_PRECISION)
+            dk, dv = _attn_bwd_kv_step(dk, dv, k, v, Q_ptrs, DO_ptrs, DQ_ptrs, STAT + row_stats,
+                                       L + row_stats, DELTA + row_stats, start_m, offs_m, offs_n,
+                                       stride_qm, stride_dom, HEAD_DIM, seqlen_q, seqlen_k,
+                                       qk_scale, sm_scale, True, IS_CAUSAL, DEFER_NORM,
+                                       SEQ_PARALLEL, DQ_PASS, INPUT_PRECISION)
         for start_m in range(full_lo, hi, BLOCK_M):
-            dk, dv = _attn_bwd_step(dk, dv, k, v, Q_ptrs, DO_ptrs, DQ_ptrs, STAT + row_stats,
-                                    L + row_stats, DELTA + row_stats, start_m, offs_m, offs_n,
-                                    stride_qm, stride_dom, HEAD_DIM, seqlen_q, seqlen_k,
-                                    qk_scale, sm_scale, False, IS_CAUSAL, DEFER_NORM,
-                                    SEQ_PARALLEL, INPUT_PRECISION)
+            dk, dv = _attn_bwd_kv_step(dk, dv, k, v, Q_ptrs, DO_ptrs, DQ_ptrs, STAT + row_stats,
+                                       L + row_stats, DELTA + row_stats, start_m, offs_m, offs_n,
+                                       stride_qm, stride_dom, HEAD_DIM, seqlen_q, seqlen_k,
+                                       qk_scale, sm_scale, False, IS_CAUSAL, DEFER_NORM,
+                                       SEQ_PARALLEL, DQ_PASS, INPUT_PRECISION)
 
     dk *= sm_scale
     out = off_b.to(tl.int64) * stride_dkb + off_hkv.to(tl.int64) * stride_dkh \
         + offs_n[:, None] * stride_dkn + offs_d[None, :] * stride_dkd  # DK and DV share strides
     tl.store(DK + out, dk.to(DK.dtype.element_ty), mask=key_ok[:, None])
     tl.store(DV + out, dv.to(DV.dtype.element_ty), mask=key_ok[:, None])
+
+
+@triton.jit
+def _attn_bwd_q_step(dq, q, do, stat, inv_l, delta, kT_ptrs, vT_ptrs, start_n, rows, offs_n,
+                     stride_kn, stride_vn, seqlen_q, seqlen_k, qk_scale,
+                     MASK: tl.constexpr, IS_CAUSAL: tl.constexpr, DEFER_NORM: tl.constexpr,
+                     INPUT_PRECISION: tl.constexpr):
+    """dQ_i += dS_ij K_j for keys start_n .. start_n + BLOCK_N (S_ij, P_ij, dP_ij recomputed)."""
+    keys = start_n + offs_n
+    if MASK:
+        key_ok = keys < seqlen_k
+        kT = tl.load(kT_ptrs + start_n * stride_kn, mask=key_ok[None, :], other=0.0)  # (D, BLOCK_N)
+        vT = tl.load(vT_ptrs + start_n * stride_vn, mask=key_ok[None, :], other=0.0)
+    else:
+        kT = tl.load(kT_ptrs + start_n * stride_kn)
+        vT = tl.load(vT_ptrs + start_n * stride_vn)
+    s = tl.dot(q, kT, input_precision=INPUT_PRECISION) * qk_scale  # (BLOCK_M, BLOCK_N)
+    if MASK:
+        visible = key_ok[None, :]
+        if IS_CAUSAL:
+            visible = visible & (keys[None, :] <= rows[:, None] + (seqlen_k - seqlen_q))
+        s = tl.where(visible, s, float("-inf"))
+    p = tl.math.exp2(s - stat[:, None])
+    if not DEFER_NORM:
+        p = p * inv_l[:, None]
+    dp = tl.dot(do, vT, input_precision=INPUT_PRECISION)
+    ds = p * (dp - delta[:, None])
+    return dq + tl.dot(ds.to(kT.dtype), tl.trans(kT), input_precision=INPUT_PRECISION)
+
+
+@triton.jit
+def _attn_bwd_dq_row_block(Q, K, V, DO, DQ, STAT, L, DELTA, start_m, off_b, off_h, off_hkv,
+                           stride_qb, stride_qh, stride_qm, stride_qd,
+                           stride_kb, stride_kh, stride_kn, stride_kd,
+                           stride_vb, stride_vh, stride_vn, stride_vd,
+                           stride_dob, stride_doh, stride_dom, stride_dod,
+                           heads_q, seqlen_q, seqlen_k, qk_scale, sm_scale,
+                           IS_CAUSAL: tl.constexpr, DEFER_NORM: tl.constexpr,
+                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                           HEAD_DIM: tl.constexpr, INPUT_PRECISION: tl.constexpr):
+    """DQ_PASS: dQ_i of query rows start_m .. start_m + BLOCK_M of head off_h, written once."""
+    rows = start_m + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    row_ok = rows < seqlen_q
+    q = tl.load(Q + off_b.to(tl.int64) * stride_qb + off_h.to(tl.int64) * stride_qh
+                + rows[:, None] * stride_qm + offs_d[None, :] * stride_qd,
+                mask=row_ok[:, None], other=0.0)  # (BLOCK_M, D)
+    do = tl.load(DO + off_b.to(tl.int64) * stride_dob + off_h.to(tl.int64) * stride_doh
+                 + rows[:, None] * stride_dom + offs_d[None, :] * stride_dod,
+                 mask=row_ok[:, None], other=0.0)
+    row_stats = (off_b * heads_q + off_h) * seqlen_q
+    delta = tl.load(DELTA + row_stats + rows, mask=row_ok, other=0.0)
+    stat, inv_l = _row_stats(STAT + row_stats, L + row_stats, rows, row_ok, DEFER_NORM)
+    kT_ptrs = K + off_b.to(tl.int64) * stride_kb + off_hkv.to(tl.int64) * stride_kh \
+        + offs_n[None, :] * stride_kn + offs_d[:, None] * stride_kd  # (D, BLOCK_N)
+    vT_ptrs = V + off_b.to(tl.int64) * stride_vb + off_hkv.to(tl.int64) * stride_vh \
+        + offs_n[None, :] * stride_vn + offs_d[:, None] * stride_vd
+
+    dq = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+    full_end, hi = _visible_key_range(start_m, seqlen_q, seqlen_k, BLOCK_M, BLOCK_N, IS_CAUSAL)
+    for start_n in range(0, full_end, BLOCK_N):
+        dq = _attn_bwd_q_step(dq, q, do, stat, inv_l, delta, kT_ptrs, vT_ptrs, start_n, rows,
+                              offs_n, stride_kn, stride_vn, seqlen_q, seqlen_k, qk_scale,
+                              False, IS_CAUSAL, DEFER_NORM, INPUT_PRECISION)
+    for start_n in range(full_end, hi, BLOCK_N):
+        dq = _attn_bwd_q_step(dq, q, do, stat, inv_l, delta, kT_ptrs, vT_ptrs, start_n, rows,
+                              offs_n, stride_kn, stride_vn, seqlen_q, seqlen_k, qk_scale,
+                              True, IS_CAUSAL, DEFER_NORM, INPUT_PRECISION)
+    dq *= sm_scale
+    out = (off_b * heads_q + off_h).to(tl.int64) * seqlen_q * HEAD_DIM \
+        + rows[:, None] * HEAD_DIM + offs_d[None, :]  # DQ contiguous
+    tl.store(DQ + out, dq.to(DQ.dtype.element_ty), mask=row_ok[:, None])
 
 
 @triton.jit
@@ -190,8 +283,8 @@ def _attn_bwd(Q, K, V, DO, DQ, DK, DV, STAT, L, DELTA,
               stride_dkb, stride_dkh, stride_dkn, stride_dkd,
               heads_q, heads_kv, seqlen_q, seqlen_k, qk_scale, sm_scale,
               IS_CAUSAL: tl.constexpr, DEFER_NORM: tl.constexpr, SEQ_PARALLEL: tl.constexpr,
-              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
-              INPUT_PRECISION: tl.constexpr):
+              DQ_PASS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+              HEAD_DIM: tl.constexpr, INPUT_PRECISION: tl.constexpr):
     if SEQ_PARALLEL:
         off_bh = tl.program_id(1)
     else:
@@ -199,17 +292,31 @@ def _attn_bwd(Q, K, V, DO, DQ, DK, DV, STAT, L, DELTA,
     off_b = off_bh // heads_kv
     off_hkv = off_bh % heads_kv
     group_size = heads_q // heads_kv
+    n_col_blocks = tl.cdiv(seqlen_k, BLOCK_N)
+    n_row_blocks = tl.cdiv(seqlen_q, BLOCK_N)  # of the dQ pass, which has BLOCK_N rows
     if SEQ_PARALLEL:
-        _attn_bwd_col_block(Q, K, V, DO, DQ, DK, DV, STAT, L, DELTA,
-                            tl.program_id(0) * BLOCK_N, off_b, off_hkv,
-                            stride_qb, stride_qh, stride_qm, stride_qd,
-                            stride_kb, stride_kh, stride_kn, stride_kd,
-                            stride_vb, stride_vh, stride_vn, stride_vd,
-                            stride_dob, stride_doh, stride_dom, stride_dod,
-                            stride_dkb, stride_dkh, stride_dkn, stride_dkd,
-                            heads_q, group_size, seqlen_q, seqlen_k, qk_scale, sm_scale,
-                            IS_CAUSAL, DEFER_NORM, SEQ_PARALLEL, BLOCK_M, BLOCK_N, HEAD_DIM,
-                            INPUT_PRECISION)
+        pid = tl.program_id(0)
+        if pid < n_col_blocks:
+            _attn_bwd_col_block(Q, K, V, DO, DQ, DK, DV, STAT, L, DELTA, pid * BLOCK_N, off_b,
+                                off_hkv, stride_qb, stride_qh, stride_qm, stride_qd,
+                                stride_kb, stride_kh, stride_kn, stride_kd,
+                                stride_vb, stride_vh, stride_vn, stride_vd,
+                                stride_dob, stride_doh, stride_dom, stride_dod,
+                                stride_dkb, stride_dkh, stride_dkn, stride_dkd,
+                                heads_q, group_size, seqlen_q, seqlen_k, qk_scale, sm_scale,
+                                IS_CAUSAL, DEFER_NORM, SEQ_PARALLEL, DQ_PASS, BLOCK_M, BLOCK_N,
+                                HEAD_DIM, INPUT_PRECISION)
+        elif DQ_PASS:  # one row block of one query head of the group
+            r = pid - n_col_blocks
+            _attn_bwd_dq_row_block(Q, K, V, DO, DQ, STAT, L, DELTA, (r % n_row_blocks) * BLOCK_N,
+                                   off_b, off_hkv * group_size + r // n_row_blocks, off_hkv,
+                                   stride_qb, stride_qh, stride_qm, stride_qd,
+                                   stride_kb, stride_kh, stride_kn, stride_kd,
+                                   stride_vb, stride_vh, stride_vn, stride_vd,
+                                   stride_dob, stride_doh, stride_dom, stride_dod,
+                                   heads_q, seqlen_q, seqlen_k, qk_scale, sm_scale,
+                                   IS_CAUSAL, DEFER_NORM, BLOCK_N, BLOCK_M, HEAD_DIM,
+                                   INPUT_PRECISION)
     else:
         for start_n in range(0, seqlen_k, BLOCK_N):
             _attn_bwd_col_block(Q, K, V, DO, DQ, DK, DV, STAT, L, DELTA, start_n, off_b, off_hkv,
@@ -219,8 +326,20 @@ def _attn_bwd(Q, K, V, DO, DQ, DK, DV, STAT, L, DELTA,
                                 stride_dob, stride_doh, stride_dom, stride_dod,
                                 stride_dkb, stride_dkh, stride_dkn, stride_dkd,
                                 heads_q, group_size, seqlen_q, seqlen_k, qk_scale, sm_scale,
-                                IS_CAUSAL, DEFER_NORM, SEQ_PARALLEL, BLOCK_M, BLOCK_N, HEAD_DIM,
-                                INPUT_PRECISION)
+                                IS_CAUSAL, DEFER_NORM, SEQ_PARALLEL, DQ_PASS, BLOCK_M, BLOCK_N,
+                                HEAD_DIM, INPUT_PRECISION)
+        if DQ_PASS:
+            for r in range(0, group_size * n_row_blocks):
+                _attn_bwd_dq_row_block(Q, K, V, DO, DQ, STAT, L, DELTA,
+                                       (r % n_row_blocks) * BLOCK_N, off_b,
+                                       off_hkv * group_size + r // n_row_blocks, off_hkv,
+                                       stride_qb, stride_qh, stride_qm, stride_qd,
+                                       stride_kb, stride_kh, stride_kn, stride_kd,
+                                       stride_vb, stride_vh, stride_vn, stride_vd,
+                                       stride_dob, stride_doh, stride_dom, stride_dod,
+                                       heads_q, seqlen_q, seqlen_k, qk_scale, sm_scale,
+                                       IS_CAUSAL, DEFER_NORM, BLOCK_N, BLOCK_M, HEAD_DIM,
+                                       INPUT_PRECISION)
 
 
 def attn_bwd(q, k, v, o, stats, do, dlse, causal, softmax_scale, variant, config):
@@ -235,22 +354,29 @@ def attn_bwd(q, k, v, o, stats, do, dlse, causal, softmax_scale, variant, config
         o, do, dlse_c, delta, *o.stride(), *do.stride(), heads_q, seqlen_q,
         HAS_DLSE=dlse is not None, BLOCK_M=config.bwd_block_m, HEAD_DIM=head_dim)
 
-    dq_acc = torch.zeros((batch, heads_q, seqlen_q, head_dim), device=q.device, dtype=torch.float32)
+    shape = (batch, heads_q, seqlen_q, head_dim)  # dQ is written contiguous
+    if config.bwd_dq_pass:  # every dQ row written once, by one program
+        dq = torch.empty(shape, device=q.device, dtype=q.dtype)
+    else:  # accumulated across steps (and programs) in float32
+        dq = torch.zeros(shape, device=q.device, dtype=torch.float32)
     dk = torch.empty(k.shape, device=k.device, dtype=k.dtype)
     dv = torch.empty(v.shape, device=v.device, dtype=v.dtype)
     stat = stats[0].contiguous()  # lse, or m when not defer_norm
     l = stats[1].contiguous() if not variant.defer_norm else stat
     if variant.seq_parallel:
-        grid = (triton.cdiv(seqlen_k, config.bwd_block_n), batch * heads_kv)
+        blocks = triton.cdiv(seqlen_k, config.bwd_block_n)
+        if config.bwd_dq_pass:
+            blocks += heads_q // heads_kv * triton.cdiv(seqlen_q, config.bwd_block_n)
+        grid = (blocks, batch * heads_kv)
     else:
         grid = (batch * heads_kv,)
     _attn_bwd[grid](
-        q, k, v, do, dq_acc, dk, dv, stat, l, delta,
+        q, k, v, do, dq, dk, dv, stat, l, delta,
         *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dk.stride(),
         heads_q, heads_kv, seqlen_q, seqlen_k, softmax_scale * LOG2E, softmax_scale,
         IS_CAUSAL=causal, DEFER_NORM=variant.defer_norm, SEQ_PARALLEL=variant.seq_parallel,
-        BLOCK_M=config.bwd_block_m, BLOCK_N=config.bwd_block_n, HEAD_DIM=head_dim,
-        INPUT_PRECISION=config.input_precision,
+        DQ_PASS=config.bwd_dq_pass, BLOCK_M=config.bwd_block_m, BLOCK_N=config.bwd_block_n,
+        HEAD_DIM=head_dim, INPUT_PRECISION=config.input_precision,
         num_warps=config.bwd_num_warps, num_stages=config.bwd_num_stages,
     )
-    return dq_acc.to(q.dtype), dk, dv
+    return dq.to(q.dtype), dk, dv

@@ -20,6 +20,7 @@ class TileConfig:
     bwd_block_n: int = 64
     bwd_num_warps: int = 4
     bwd_num_stages: int = 2
+    bwd_dq_pass: bool = False  # dQ in a pass of its own instead of atomics (kernels/backward.py)
 
     def for_variant(self, variant, on_gpu: bool) -> "TileConfig":
         """Fit key_slices to block_n: each slice must be a valid dot operand on the GPU."""

@@ -145,6 +145,8 @@ def _check_config(config: TileConfig, variant: Variant, on_gpu: bool):
         if on_gpu and config.block_n // config.key_slices < MIN_DOT_DIM:
             raise ValueError(f"config.key_slices ({config.key_slices}) leaves slices of "
                              f"{config.block_n // config.key_slices} keys; the GPU needs >= {MIN_DOT_DIM}")
+    if not isinstance(config.bwd_dq_pass, bool):
+        raise TypeError(f"config.bwd_dq_pass must be a bool, got {type(config.bwd_dq_pass).__name__}")
     if config.input_precision not in ("ieee", "tf32"):
         raise ValueError(f"config.input_precision must be 'ieee' or 'tf32', got {config.input_precision!r}")
 
