@@ -41,16 +41,20 @@ FWD_SPACE = {
           (32, 64, 4, 3), (32, 128, 4, 2), (64, 32, 4, 3)],
 }  # default_config's choices are among them (split-K at d=128 defaults to (64, 64, 8, 3))
 # (bwd_block_m, bwd_block_n, bwd_num_warps, bwd_num_stages, bwd_dq_pass): both places of the
-# dQ computation (kernels/backward.py), each with the tiles the sm_90 compile gate shows free of
-# spills or nearly so (bf16; python -m fa2check.compile_gate --kernel attn_bwd --bwd-...), plus
-# the earlier default tiles, which spill.
+# dQ computation (kernels/backward.py). Chosen from the sm_90 compile gate's spill census
+# (python -m fa2check.compile_gate --kernel attn_bwd --bwd-...) and the first tuned run
+# (results/20261130-151801-*: the dQ pass won every key, and 3 stages beat 2 everywhere),
+# so the list is mostly dQ-pass tiles around those winners, with more stages, and the best
+# dQ-in-loop tiles of that run.
 BWD_SPACE = {
-    64: [(32, 128, 8, 2, False), (16, 128, 8, 2, False), (32, 64, 4, 2, False),
-         (64, 64, 4, 2, False), (32, 128, 8, 2, True), (32, 128, 8, 3, True),
-         (16, 128, 8, 3, True), (32, 64, 4, 3, True)],
-    128: [(16, 128, 8, 2, False), (32, 128, 8, 2, False), (64, 64, 8, 2, False),
-          (32, 128, 8, 2, True), (16, 128, 8, 2, True), (16, 128, 8, 3, True),
-          (32, 128, 8, 3, True), (64, 128, 8, 2, True)],
+    64: [(32, 64, 4, 3, True), (32, 64, 4, 4, True), (32, 64, 4, 5, True), (64, 64, 8, 3, True),
+         (64, 128, 8, 2, True), (64, 128, 8, 3, True), (32, 128, 8, 3, True),
+         (32, 128, 8, 4, True), (32, 128, 4, 3, True), (32, 128, 8, 2, False),
+         (32, 128, 8, 3, False)],
+    128: [(64, 128, 8, 2, True), (64, 128, 8, 3, True), (32, 128, 8, 3, True),
+          (32, 128, 8, 4, True), (64, 64, 8, 3, True), (32, 64, 4, 3, True),
+          (64, 64, 4, 2, True), (16, 128, 8, 3, True), (32, 128, 8, 2, False),
+          (16, 128, 8, 2, False), (32, 128, 8, 3, False)],
 }
 # Other head dims: small tiles that fit the registers and shared memory of any of them.
 FWD_SPACE_OTHER = [(64, 64, 4, 2), (64, 32, 4, 2), (32, 64, 4, 2), (128, 64, 8, 2)]

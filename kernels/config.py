@@ -20,7 +20,11 @@ class TileConfig:
     bwd_block_n: int = 64
     bwd_num_warps: int = 4
     bwd_num_stages: int = 2
-    bwd_dq_pass: bool = False  # dQ in a pass of its own instead of atomics (kernels/backward.py)
+    bwd_dq_pass: bool = False  # dQ in a pass of its own, not in the dK/dV loop (kernels/backward.py)
+
+    def dq_atomics(self, variant) -> bool:
+        """Whether the backward sums dQ with float32 atomic adds (so its bits may vary)."""
+        return variant.seq_parallel and not self.bwd_dq_pass
 
     def for_variant(self, variant, on_gpu: bool) -> "TileConfig":
         """Fit key_slices to block_n: each slice must be a valid dot operand on the GPU."""
@@ -47,22 +51,35 @@ def default_config(head_dim: int, on_gpu: bool, variant=None, dtype=None,
         if variant is not None and not variant.split_q:  # FA1: 16 rows, 16 keys per warp
             return replace(config, block_m=16, block_n=64, num_warps=4, num_stages=1)
         return replace(config, block_m=64, block_n=32, num_warps=4, num_stages=1)
+    # backward: dQ in its own pass, the tiles the tuned bf16 runs chose for FA2
+    # (ablations/results/20261130-151801-*, ablations/NOTES.md)
     if not on_gpu:
         # The interpreter's cost grows with the number of tile steps, not their size; small
         # tiles still exercise partial tiles and multi-tile loops at small sequence lengths.
         config = TileConfig(block_m=32, block_n=16, num_warps=4, num_stages=1,
-                            bwd_block_m=16, bwd_block_n=32, bwd_num_stages=1)
+                            bwd_block_m=16, bwd_block_n=32, bwd_num_stages=1, bwd_dq_pass=True)
     elif head_dim <= 64:
-        config = TileConfig(block_m=128, block_n=64, num_warps=4, num_stages=3)
+        config = TileConfig(block_m=128, block_n=64, num_warps=4, num_stages=3,
+                            bwd_block_m=32, bwd_block_n=64, bwd_num_warps=4, bwd_num_stages=3,
+                            bwd_dq_pass=True)
     elif head_dim <= 128:
-        config = TileConfig(block_m=128, block_n=64, num_warps=8, num_stages=3, bwd_num_warps=8)
+        config = TileConfig(block_m=128, block_n=64, num_warps=8, num_stages=3,
+                            bwd_block_m=64, bwd_block_n=128, bwd_num_warps=8, bwd_num_stages=2,
+                            bwd_dq_pass=True)
     else:
         config = TileConfig(block_m=64, block_n=32, num_warps=4, num_stages=2,
-                            bwd_block_m=32, bwd_block_n=32, bwd_num_warps=8, bwd_num_stages=1)
-    if on_gpu and head_dim >= 128 and str(dtype).removeprefix("torch.") == "float32":
-        # 3 stages of float32 K/V tiles need 213-230 KB of the 227 KB an sm_90 block may use,
-        # and some launches go over (seqlen_k == 1 is compiled as a constant: 240 KB)
-        config = replace(config, num_stages=2)
+                            bwd_block_m=32, bwd_block_n=32, bwd_num_warps=8, bwd_num_stages=1,
+                            bwd_dq_pass=True)
+    if on_gpu and str(dtype).removeprefix("torch.") == "float32":
+        if head_dim >= 128:
+            # 3 stages of float32 K/V tiles need 213-230 KB of the 227 KB an sm_90 block may
+            # use, and some launches go over (seqlen_k == 1 is compiled as a constant: 240 KB)
+            config = replace(config, num_stages=2)
+        if head_dim <= 128:
+            # float32 products are not tensor-core ones (ieee): the 16-bit backward tiles
+            # spill 70-160 KB per thread in float32 (compile gate), 32 x 32 about 4 KB
+            config = replace(config, bwd_block_m=32, bwd_block_n=32, bwd_num_warps=4,
+                             bwd_num_stages=2)
     if variant is not None and not variant.split_q and on_gpu and head_dim >= 128:
         # split-K keeps one partial output per slice: (slices, BLOCK_M, D) float32 registers
         config = replace(config, block_m=64)

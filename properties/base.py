@@ -191,13 +191,17 @@ def nan_filled_allocations():
         torch.use_deterministic_algorithms(was_on, warn_only=was_warn)
 
 
-def dq_may_vary(impl, variant) -> bool:
+def dq_may_vary(impl, variant, problem: Problem, device: str) -> bool:
     """Whether dQ may differ between identical calls. Our kernels sum dQ with float32 atomic
-    adds only when seq_parallel is on (without it one program owns each dQ row); any other
-    implementation is assumed to use atomics, and is held to the determinism property's bound."""
-    from kernels import flash_attention
+    adds only when seq_parallel is on and the config keeps dQ in the dK/dV loop (otherwise one
+    program owns each dQ row); any other implementation is assumed to use atomics, and is held
+    to the determinism property's bound."""
+    from kernels import default_config, flash_attention
 
-    return impl is not flash_attention or variant is None or variant.seq_parallel
+    if impl is not flash_attention or variant is None:
+        return True
+    config = default_config(problem.head_dim, device == "cuda", variant, problem.dtype)
+    return config.dq_atomics(variant)
 
 
 def seeded_rows(problem: Problem, count: int, salt: int) -> list[int]:

@@ -51,7 +51,7 @@ def run(impl, variant, case: Case, device: str, repeats: int = REPEATS) -> Prope
 
 def compare_runs(impl, variant, ref: Reference, runs) -> list[Check]:
     """bitwise_run2, ... against the first run, and dq_spread where dQ may vary."""
-    atomic = dq_may_vary(impl, variant)
+    atomic = dq_may_vary(impl, variant, ref.problem, ref.q.device.type)
     exact = ("o", "lse", "dk", "dv") + (() if atomic else ("dq",))
     checks = [bitwise(f"bitwise_run{i}", runs[0], other, outputs=exact)
               for i, other in enumerate(runs[1:], start=2)]

@@ -82,7 +82,7 @@ def run(impl, variant, case: Case, device: str) -> PropertyResult:
     on_views = call(impl, variant, view_ref)
     on_copies = call(impl, variant, contiguous_ref)
     tolerance = _one_ulp(view_ref)
-    if dq_may_vary(impl, variant) and case.backward:
+    if dq_may_vary(impl, variant, case.problem, device) and case.backward:
         spread = DQ_SPREAD_LIMIT * allowed_errors(view_ref, on_views)["dq"]
         tolerance["dq"] = max(tolerance["dq"], spread)
     return PropertyResult.judge(NAME, case, [

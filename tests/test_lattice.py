@@ -1,9 +1,12 @@
 """Every variant's forward and backward against the float64 oracle, by the pass rule."""
+from dataclasses import replace
+from functools import partial
+
 import pytest
 
 from fa2check.checks import Reference
 from fa2check.problems import Problem
-from kernels import Variant, flash_attention
+from kernels import Variant, default_config, flash_attention
 from lattice import lattice
 
 
@@ -28,6 +31,25 @@ def test_forward_every_variant_odd_lengths(seqlen_q, seqlen_k, causal, device):
     ref = Reference(problem, device, backward=False)
     for variant in Variant.all():
         _assert_passes(ref.check(flash_attention, variant), variant, problem)
+
+
+BACKWARD_PROBLEMS = [Problem(2, 6, 2, 65, 100, 32, "float16", True, seed=1),
+                     Problem(1, 4, 1, 100, 63, 32, "bfloat16", False, seed=2),
+                     Problem(1, 3, 1, 63, 17, 16, "float32", True, seed=3)]
+
+
+@pytest.mark.parametrize("dq_pass", (False, True), ids=("dq-in-loop", "dq-pass"))
+@pytest.mark.parametrize("problem", BACKWARD_PROBLEMS, ids=str)
+def test_backward_both_places_of_dq(problem, dq_pass, device):
+    """dQ in the dK/dV loop and in its own pass, for each variant the backward tells apart;
+    odd lengths so that partial row and column blocks meet the causal diagonal."""
+    ref = Reference(problem, device)
+    config = replace(default_config(problem.head_dim, device == "cuda", None, problem.dtype),
+                     bwd_dq_pass=dq_pass)
+    for variant in Variant.all():
+        if variant.split_q:  # the backward does not read split_q
+            _assert_passes(ref.check(partial(flash_attention, config=config), variant), variant,
+                           problem)
 
 
 GPU_PROBLEMS = [
