@@ -75,11 +75,15 @@ def default_config(head_dim: int, on_gpu: bool, variant=None, dtype=None,
             # 3 stages of float32 K/V tiles need 213-230 KB of the 227 KB an sm_90 block may
             # use, and some launches go over (seqlen_k == 1 is compiled as a constant: 240 KB)
             config = replace(config, num_stages=2)
-        if head_dim <= 128:
-            # float32 products are not tensor-core ones (ieee): the 16-bit backward tiles
-            # spill 70-160 KB per thread in float32 (compile gate), 32 x 32 about 4 KB
-            config = replace(config, bwd_block_m=32, bwd_block_n=32, bwd_num_warps=4,
-                             bwd_num_stages=2)
+        # float32 backward: the tiles used before the dQ pass existed, dQ in the loop. With
+        # the dQ pass on 32 x 32 tiles (fewer spills in the compile gate) the GPU test of a
+        # 4096^2 causal float32 call, whose non-seq-parallel variants run 4 programs, did not
+        # finish in 280 s (most likely those small tiles: 4x the serial steps); with these it had
+        # passed inside a 265 s suite (ablations/NOTES.md).
+        config = replace(config, bwd_dq_pass=False, bwd_block_m=64 if head_dim <= 128 else 32,
+                         bwd_block_n=64 if head_dim <= 128 else 32,
+                         bwd_num_warps=4 if head_dim <= 64 else 8,
+                         bwd_num_stages=2 if head_dim <= 128 else 1)
     if variant is not None and not variant.split_q and on_gpu and head_dim >= 128:
         # split-K keeps one partial output per slice: (slices, BLOCK_M, D) float32 registers
         config = replace(config, block_m=64)
