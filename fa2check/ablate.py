@@ -66,6 +66,9 @@ def parse_args(argv):
                    help="skip sdpa-math above this seqlen (it materialises the scores)")
     t.add_argument("--budget-s", type=float, help="stop repeating sweeps before this many seconds")
     t.add_argument("--jobs", type=int, help="precompile worker processes (default: cores - 1, <= 15)")
+    t.add_argument("--shards", type=int, default=1,
+                   help="gate and time the cells in this many processes, one GPU each (cells "
+                        "split by predicted cost; a cell's contenders share one GPU)")
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--plan", action="store_true", help="print the planning estimate and exit")
     t.add_argument("--commit", help="git commit to record where the checkout has no .git")
@@ -108,7 +111,7 @@ def settings_from(args):
                     math_max_seqlen=args.math_max_seqlen, budget_s=args.budget_s,
                     workers=args.jobs or tuning.default_workers(), seed=args.seed,
                     configs_from=tuple(args.configs_from), gluon=args.gluon,
-                    gluon_max_seqlen=args.gluon_max_seqlen)
+                    gluon_max_seqlen=args.gluon_max_seqlen, shards=args.shards)
 
 
 def print_plan(console, cells, settings, grid, workers=None):
@@ -138,6 +141,14 @@ def measure(args, console) -> int:
         print_plan(console, cells, settings, grid, workers=args.jobs or H200_WORKERS)
         return 0
     device = select_device()  # sets TRITON_INTERPRET before triton is imported
+    if settings.shards < 1:
+        raise SystemExit(f"--shards must be >= 1, got {settings.shards}")
+    if device == "cuda":
+        import torch
+
+        if settings.shards > torch.cuda.device_count():
+            raise SystemExit(f"--shards {settings.shards}: only {torch.cuda.device_count()} "
+                             "GPU(s) visible")
     if device != "cuda" and (args.grid or len(cells) > 8):
         raise SystemExit("no GPU: the interpreter can run only a few small custom cells "
                          "(--seqlen ...); use --plan for an estimate, or --from to render results")

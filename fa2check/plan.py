@@ -62,6 +62,29 @@ def measurement_s(ms: float, warmup_ms: float, rep_ms: float) -> float:
     return (warmup_ms + rep_ms + 7 * ms + OVERHEAD_MS) / 1e3
 
 
+def cell_cost_s(cell, modes, contenders_for, settings) -> tuple[float, float]:
+    """(one sweep, the gate) of one cell, in seconds."""
+    sweep, slowest = 0.0, {}
+    for mode in modes:
+        for name, variant in contenders_for(cell, mode):
+            ms = predicted_ms(cell, mode, name, variant)
+            sweep += measurement_s(ms, settings.warmup_ms, settings.rep_ms)
+            slowest[name] = max(slowest.get(name, 0.0), predicted_ms(cell, "fwd+bwd", name, variant))
+    gate = sum(2 * ms for ms in slowest.values()) / 1e3 + 0.5  # first call, check, oracle
+    return sweep, gate
+
+
+def split_by_cost(costs: list[float], n: int) -> list[list[int]]:
+    """Indices of `costs` in n groups of near-equal total: the most expensive first, each to
+    the group with the least so far (LPT). Each group keeps its indices in their order."""
+    groups, totals = [[] for _ in range(n)], [0.0] * n
+    for i in sorted(range(len(costs)), key=lambda i: -costs[i]):
+        g = totals.index(min(totals))
+        groups[g].append(i)
+        totals[g] += costs[i]
+    return [sorted(g) for g in groups]
+
+
 def estimate(cells, modes, contenders_for, settings, phase1: list, phase2: list, tuning: list,
              workers: int) -> dict:
     """Seconds per phase. contenders_for(cell, mode) -> [(name, variant or None)]; phase1 and
@@ -75,15 +98,14 @@ def estimate(cells, modes, contenders_for, settings, phase1: list, phase2: list,
                    for j in jobs)
         return WORKER_START_S + cost / max(1, workers)
 
-    sweep = gate = 0.0
-    for cell in cells:
-        slowest = {}
-        for mode in modes:
-            for name, variant in contenders_for(cell, mode):
-                ms = predicted_ms(cell, mode, name, variant)
-                sweep += measurement_s(ms, settings.warmup_ms, settings.rep_ms)
-                slowest[name] = max(slowest.get(name, 0.0), predicted_ms(cell, "fwd+bwd", name, variant))
-        gate += sum(2 * ms for ms in slowest.values()) / 1e3 + 0.5  # first call, check, oracle
+    costs = [cell_cost_s(cell, modes, contenders_for, settings) for cell in cells]
+    shards = getattr(settings, "shards", 1)
+    # with shards, the gate and the sweeps run in parallel: the largest group decides
+    groups = split_by_cost([sweep + gate for sweep, gate in costs], shards)
+    sweep = max(sum(costs[i][0] for i in g) for g in groups)
+    gate = max(sum(costs[i][1] for i in g) for g in groups)
+    if shards > 1:
+        gate += WORKER_START_S  # the shard processes start (torch, triton, the kernel cache)
     tune = sum(measurement_s(predicted_ms(cell, part, "ours", variant), settings.tune_warmup_ms,
                              settings.tune_rep_ms) for part, variant, cell in tuning)
     phases = {

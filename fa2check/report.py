@@ -98,6 +98,10 @@ def provenance_lines(results: dict, source: str | None = None) -> list[str]:
     timer = ("triton do_bench, L2 flushed" if p.get("device") == "cuda" else "host clock")
     lines.append(f"Sweeps: {results.get('repeats_done')} of {settings['repeats']}{stopped}; {timer}, "
                  f"warm-up {settings['warmup_ms']} ms, repeat {settings['rep_ms']} ms.")
+    if p.get("shards"):
+        lines.append(f"Sharded over {len(p['shards'])} processes, one GPU each "
+                     f"({', '.join(p['shards'])}); each cell and all its contenders on one of "
+                     "them (the cell's `shard`); the matmul samples pooled.")
     for when in ("before", "after"):
         state = p.get(f"gpu_state_{when}")
         if state and "error" not in state:

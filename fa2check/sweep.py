@@ -17,6 +17,7 @@ Order of work:
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from dataclasses import dataclass, field
 
@@ -52,6 +53,7 @@ class Settings:
     configs_from: tuple = ()
     gluon: bool = False  # also time the Gluon forward of every variant (fwd mode)
     gluon_max_seqlen: int = 4096
+    shards: int = 1  # processes that gate and time disjoint sets of cells, one GPU each
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -214,12 +216,12 @@ def tune(key, cell, candidates, device, settings, precompiled) -> dict:
 class Log:
     """Timestamped progress lines (they survive in a captured log, unlike a live bar)."""
 
-    def __init__(self, console, started: float):
-        self.console, self.started = console, started
+    def __init__(self, console, started: float, prefix: str = ""):
+        self.console, self.started, self.prefix = console, started, prefix
 
     def __call__(self, message: str):
         if self.console is not None:
-            self.console.print(f"[{time.perf_counter() - self.started:6.0f} s] {message}",
+            self.console.print(f"[{time.perf_counter() - self.started:6.0f} s] {self.prefix}{message}",
                                highlight=False, markup=False)
 
 
@@ -288,7 +290,23 @@ def run(cells, settings: Settings, device: str, *, console=None, started=None, c
                     log(f"precompile failed for {k}: {error}")
     timeline["precompile_final_s"] = time.perf_counter() - t0
 
-    # 3. the gate
+    # 3-4. the gate and the sweeps, in this process or in one process per GPU
+    if settings.shards > 1:
+        measure_sharded(cells, modes, configs, settings, device, log, results, started)
+    else:
+        gate_and_sweep(cells, modes, configs, settings, device, log, results, started,
+                       on_sweep, progress_factory)
+    if on_gpu:
+        results["provenance"]["gpu_state_after"] = gpu_state()
+    timeline["total_s"] = time.perf_counter() - started
+    return results
+
+
+def gate_and_sweep(cells, modes, configs, settings: Settings, device: str, log, results: dict,
+                   started: float, on_sweep=None, progress_factory=None):
+    """Gate every cell, then time them in sweeps; fills results' cells, matmul, timeline
+    (gate_s, sweeps_s), repeats_done and stopped_by_budget."""
+    timeline = results["timeline"]
     t0 = time.perf_counter()
     entries = []
     for cell in cells:
@@ -298,7 +316,7 @@ def run(cells, settings: Settings, device: str, *, console=None, started=None, c
     if on_sweep:
         on_sweep(results)  # configs and gate results are kept even if no sweep completes
 
-    # 4. sweeps
+    # sweeps
     dtypes = sorted({c.dtype for c in cells})
     results["matmul"] = {d: {"flops": None, "samples": []} for d in dtypes}
     timeline["sweeps_s"] = []
@@ -321,10 +339,68 @@ def run(cells, settings: Settings, device: str, *, console=None, started=None, c
                 break
     if progress:
         progress.stop()
-    if on_gpu:
-        results["provenance"]["gpu_state_after"] = gpu_state()
-    timeline["total_s"] = time.perf_counter() - started
-    return results
+
+
+def measure_sharded(cells, modes, configs, settings: Settings, device: str, log, results: dict,
+                    started: float):
+    """gate_and_sweep over `settings.shards` processes, each on its own GPU
+    (CUDA_VISIBLE_DEVICES) and its own cells, split by the planning model's cost so that the
+    groups take about as long. A cell and all of its contenders stay on one GPU, so every
+    ratio inside a cell is measured on one device; the matmul rate is measured on each GPU
+    and the samples pooled. Merged into `results` in the grid's order. Unlike the single
+    process run, nothing is saved before every shard has finished (--budget-s still applies
+    to each shard)."""
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    from . import plan
+
+    costs = [sum(plan.cell_cost_s(c, modes, lambda c, m: contenders_for(c, m, settings), settings))
+             for c in cells]
+    groups = [g for g in plan.split_by_cost(costs, settings.shards) if g]
+    log(f"gate and sweeps on {len(groups)} shards (one GPU each): "
+        + ", ".join(f"{len(g)} cells" for g in groups))
+    # one task per process (max_tasks_per_child), so each sets its own CUDA_VISIBLE_DEVICES
+    # before its first CUDA call
+    with ProcessPoolExecutor(len(groups), mp_context=get_context("spawn"),
+                             max_tasks_per_child=1) as pool:
+        futures = [pool.submit(_shard, index, [cells[i] for i in group], modes, configs,
+                               settings, device, started) for index, group in enumerate(groups)]
+        parts = [f.result() for f in futures]
+    by_cell = {}
+    for group, part in zip(groups, parts):
+        for i, entry in zip(group, part["cells"]):
+            by_cell[i] = {**entry, "shard": part["shard"]}
+    results["cells"] = [by_cell[i] for i in range(len(cells))]
+    results["matmul"] = {}
+    for part in parts:
+        for dtype, record in part["matmul"].items():
+            merged = results["matmul"].setdefault(dtype, {"flops": record["flops"], "samples": []})
+            merged["samples"] += record["samples"]
+    results["repeats_done"] = min(p["repeats_done"] for p in parts)
+    results["stopped_by_budget"] = any(p["stopped_by_budget"] for p in parts)
+    results["timeline"]["gate_s"] = max(p["timeline"]["gate_s"] for p in parts)
+    results["timeline"]["shards"] = [{"shard": p["shard"], "device": p["device"],
+                                      "cells": len(p["cells"]), **p["timeline"]} for p in parts]
+    results["provenance"]["shards"] = [p["device"] for p in parts]
+
+
+def _shard(index: int, cells, modes, configs, settings: Settings, device: str, started: float):
+    """One shard's gate_and_sweep, in a fresh process on GPU `index`."""
+    if device == "cuda":  # the index-th of the GPUs this run was given
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        os.environ["CUDA_VISIBLE_DEVICES"] = (visible.split(",")[index].strip() if visible
+                                              else str(index))
+    from rich.console import Console
+
+    from .environment import describe_environment
+
+    console = Console(width=240)
+    log = Log(console, started, prefix=f"shard {index}: ")
+    part = {"timeline": {}, "repeats_done": 0, "stopped_by_budget": False}
+    gate_and_sweep(cells, modes, configs, settings, device, log, part, started)
+    gpu = describe_environment(device).get("gpu", device)
+    return {**part, "shard": index, "device": f"{gpu} #{index}" if device == "cuda" else device}
 
 
 def gate_cell(cell, modes, configs: Configs, settings: Settings, device: str, log) -> dict:

@@ -401,3 +401,35 @@ def test_tiny_end_to_end_run_in_the_interpreter(tmp_path, device):
     assert "shapley/split_q" in analysis["fwd"]["cells"][0]["contributions"]
     for suffix in (".csv", ".md", "-tflops.png", "-contributions.png"):
         assert path.with_name(path.stem + suffix).exists()
+
+
+def test_split_by_cost_balances_groups_and_keeps_order():
+    from fa2check.plan import split_by_cost
+
+    groups = split_by_cost([5.0, 1.0, 4.0, 2.0, 3.0, 1.0], 2)
+    assert sorted(i for g in groups for i in g) == list(range(6))
+    assert all(g == sorted(g) for g in groups)
+    totals = [sum([5.0, 1.0, 4.0, 2.0, 3.0, 1.0][i] for i in g) for g in groups]
+    assert totals == [8.0, 8.0]
+    assert split_by_cost([1.0], 3) == [[0], [], []]
+
+
+def test_sharded_run_keeps_every_cell_in_grid_order(tmp_path, device):
+    if device != "cpu":
+        pytest.skip("the GPU runs the real grid")
+    from fa2check import ablate
+
+    status = ablate.main(["--seqlen", "16", "--seqlen", "32", "--head-dim", "16", "--heads", "2",
+                          "--batch", "1", "--causal", "false", "--mode", "fwd", "--no-tune",
+                          "--repeats", "1", "--bootstrap", "20", "--backends", "sdpa-math",
+                          "--shards", "2", "--no-plots", "--out", str(tmp_path)])
+    assert status == 0
+    (path,) = tmp_path.glob("*.json")
+    results = json.loads(path.read_text())
+    assert [e["cell"]["seqlen"] for e in results["cells"]] == [16, 32]
+    assert sorted(e["shard"] for e in results["cells"]) == [0, 1]
+    assert len(results["provenance"]["shards"]) == 2
+    assert len(results["matmul"]["bfloat16"]["samples"]) == 2  # one sweep on each shard
+    assert results["repeats_done"] == 1
+    for entry in results["cells"]:
+        assert all(runs for runs in entry["modes"]["fwd"]["samples"].values())
