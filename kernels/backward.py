@@ -42,6 +42,14 @@ from .forward import LOG2E, _visible_key_range
 
 
 @triton.jit
+def _load_rows(X, off_b, off_h, rows, offs_d, seqlen, stride_b, stride_h, stride_s, stride_d):
+    """Rows `rows` of X[off_b, off_h] (a (B, H, S, D) tensor), zero past seqlen: (rows, D)."""
+    return tl.load(X + off_b.to(tl.int64) * stride_b + off_h.to(tl.int64) * stride_h
+                   + rows[:, None] * stride_s + offs_d[None, :] * stride_d,
+                   mask=(rows < seqlen)[:, None], other=0.0)
+
+
+@triton.jit
 def _attn_bwd_preprocess(O, DO, DLSE, DELTA,
                          stride_ob, stride_oh, stride_om, stride_od,
                          stride_dob, stride_doh, stride_dom, stride_dod,
@@ -54,12 +62,10 @@ def _attn_bwd_preprocess(O, DO, DLSE, DELTA,
     offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
     row_ok = offs_m < seqlen_q
-    o = tl.load(O + off_b.to(tl.int64) * stride_ob + off_h.to(tl.int64) * stride_oh
-                + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od,
-                mask=row_ok[:, None], other=0.0).to(tl.float32)
-    do = tl.load(DO + off_b.to(tl.int64) * stride_dob + off_h.to(tl.int64) * stride_doh
-                 + offs_m[:, None] * stride_dom + offs_d[None, :] * stride_dod,
-                 mask=row_ok[:, None], other=0.0).to(tl.float32)
+    o = _load_rows(O, off_b, off_h, offs_m, offs_d, seqlen_q,
+                   stride_ob, stride_oh, stride_om, stride_od).to(tl.float32)
+    do = _load_rows(DO, off_b, off_h, offs_m, offs_d, seqlen_q,
+                    stride_dob, stride_doh, stride_dom, stride_dod).to(tl.float32)
     delta = tl.sum(o * do, 1)
     rows = off_bh * seqlen_q + offs_m
     if HAS_DLSE:
@@ -162,12 +168,10 @@ def _attn_bwd_col_block(Q, K, V, DO, DQ, DK, DV, STAT, L, DELTA, start_n, off_b,
     offs_m = tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
     key_ok = offs_n < seqlen_k
-    k = tl.load(K + off_b.to(tl.int64) * stride_kb + off_hkv.to(tl.int64) * stride_kh
-                + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd,
-                mask=key_ok[:, None], other=0.0)  # (BLOCK_N, D)
-    v = tl.load(V + off_b.to(tl.int64) * stride_vb + off_hkv.to(tl.int64) * stride_vh
-                + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd,
-                mask=key_ok[:, None], other=0.0)  # (BLOCK_N, D)
+    k = _load_rows(K, off_b, off_hkv, offs_n, offs_d, seqlen_k,
+                   stride_kb, stride_kh, stride_kn, stride_kd)  # (BLOCK_N, D)
+    v = _load_rows(V, off_b, off_hkv, offs_n, offs_d, seqlen_k,
+                   stride_vb, stride_vh, stride_vn, stride_vd)
     dk = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
     dv = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
     lo, full_lo, hi = _query_block_range(start_n, seqlen_q, seqlen_k, BLOCK_M, BLOCK_N, IS_CAUSAL)
@@ -244,12 +248,10 @@ def _attn_bwd_dq_row_block(Q, K, V, DO, DQ, STAT, L, DELTA, start_m, off_b, off_
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
     row_ok = rows < seqlen_q
-    q = tl.load(Q + off_b.to(tl.int64) * stride_qb + off_h.to(tl.int64) * stride_qh
-                + rows[:, None] * stride_qm + offs_d[None, :] * stride_qd,
-                mask=row_ok[:, None], other=0.0)  # (BLOCK_M, D)
-    do = tl.load(DO + off_b.to(tl.int64) * stride_dob + off_h.to(tl.int64) * stride_doh
-                 + rows[:, None] * stride_dom + offs_d[None, :] * stride_dod,
-                 mask=row_ok[:, None], other=0.0)
+    q = _load_rows(Q, off_b, off_h, rows, offs_d, seqlen_q,
+                   stride_qb, stride_qh, stride_qm, stride_qd)  # (BLOCK_M, D)
+    do = _load_rows(DO, off_b, off_h, rows, offs_d, seqlen_q,
+                    stride_dob, stride_doh, stride_dom, stride_dod)
     row_stats = (off_b * heads_q + off_h) * seqlen_q
     delta = tl.load(DELTA + row_stats + rows, mask=row_ok, other=0.0)
     stat, inv_l = _row_stats(STAT + row_stats, L + row_stats, rows, row_ok, DEFER_NORM)
