@@ -385,8 +385,9 @@ def _table(reports):
                       "yellow" if r.spill_stores else "")
         table.add_row(r.kernel, r.variant, r.dtype, str(r.head_dim), "y" if r.causal else "n",
                       str(r.block_m), str(r.block_n), str(r.num_warps), str(r.num_stages),
-                      str(r.key_slices), _s(DQ_MODE.get(r.dq_pass)), _s(r.registers), spills, _s(r.shared_bytes),
-                      _s(None if r.wgmma is None else "yn"[not r.wgmma]), _s(r.compile_s), status)
+                      str(r.key_slices), _s(DQ_MODE.get(r.dq_pass)), _s(r.registers), spills,
+                      _s(r.shared_bytes), _s(None if r.wgmma is None else "yn"[not r.wgmma]),
+                      _s(r.compile_s), status)
     return table
 
 

@@ -99,12 +99,11 @@ def estimate(cells, modes, contenders_for, settings, phase1: list, phase2: list,
         return WORKER_START_S + cost / max(1, workers)
 
     costs = [cell_cost_s(cell, modes, contenders_for, settings) for cell in cells]
-    shards = getattr(settings, "shards", 1)
     # with shards, the gate and the sweeps run in parallel: the largest group decides
-    groups = split_by_cost([sweep + gate for sweep, gate in costs], shards)
+    groups = split_by_cost([sweep + gate for sweep, gate in costs], settings.shards)
     sweep = max(sum(costs[i][0] for i in g) for g in groups)
     gate = max(sum(costs[i][1] for i in g) for g in groups)
-    if shards > 1:
+    if settings.shards > 1:
         gate += WORKER_START_S  # the shard processes start (torch, triton, the kernel cache)
     tune = sum(measurement_s(predicted_ms(cell, part, "ours", variant), settings.tune_warmup_ms,
                              settings.tune_rep_ms) for part, variant, cell in tuning)

@@ -355,8 +355,10 @@ def measure_sharded(cells, modes, configs, settings: Settings, device: str, log,
 
     from . import plan
 
-    costs = [sum(plan.cell_cost_s(c, modes, lambda c, m: contenders_for(c, m, settings), settings))
-             for c in cells]
+    def contenders(cell, mode):
+        return contenders_for(cell, mode, settings)
+
+    costs = [sum(plan.cell_cost_s(cell, modes, contenders, settings)) for cell in cells]
     groups = [g for g in plan.split_by_cost(costs, settings.shards) if g]
     log(f"gate and sweeps on {len(groups)} shards (one GPU each): "
         + ", ".join(f"{len(g)} cells" for g in groups))

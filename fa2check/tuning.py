@@ -36,10 +36,15 @@ SPLIT_K_MIN_BLOCK_N = 64  # 4 key slices of >= 16 keys
 # (block_m, block_n, num_warps, num_stages), the same list for every variant of a head_dim
 FWD_SPACE = {
     64: [(128, 64, 4, 3), (128, 128, 8, 3), (128, 64, 8, 3), (64, 64, 4, 3), (64, 128, 4, 3),
-         (32, 64, 4, 3), (128, 32, 4, 3), (64, 32, 4, 2)],
+         (32, 64, 4, 3), (128, 32, 4, 3), (64, 32, 4, 2), (64, 64, 4, 4), (128, 64, 8, 4)],
     128: [(128, 64, 8, 3), (128, 128, 8, 2), (64, 64, 4, 3), (64, 64, 8, 3), (64, 128, 8, 2),
-          (32, 64, 4, 3), (32, 128, 4, 2), (64, 32, 4, 3)],
-}  # default_config's choices are among them (split-K at d=128 defaults to (64, 64, 8, 3))
+          (32, 64, 4, 3), (32, 128, 4, 2), (64, 32, 4, 3), (64, 64, 4, 4), (128, 64, 8, 4),
+          (128, 128, 8, 3)],
+}  # default_config's choices are among them (split-K at d=128 defaults to (64, 64, 8, 3)).
+# The 4-stage tiles and (128, 128, 8, 3) at d=128 were added after every forward winner of the
+# first tuned run sat at 3 stages, the space's maximum; the compile gate shows them without
+# spills for split-Q, bf16 (split-K's (128, 64, 8, 4) at d=128 needs too much shared memory
+# and drops out when it fails to compile).
 # (bwd_block_m, bwd_block_n, bwd_num_warps, bwd_num_stages, bwd_dq_pass): both places of the
 # dQ computation (kernels/backward.py). Chosen from the sm_90 compile gate's spill census
 # (python -m fa2check.compile_gate --kernel attn_bwd --bwd-...) and the first tuned run

@@ -51,8 +51,9 @@ def default_config(head_dim: int, on_gpu: bool, variant=None, dtype=None,
         if variant is not None and not variant.split_q:  # FA1: 16 rows, 16 keys per warp
             return replace(config, block_m=16, block_n=64, num_warps=4, num_stages=1)
         return replace(config, block_m=64, block_n=32, num_warps=4, num_stages=1)
-    # backward: dQ in its own pass, the tiles the tuned bf16 runs chose for FA2
-    # (ablations/results/20261130-151801-*, ablations/NOTES.md)
+    # backward: dQ in its own pass on the tiles the first tuned bf16 run chose for FA2
+    # (ablations/results/20261130-151801-*); the ablation's wider space has found faster
+    # ones since (ablations/NOTES.md), but these are the tiles verify and the GPU tests ran
     if not on_gpu:
         # The interpreter's cost grows with the number of tile steps, not their size; small
         # tiles still exercise partial tiles and multi-tile loops at small sequence lengths.
