@@ -67,16 +67,21 @@ class KernelSpec:
 
 
 def runtime_specialization(fn, pointers: dict[str, str], constexprs: dict, floats=(), unit=(),
-                           div16=()):
+                           div16=(), descriptors=None):
     """(signature, constexprs, attrs) for ASTSource, as the runtime launcher would specialise.
 
     Like Triton's launcher: ints equal to 1 (`unit`, the innermost strides of contiguous
     tensors) become constexpr 1, and pointers plus ints in `div16` carry tt.divisibility=16.
     Other ints are plain i32 (sequence lengths and head counts can be anything).
+    descriptors: {name: "tensordesc<...>" signature, or None for an argument passed as None}.
     """
     signature, consts, attrs = {}, dict(constexprs), {}
     for i, name in enumerate(fn.arg_names):
-        if name in constexprs:
+        if name in (descriptors or {}):
+            signature[name] = descriptors[name] or "constexpr"
+            if descriptors[name] is None:
+                consts[name] = None
+        elif name in constexprs:
             signature[name] = "constexpr"
         elif name in unit:
             signature[name], consts[name] = "constexpr", 1
@@ -113,9 +118,10 @@ def _forward_specialization(fn, case: Case, repair: bool = False):
                       SPLIT_Q=v.split_q, KEY_SLICES=cfg.key_slices, BLOCK_M=cfg.block_m,
                       BLOCK_N=cfg.block_n, HEAD_DIM=case.head_dim,
                       INPUT_PRECISION=cfg.input_precision, REPAIR=repair,
-                      REPAIR_CHUNK=REPAIR_CHUNK)
+                      REPAIR_CHUNK=REPAIR_CHUNK, TMA=cfg.tma)
+    box = f"tensordesc<{io}[1,1,{cfg.block_n},{case.head_dim}]>" if cfg.tma else None
     return runtime_specialization(fn, pointers, constexprs, floats=("qk_scale",), unit=unit,
-                                  div16=div16)
+                                  div16=div16, descriptors={"KD": box, "VD": box})
 
 
 def _backward_kernel():
@@ -431,6 +437,7 @@ def compile_progress(console, total: int):
 
 INT_OVERRIDES = ("block_m", "block_n", "num_warps", "num_stages", "key_slices", "bwd_block_m",
                  "bwd_block_n", "bwd_num_warps", "bwd_num_stages")
+BOOL_OVERRIDES = ("tma", "bwd_dq_pass")
 
 
 def parse_args(argv):
@@ -441,6 +448,8 @@ def parse_args(argv):
                    help="only causal / only non-causal; default: both")
     for field in INT_OVERRIDES:
         p.add_argument("--" + field.replace("_", "-"), type=int, help="override the default config")
+    p.add_argument("--tma", action=argparse.BooleanOptionalAction, default=None,
+                   help="override the default config: K/V through tensor descriptors (forward)")
     p.add_argument("--bwd-dq-pass", action=argparse.BooleanOptionalAction, default=None,
                    help="override the default config: dQ in its own pass (backward)")
     p.add_argument("--length-one", action="append", default=[], choices=("seqlen_q", "seqlen_k"),
@@ -458,7 +467,7 @@ def main(argv=None) -> int:
     from rich.console import Console
 
     args = parse_args(argv)
-    overrides = {f: getattr(args, f) for f in INT_OVERRIDES + ("bwd_dq_pass",)
+    overrides = {f: getattr(args, f) for f in INT_OVERRIDES + BOOL_OVERRIDES
                  if getattr(args, f) is not None}
     variants = args.variant or Variant.all()
     dtypes = args.dtype or list(DTYPES)

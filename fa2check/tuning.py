@@ -28,23 +28,28 @@ import dataclasses
 import os
 from dataclasses import dataclass, replace
 
-FWD_FIELDS = ("block_m", "block_n", "num_warps", "num_stages")
+FWD_FIELDS = ("block_m", "block_n", "num_warps", "num_stages", "tma")
 BWD_FIELDS = ("bwd_block_m", "bwd_block_n", "bwd_num_warps", "bwd_num_stages", "bwd_dq_pass")
 PART_FIELDS = {"fwd": FWD_FIELDS, "bwd": BWD_FIELDS}
 SPLIT_K_MIN_BLOCK_N = 64  # 4 key slices of >= 16 keys
 
-# (block_m, block_n, num_warps, num_stages), the same list for every variant of a head_dim
+# (block_m, block_n, num_warps, num_stages[, tma]), the same list for every variant of a
+# head_dim; tma (K/V through tensor descriptors) is False where not given
 FWD_SPACE = {
     64: [(128, 64, 4, 3), (128, 128, 8, 3), (128, 64, 8, 3), (64, 64, 4, 3), (64, 128, 4, 3),
-         (32, 64, 4, 3), (128, 32, 4, 3), (64, 32, 4, 2), (64, 64, 4, 4), (128, 64, 8, 4)],
+         (32, 64, 4, 3), (128, 32, 4, 3), (64, 32, 4, 2), (64, 64, 4, 4), (128, 64, 8, 4),
+         (64, 64, 4, 3, True), (128, 64, 8, 3, True), (64, 64, 4, 4, True),
+         (128, 64, 4, 3, True)],
     128: [(128, 64, 8, 3), (128, 128, 8, 2), (64, 64, 4, 3), (64, 64, 8, 3), (64, 128, 8, 2),
           (32, 64, 4, 3), (32, 128, 4, 2), (64, 32, 4, 3), (64, 64, 4, 4), (128, 64, 8, 4),
-          (128, 128, 8, 3)],
+          (128, 128, 8, 3), (64, 64, 4, 3, True), (128, 64, 8, 3, True), (64, 64, 4, 4, True),
+          (128, 128, 8, 3, True)],
 }  # default_config's choices are among them (split-K at d=128 defaults to (64, 64, 8, 3)).
-# The 4-stage tiles and (128, 128, 8, 3) at d=128 were added after every forward winner of the
-# first tuned run sat at 3 stages, the space's maximum; the compile gate shows them without
-# spills for split-Q, bf16 (split-K's (128, 64, 8, 4) at d=128 needs too much shared memory
-# and drops out when it fails to compile).
+# Added in the fourth session, not yet measured: the 4-stage tiles and (128, 128, 8, 3) at
+# d=128 (every forward winner of the first tuned run sat at 3 stages, the space's maximum), and
+# tensor-descriptor (TMA) versions of the best tiles of that run. The compile gate shows them
+# without spills for split-Q, bf16, TMA with fewer registers at d=128 (e.g. 182 -> 145 for
+# (128, 64, 8, 3)); split-K tiles over the shared-memory limit drop out when they fail.
 # (bwd_block_m, bwd_block_n, bwd_num_warps, bwd_num_stages, bwd_dq_pass): both places of the
 # dQ computation (kernels/backward.py). Chosen from the sm_90 compile gate's spill census
 # (python -m fa2check.compile_gate --kernel attn_bwd --bwd-...) and the first tuned run
@@ -72,7 +77,7 @@ GLUON_FWD_SPACE = [(64, 32, 4, 1), (64, 64, 4, 1), (128, 32, 8, 1), (128, 64, 8,
                    (64, 128, 4, 1), (16, 64, 4, 1), (32, 64, 4, 1), (16, 128, 4, 1),
                    (32, 128, 4, 1)]
 # The interpreter: two small candidates, so the tuning code path runs cheaply on a CPU.
-CPU_FWD_SPACE = [(32, 16, 4, 1), (16, 32, 4, 1)]
+CPU_FWD_SPACE = [(32, 16, 4, 1), (16, 32, 4, 1, True)]
 CPU_BWD_SPACE = [(16, 32, 4, 1, False), (32, 16, 4, 1, True)]
 
 TUNE_SEQLEN = 4096

@@ -31,6 +31,10 @@ K/V tiles wholly above the diagonal are never visited; only tiles that cross the
 end of the keys compute a mask. Masked scores are -inf. A row that sees no key gets O = 0 and
 L = -inf.
 
+TMA (a tile choice, `TileConfig.tma`, not one of FA2's changes): K and V tiles are loaded
+through tensor descriptors (Hopper's TMA unit; KD, VD) instead of pointer arithmetic; keys past
+seqlen_k arrive as zeros. The math is the same code.
+
 Non-finite V at hidden keys (causal): in a tile that crosses the diagonal a hidden key's P is 0,
 but 0 * NaN and 0 * inf are NaN inside P V, so a NaN or inf in V at a key a row cannot see
 would reach the row. Keeping such V out of the product in every masked tile costs the fast path
@@ -66,16 +70,21 @@ def _visible_key_range(start_m, seqlen_q, seqlen_k,
 
 
 @triton.jit
-def _online_softmax_step(m_i, l_i, acc, q, K_tile_ptrs, V_tile_ptrs, start_n, offs_m, offs_n,
-                         seqlen_q, seqlen_k, qk_scale,
+def _online_softmax_step(m_i, l_i, acc, q, K_tile_ptrs, V_tile_ptrs, KD, VD, off_b, off_hkv,
+                         start_n, offs_m, offs_n, seqlen_q, seqlen_k, qk_scale,
                          MASK: tl.constexpr, IS_CAUSAL: tl.constexpr, DEFER_NORM: tl.constexpr,
                          SPLIT_Q: tl.constexpr, KEY_SLICES: tl.constexpr,
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
-                         INPUT_PRECISION: tl.constexpr, SANITIZE_V: tl.constexpr):
+                         INPUT_PRECISION: tl.constexpr, SANITIZE_V: tl.constexpr,
+                         TMA: tl.constexpr):
     """Fold one K/V tile (keys start_n .. start_n + BLOCK_N) into the running (m_i, l_i, acc)."""
     keys = start_n + offs_n
     if MASK:
         key_ok = keys < seqlen_k
+    if TMA:  # tensor descriptors: keys past seqlen_k arrive as zeros, no load mask
+        kT = tl.trans(KD.load([off_b, off_hkv, start_n, 0]).reshape(BLOCK_N, HEAD_DIM))
+        v = VD.load([off_b, off_hkv, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)
+    elif MASK:
         kT = tl.load(K_tile_ptrs, mask=key_ok[None, :], other=0.0)  # (D, BLOCK_N)
         v = tl.load(V_tile_ptrs, mask=key_ok[:, None], other=0.0)  # (BLOCK_N, D)
     else:
@@ -138,7 +147,8 @@ def _online_softmax_step(m_i, l_i, acc, q, K_tile_ptrs, V_tile_ptrs, start_n, of
 
 
 @triton.jit
-def _attn_fwd_row_block(Q, K, V, O, LSE, M, L, FLAGS, block_index, start_m, off_b, off_h, off_hkv,
+def _attn_fwd_row_block(Q, K, V, O, LSE, M, L, FLAGS, KD, VD, block_index, start_m, off_b, off_h,
+                        off_hkv,
                         stride_qb, stride_qh, stride_qm, stride_qd,
                         stride_kb, stride_kh, stride_kn, stride_kd,
                         stride_vb, stride_vh, stride_vn, stride_vd,
@@ -148,7 +158,7 @@ def _attn_fwd_row_block(Q, K, V, O, LSE, M, L, FLAGS, block_index, start_m, off_
                         IS_CAUSAL: tl.constexpr, DEFER_NORM: tl.constexpr, SPLIT_Q: tl.constexpr,
                         KEY_SLICES: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                         HEAD_DIM: tl.constexpr, INPUT_PRECISION: tl.constexpr,
-                        REPAIR: tl.constexpr):
+                        REPAIR: tl.constexpr, TMA: tl.constexpr):
     """Attention for query rows start_m .. start_m + BLOCK_M of one (batch, head).
     REPAIR: V sanitised in the masked tiles (see the module docstring); otherwise a causal call
     sets this row block's flag (block_index) iff its output holds a NaN."""
@@ -173,15 +183,15 @@ def _attn_fwd_row_block(Q, K, V, O, LSE, M, L, FLAGS, block_index, start_m, off_
     for start_n in range(0, full_end, BLOCK_N):
         m_i, l_i, acc = _online_softmax_step(
             m_i, l_i, acc, q, K_ptrs + start_n * stride_kn, V_ptrs + start_n * stride_vn,
-            start_n, offs_m, offs_n, seqlen_q, seqlen_k, qk_scale,
+            KD, VD, off_b, off_hkv, start_n, offs_m, offs_n, seqlen_q, seqlen_k, qk_scale,
             False, IS_CAUSAL, DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM,
-            INPUT_PRECISION, False)
+            INPUT_PRECISION, False, TMA)
     for start_n in range(full_end, hi, BLOCK_N):
         m_i, l_i, acc = _online_softmax_step(
             m_i, l_i, acc, q, K_ptrs + start_n * stride_kn, V_ptrs + start_n * stride_vn,
-            start_n, offs_m, offs_n, seqlen_q, seqlen_k, qk_scale,
+            KD, VD, off_b, off_hkv, start_n, offs_m, offs_n, seqlen_q, seqlen_k, qk_scale,
             True, IS_CAUSAL, DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM,
-            INPUT_PRECISION, IS_CAUSAL and REPAIR)
+            INPUT_PRECISION, IS_CAUSAL and REPAIR, TMA)
 
     sees_a_key = l_i > 0.0
     if DEFER_NORM:
@@ -202,7 +212,7 @@ def _attn_fwd_row_block(Q, K, V, O, LSE, M, L, FLAGS, block_index, start_m, off_
 
 
 @triton.jit
-def _attn_fwd(Q, K, V, O, LSE, M, L, FLAGS,
+def _attn_fwd(Q, K, V, O, LSE, M, L, FLAGS, KD, VD,
               stride_qb, stride_qh, stride_qm, stride_qd,
               stride_kb, stride_kh, stride_kn, stride_kd,
               stride_vb, stride_vh, stride_vn, stride_vd,
@@ -212,7 +222,7 @@ def _attn_fwd(Q, K, V, O, LSE, M, L, FLAGS,
               IS_CAUSAL: tl.constexpr, DEFER_NORM: tl.constexpr, SEQ_PARALLEL: tl.constexpr,
               SPLIT_Q: tl.constexpr, KEY_SLICES: tl.constexpr, BLOCK_M: tl.constexpr,
               BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, INPUT_PRECISION: tl.constexpr,
-              REPAIR: tl.constexpr, REPAIR_CHUNK: tl.constexpr):
+              REPAIR: tl.constexpr, REPAIR_CHUNK: tl.constexpr, TMA: tl.constexpr):
     row_blocks = tl.cdiv(seqlen_q, BLOCK_M)  # FLAGS: one per (batch, head, row block)
     if REPAIR:
         # A few programs, each checking REPAIR_CHUNK flags at once; one with a flag set
@@ -224,7 +234,7 @@ def _attn_fwd(Q, K, V, O, LSE, M, L, FLAGS,
                 off_bh = block // row_blocks
                 off_h = off_bh % heads_q
                 if tl.load(FLAGS + block) != 0:
-                    _attn_fwd_row_block(Q, K, V, O, LSE, M, L, FLAGS, block,
+                    _attn_fwd_row_block(Q, K, V, O, LSE, M, L, FLAGS, KD, VD, block,
                                         (block % row_blocks) * BLOCK_M, off_bh // heads_q,
                                         off_h, off_h // group_size,
                                         stride_qb, stride_qh, stride_qm, stride_qd,
@@ -233,7 +243,7 @@ def _attn_fwd(Q, K, V, O, LSE, M, L, FLAGS,
                                         stride_ob, stride_oh, stride_om, stride_od, stride_lb,
                                         stride_lh, seqlen_q, seqlen_k, qk_scale, IS_CAUSAL,
                                         DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_M, BLOCK_N,
-                                        HEAD_DIM, INPUT_PRECISION, True)
+                                        HEAD_DIM, INPUT_PRECISION, True, TMA)
         return
     if SEQ_PARALLEL:
         off_bh = tl.program_id(1)
@@ -245,24 +255,24 @@ def _attn_fwd(Q, K, V, O, LSE, M, L, FLAGS,
     first_block = off_bh * row_blocks
 
     if SEQ_PARALLEL:
-        _attn_fwd_row_block(Q, K, V, O, LSE, M, L, FLAGS, first_block + tl.program_id(0),
+        _attn_fwd_row_block(Q, K, V, O, LSE, M, L, FLAGS, KD, VD, first_block + tl.program_id(0),
                             tl.program_id(0) * BLOCK_M, off_b, off_h, off_hkv,
                             stride_qb, stride_qh, stride_qm, stride_qd,
                             stride_kb, stride_kh, stride_kn, stride_kd,
                             stride_vb, stride_vh, stride_vn, stride_vd,
                             stride_ob, stride_oh, stride_om, stride_od, stride_lb, stride_lh,
                             seqlen_q, seqlen_k, qk_scale, IS_CAUSAL, DEFER_NORM, SPLIT_Q,
-                            KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM, INPUT_PRECISION, False)
+                            KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM, INPUT_PRECISION, False, TMA)
     else:
         for start_m in range(0, seqlen_q, BLOCK_M):
-            _attn_fwd_row_block(Q, K, V, O, LSE, M, L, FLAGS, first_block + start_m // BLOCK_M,
-                                start_m, off_b, off_h, off_hkv,
+            _attn_fwd_row_block(Q, K, V, O, LSE, M, L, FLAGS, KD, VD,
+                                first_block + start_m // BLOCK_M, start_m, off_b, off_h, off_hkv,
                                 stride_qb, stride_qh, stride_qm, stride_qd,
                                 stride_kb, stride_kh, stride_kn, stride_kd,
                                 stride_vb, stride_vh, stride_vn, stride_vd,
                                 stride_ob, stride_oh, stride_om, stride_od, stride_lb, stride_lh,
                                 seqlen_q, seqlen_k, qk_scale, IS_CAUSAL, DEFER_NORM, SPLIT_Q,
-                                KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM, INPUT_PRECISION, False)
+                                KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM, INPUT_PRECISION, False, TMA)
 
 
 def attn_fwd(q, k, v, causal, softmax_scale, variant, config):
@@ -290,16 +300,22 @@ def attn_fwd(q, k, v, causal, softmax_scale, variant, config):
     flags = torch.empty(n_flags if causal else 1, device=q.device, dtype=torch.int32)
     main_grid = (row_blocks, batch * heads_q) if variant.seq_parallel else (batch * heads_q,)
     repair_grid = (triton.cdiv(n_flags, REPAIR_CHUNK),)
+    kd = vd = None
+    if config.tma:  # (1, 1, BLOCK_N, D) boxes of the (B, Hkv, Sk, D) tensors
+        from triton.tools.tensor_descriptor import TensorDescriptor
+
+        kd, vd = (TensorDescriptor(t, list(t.shape), list(t.stride()),
+                                   [1, 1, config.block_n, head_dim]) for t in (k, v))
     for repair in (False, True) if causal else (False,):
         _attn_fwd[repair_grid if repair else main_grid](
-            q, k, v, o, lse, m, l, flags,
+            q, k, v, o, lse, m, l, flags, kd, vd,
             *q.stride(), *k.stride(), *v.stride(), *o.stride(), stats[0].stride(0),
             stats[0].stride(1), heads_q, heads_q // heads_kv, seqlen_q, seqlen_k,
             softmax_scale * LOG2E, n_flags,
             IS_CAUSAL=causal, DEFER_NORM=variant.defer_norm, SEQ_PARALLEL=variant.seq_parallel,
             SPLIT_Q=variant.split_q, KEY_SLICES=config.key_slices, BLOCK_M=config.block_m,
             BLOCK_N=config.block_n, HEAD_DIM=head_dim, INPUT_PRECISION=config.input_precision,
-            REPAIR=repair, REPAIR_CHUNK=REPAIR_CHUNK, num_warps=config.num_warps,
+            REPAIR=repair, REPAIR_CHUNK=REPAIR_CHUNK, TMA=config.tma, num_warps=config.num_warps,
             num_stages=config.num_stages,
         )
     return o, stats

@@ -52,6 +52,18 @@ def test_backward_both_places_of_dq(problem, dq_pass, device):
                            problem)
 
 
+@pytest.mark.parametrize("problem", BACKWARD_PROBLEMS[:2], ids=str)
+def test_forward_through_tensor_descriptors(problem, device):
+    """TileConfig.tma: K/V tiles through tensor descriptors (zeros past the keys' end instead
+    of masked loads), every variant, forward and backward."""
+    ref = Reference(problem, device)
+    config = replace(default_config(problem.head_dim, device == "cuda", None, problem.dtype),
+                     tma=True)
+    for variant in Variant.all():
+        _assert_passes(ref.check(partial(flash_attention, config=config), variant), variant,
+                       problem)
+
+
 GPU_PROBLEMS = [
     Problem(2, 8, 8, 1024, 1024, 64, "bfloat16", True),
     Problem(2, 8, 2, 1031, 2048, 128, "float16", True),
