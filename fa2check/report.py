@@ -268,14 +268,21 @@ def _geomean(values):
     return float(np.exp(np.mean(np.log(values)))) if values else None
 
 
+TILE_FIELDS = ("block_m", "block_n", "num_warps", "num_stages")  # with a bwd_ prefix for bwd
+CHOICES = {"tma": "TMA loads", "bwd_dq_pass": "dQ pass"}  # tile choices shown when on
+
+
 def configs_table(results: dict) -> Grid:
     grid = Grid("tile configs (each variant tuned from the same search space)",
-                ["part", "variant", "d", "mask", "block_m", "block_n", "warps", "stages", "source"])
+                ["part", "variant", "d", "mask", "block_m", "block_n", "warps", "stages",
+                 "choices", "source"])
     for record in results.get("configs", []):
         key, fields = record["key"], record["fields"] or {}
-        values = list(fields.values()) + [""] * (4 - len(fields))
+        prefix = "bwd_" if key["part"] == "bwd" else ""
+        tiles = [fields.get(prefix + f, "") for f in TILE_FIELDS]
+        choices = ", ".join(label for f, label in CHOICES.items() if fields.get(f))
         grid.add(key["part"], key["variant"], key["head_dim"], "causal" if key["causal"] else "full",
-                 *values, record.get("source", ""))
+                 *tiles, choices, record.get("source", ""))
     return grid
 
 
