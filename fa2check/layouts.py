@@ -53,6 +53,7 @@ DOT_ROLES = {  # kernel variable -> the product it holds
     "s": "S", "pv": "PV", "o_s": "PV",  # forward (o_s: split-K's per-slice P V)
     "pv_s": "PV",  # the Gluon forward's per-slice P V
     "sT": "S^T", "dv": "dV", "dpT": "dP^T", "dk": "dK", "dq": "dQ",  # backward
+    "dp": "dP",  # the backward's dQ pass (its S is "s")
 }
 
 
