@@ -424,6 +424,33 @@ def add_case_arguments(p, kernels: str, dtypes: str, head_dims: str):
     p.add_argument("--head-dim", action="append", type=int, help=f"default: {head_dims}")
 
 
+def add_output_arguments(p):
+    """--jobs and --json, shared with the layout report."""
+    p.add_argument("--jobs", "-j", type=int, default=os.cpu_count() or 1,
+                   help="worker processes (default: one per CPU)")
+    p.add_argument("--json", metavar="PATH", help="write the reports as JSON")
+
+
+def report_console(width: int):
+    """A rich console; writing to a log file, `width` columns rather than 80."""
+    from rich.console import Console
+
+    console = Console()
+    if not console.is_terminal:
+        console.width = width
+    return console
+
+
+def summarize(console, reports, failed: int, started: float, json_path: str | None) -> int:
+    """The closing line, the JSON file if asked for, and the exit status (1 if any failed)."""
+    console.print(f"{len(reports) - failed}/{len(reports)} compiled for sm_90 in "
+                  f"{time.perf_counter() - started:.0f} s")
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump([dataclasses.asdict(r) for r in reports], f, indent=1)
+    return 1 if failed else 0
+
+
 @contextlib.contextmanager
 def compile_progress(console, total: int):
     """A progress bar over `total` compiles; yields advance(description)."""
@@ -454,9 +481,7 @@ def parse_args(argv):
                    help="override the default config: dQ in its own pass (backward)")
     p.add_argument("--length-one", action="append", default=[], choices=("seqlen_q", "seqlen_k"),
                    help="compile this length as the constant 1, as a call with length 1 is")
-    p.add_argument("--jobs", "-j", type=int, default=os.cpu_count() or 1,
-                   help="worker processes (default: one per CPU)")
-    p.add_argument("--json", metavar="PATH", help="write the reports as JSON")
+    add_output_arguments(p)
     return p.parse_args(argv)
 
 
@@ -464,8 +489,6 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if interpreting():
         return rerun_without_interpreter("fa2check.compile_gate", argv)
-    from rich.console import Console
-
     args = parse_args(argv)
     overrides = {f: getattr(args, f) for f in INT_OVERRIDES + BOOL_OVERRIDES
                  if getattr(args, f) is not None}
@@ -476,9 +499,7 @@ def main(argv=None) -> int:
     specs = args.kernel or list(SPECS)
     total = len(gate_cases(variants, dtypes, head_dims, causals, specs))
 
-    console = Console()
-    if not console.is_terminal:
-        console.width = 180  # a log file: don't squeeze the table into 80 columns
+    console = report_console(180)
     start = time.perf_counter()
     with compile_progress(console, total) as advance:
         def progress(r):
@@ -492,12 +513,7 @@ def main(argv=None) -> int:
                       f"(BM={r.block_m} BN={r.block_n} warps={r.num_warps} stages={r.num_stages} "
                       f"slices={r.key_slices}):\n{r.error}", style="red", markup=False,
                       highlight=False)
-    console.print(f"{len(reports) - len(failed)}/{len(reports)} compiled for sm_90 in "
-                  f"{time.perf_counter() - start:.0f} s")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump([dataclasses.asdict(r) for r in reports], f, indent=1)
-    return 1 if failed else 0
+    return summarize(console, reports, len(failed), start, args.json)
 
 
 if __name__ == "__main__":

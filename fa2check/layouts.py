@@ -34,9 +34,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import math
-import os
 import re
 import sys
 import time
@@ -44,9 +42,10 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from fa2check.compile_gate import (SPECS, Case, CompileReport, _blank_report, _s,
-                                   add_case_arguments, compile_kernel_for_sm90, compile_progress,
-                                   describe_error, gate_cases, interpreting,
-                                   rerun_without_interpreter, run_in_workers)
+                                   add_case_arguments, add_output_arguments,
+                                   compile_kernel_for_sm90, compile_progress, describe_error,
+                                   gate_cases, interpreting, report_console,
+                                   rerun_without_interpreter, run_in_workers, summarize)
 from kernels import Variant
 
 DOT_ROLES = {  # kernel variable -> the product it holds
@@ -487,9 +486,7 @@ def parse_args(argv):
     add_case_arguments(p, "the forwards, attn_fwd and gluon_attn_fwd", "bfloat16", "64 and 128")
     p.add_argument("--causal", action=argparse.BooleanOptionalAction, default=False,
                    help="causal or not (default: not)")
-    p.add_argument("--jobs", "-j", type=int, default=os.cpu_count() or 1,
-                   help="worker processes (default: one per CPU)")
-    p.add_argument("--json", metavar="PATH", help="write the reports as JSON")
+    add_output_arguments(p)
     return p.parse_args(argv)
 
 
@@ -497,16 +494,12 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if interpreting():
         return rerun_without_interpreter("fa2check.layouts", argv)
-    from rich.console import Console
-
     args = parse_args(argv)
     selection = dict(backends=args.backend or list(BACKENDS), kernels=args.kernel or FORWARDS,
                      variants=args.variant or Variant.all(), dtypes=args.dtype or ["bfloat16"],
                      head_dims=args.head_dim or [64, 128], causals=[args.causal])
     total = len(layout_cases(**selection))
-    console = Console()
-    if not console.is_terminal:
-        console.width = 240  # a log file: don't squeeze the table
+    console = report_console(240)
     start = time.perf_counter()
     with compile_progress(console, total) as advance:
         def progress(r):
@@ -527,12 +520,7 @@ def main(argv=None) -> int:
         console.print(f"FAILED {r.backend} {c.kernel} {c.variant} {c.dtype} D={c.head_dim} "
                       f"causal={c.causal}:\n{c.error}", style="red", markup=False,
                       highlight=False)
-    console.print(f"{len(reports) - len(failed)}/{len(reports)} compiled for sm_90 in "
-                  f"{time.perf_counter() - start:.0f} s")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump([dataclasses.asdict(r) for r in reports], f, indent=1)
-    return 1 if failed else 0
+    return summarize(console, reports, len(failed), start, args.json)
 
 
 if __name__ == "__main__":
