@@ -118,10 +118,17 @@ def _forward_specialization(fn, case: Case, repair: bool = False):
                       SPLIT_Q=v.split_q, KEY_SLICES=cfg.key_slices, BLOCK_M=cfg.block_m,
                       BLOCK_N=cfg.block_n, HEAD_DIM=case.head_dim,
                       INPUT_PRECISION=cfg.input_precision, REPAIR=repair,
-                      REPAIR_CHUNK=REPAIR_CHUNK, TMA=cfg.tma)
+                      REPAIR_CHUNK=REPAIR_CHUNK, TMA=cfg.tma,
+                      SCORES_AHEAD=cfg.scores_ahead)
     box = f"tensordesc<{io}[1,1,{cfg.block_n},{case.head_dim}]>" if cfg.tma else None
     return runtime_specialization(fn, pointers, constexprs, floats=("qk_scale",), unit=unit,
                                   div16=div16, descriptors={"KD": box, "VD": box})
+
+
+def _forward_tiles(c: TileConfig) -> dict:
+    choices = ", ".join(name for name in ("tma", "scores_ahead") if getattr(c, name))
+    return dict(block_m=c.block_m, block_n=c.block_n, num_warps=c.num_warps,
+                num_stages=c.num_stages, choices=choices)
 
 
 def _backward_kernel():
@@ -172,13 +179,11 @@ def _gluon_supports(dtype: str, head_dim: int) -> bool:
 
 SPECS = {spec.name: spec for spec in [
     KernelSpec("attn_fwd", _forward_kernel, _forward_specialization,
-               lambda c: dict(block_m=c.block_m, block_n=c.block_n, num_warps=c.num_warps,
-                              num_stages=c.num_stages)),
+               _forward_tiles),
     # the second launch of a causal forward: recomputes row blocks flagged with a NaN
     KernelSpec("attn_fwd_repair", _forward_kernel,
                lambda fn, case: _forward_specialization(fn, case, repair=True),
-               lambda c: dict(block_m=c.block_m, block_n=c.block_n, num_warps=c.num_warps,
-                              num_stages=c.num_stages), causal_only=True),
+               _forward_tiles, causal_only=True),
     KernelSpec("attn_bwd", _backward_kernel, _backward_specialization,
                lambda c: dict(block_m=c.bwd_block_m, block_n=c.bwd_block_n,
                               num_warps=c.bwd_num_warps, num_stages=c.bwd_num_stages,
@@ -210,6 +215,10 @@ class CompileReport:
     stack_bytes: int | None = None  # stack frame per thread (spills live there)
     shared_bytes: int | None = None  # metadata.shared: dynamic shared memory per block
     wgmma: bool | None = None  # PTX uses Hopper's warpgroup MMA
+    # ptxas made every wgmma wait for the one before (its C7515 "Potential Performance Loss"
+    # note): the tensor cores then never overlap anything within a warpgroup
+    wgmma_serialized: bool | None = None
+    choices: str = ""  # tile choices that change the code (TileConfig.tma, scores_ahead)
     compile_s: float | None = None  # near zero on a Triton cache hit (~/.triton/cache)
     error: str | None = None
 
@@ -224,7 +233,8 @@ def ptxas_usage(log: str) -> dict:
     return dict(registers=found(r"Used (\d+) registers"),
                 spill_stores=found(r"(\d+) bytes spill stores"),
                 spill_loads=found(r"(\d+) bytes spill loads"),
-                stack_bytes=found(r"(\d+) bytes stack frame"))
+                stack_bytes=found(r"(\d+) bytes stack frame"),
+                wgmma_serialized="wgmma.mma_async instructions are serialized" in log)
 
 
 def rerun_ptxas(ptx: str) -> str:
@@ -382,7 +392,8 @@ def _table(reports):
 
     table = Table(title="sm_90 compile gate")
     for column in ("kernel", "variant", "dtype", "D", "causal", "BM", "BN", "warps", "stages",
-                   "slices", "dQ", "regs", "spill st/ld", "smem", "wgmma", "s", "status"):
+                   "slices", "choices", "dQ", "regs", "spill st/ld", "smem", "wgmma", "s",
+                   "status"):
         table.add_column(column, justify="left" if column in ("kernel", "variant", "dtype",
                                                                "status") else "right")
     for r in reports:
@@ -391,13 +402,20 @@ def _table(reports):
                       "yellow" if r.spill_stores else "")
         table.add_row(r.kernel, r.variant, r.dtype, str(r.head_dim), "y" if r.causal else "n",
                       str(r.block_m), str(r.block_n), str(r.num_warps), str(r.num_stages),
-                      str(r.key_slices), _s(DQ_MODE.get(r.dq_pass)), _s(r.registers), spills,
-                      _s(r.shared_bytes), _s(None if r.wgmma is None else "yn"[not r.wgmma]),
-                      _s(r.compile_s), status)
+                      str(r.key_slices), r.choices, _s(DQ_MODE.get(r.dq_pass)), _s(r.registers),
+                      spills, _s(r.shared_bytes), _wgmma(r), _s(r.compile_s), status)
     return table
 
 
 DQ_MODE = {True: "pass", False: "in loop"}
+
+
+def _wgmma(r):
+    from rich.text import Text
+
+    if r.wgmma is None:
+        return ""
+    return Text("serial", "yellow") if r.wgmma_serialized else "yn"[not r.wgmma]
 
 
 def _s(value) -> str:
@@ -464,7 +482,7 @@ def compile_progress(console, total: int):
 
 INT_OVERRIDES = ("block_m", "block_n", "num_warps", "num_stages", "key_slices", "bwd_block_m",
                  "bwd_block_n", "bwd_num_warps", "bwd_num_stages")
-BOOL_OVERRIDES = ("tma", "bwd_dq_pass")
+BOOL_OVERRIDES = ("tma", "scores_ahead", "bwd_dq_pass")
 
 
 def parse_args(argv):
@@ -477,6 +495,9 @@ def parse_args(argv):
         p.add_argument("--" + field.replace("_", "-"), type=int, help="override the default config")
     p.add_argument("--tma", action=argparse.BooleanOptionalAction, default=None,
                    help="override the default config: K/V through tensor descriptors (forward)")
+    p.add_argument("--scores-ahead", action=argparse.BooleanOptionalAction, default=None,
+                   help="override the default config: the next tile's Q K^T started before this "
+                        "tile's softmax (forward)")
     p.add_argument("--bwd-dq-pass", action=argparse.BooleanOptionalAction, default=None,
                    help="override the default config: dQ in its own pass (backward)")
     p.add_argument("--length-one", action="append", default=[], choices=("seqlen_q", "seqlen_k"),

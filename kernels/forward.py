@@ -70,42 +70,65 @@ def _visible_key_range(start_m, seqlen_q, seqlen_k,
 
 
 @triton.jit
-def _online_softmax_step(m_i, l_i, acc, q, K_tile_ptrs, V_tile_ptrs, KD, VD, off_b, off_hkv,
-                         start_n, offs_m, offs_n, seqlen_q, seqlen_k, qk_scale,
-                         MASK: tl.constexpr, IS_CAUSAL: tl.constexpr, DEFER_NORM: tl.constexpr,
-                         SPLIT_Q: tl.constexpr, KEY_SLICES: tl.constexpr,
-                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
-                         INPUT_PRECISION: tl.constexpr, SANITIZE_V: tl.constexpr,
-                         TMA: tl.constexpr):
-    """Fold one K/V tile (keys start_n .. start_n + BLOCK_N) into the running (m_i, l_i, acc)."""
-    keys = start_n + offs_n
-    if MASK:
-        key_ok = keys < seqlen_k
+def _tile_keys(K_tile_ptrs, KD, off_b, off_hkv, start_n, offs_n, seqlen_k,
+               MASK: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
+               TMA: tl.constexpr):
+    """K_j^T (D, BLOCK_N); keys past seqlen_k are zeros."""
     if TMA:  # tensor descriptors: keys past seqlen_k arrive as zeros, no load mask
         kT = tl.trans(KD.load([off_b, off_hkv, start_n, 0]).reshape(BLOCK_N, HEAD_DIM))
-        v = VD.load([off_b, off_hkv, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)
     elif MASK:
-        kT = tl.load(K_tile_ptrs, mask=key_ok[None, :], other=0.0)  # (D, BLOCK_N)
-        v = tl.load(V_tile_ptrs, mask=key_ok[:, None], other=0.0)  # (BLOCK_N, D)
+        kT = tl.load(K_tile_ptrs, mask=(start_n + offs_n < seqlen_k)[None, :], other=0.0)
     else:
         kT = tl.load(K_tile_ptrs)
-        v = tl.load(V_tile_ptrs)
-    # Raw scores; the max is taken in raw units and the scale applied after the subtraction,
-    # so exp2's argument is exact where it matters (s == m gives exp2(0) = 1). Scaling first
-    # lets the compiler fuse s * qk_scale - m into one fma whose unrounded product differs
-    # from the rounded max by up to half an ulp of s * qk_scale: 8192 for logits near 2e11,
-    # enough to overflow exp2 (seen on the H200 with all-equal bfloat16 inputs of 133120).
+    return kT
+
+
+@triton.jit
+def _tile_scores(q, kT, start_n, offs_m, offs_n, seqlen_q, seqlen_k,
+                 MASK: tl.constexpr, IS_CAUSAL: tl.constexpr, INPUT_PRECISION: tl.constexpr):
+    """S_ij = Q_i K_j^T, raw (unscaled); with MASK, -inf where a key is past seqlen_k or
+    (causal) hidden from the row."""
     s = tl.dot(q, kT, input_precision=INPUT_PRECISION)  # (BLOCK_M, BLOCK_N)
     if MASK:
-        visible = key_ok[None, :]
+        keys = start_n + offs_n
+        visible = (keys < seqlen_k)[None, :]
         if IS_CAUSAL:
             visible = visible & (keys[None, :] <= offs_m[:, None] + (seqlen_k - seqlen_q))
         s = tl.where(visible, s, float("-inf"))
+    return s
+
+
+@triton.jit
+def _tile_values(V_tile_ptrs, VD, off_b, off_hkv, start_n, offs_n, seqlen_k,
+                 MASK: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
+                 TMA: tl.constexpr):
+    """V_j (BLOCK_N, D); rows past seqlen_k are zeros."""
+    if TMA:
+        v = VD.load([off_b, off_hkv, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)
+    elif MASK:
+        v = tl.load(V_tile_ptrs, mask=(start_n + offs_n < seqlen_k)[:, None], other=0.0)
+    else:
+        v = tl.load(V_tile_ptrs)
+    return v
+
+
+@triton.jit
+def _fold_tile(m_i, l_i, acc, s, v, start_n, offs_m, offs_n, seqlen_q, seqlen_k, qk_scale,
+               DEFER_NORM: tl.constexpr, SPLIT_Q: tl.constexpr, KEY_SLICES: tl.constexpr,
+               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
+               INPUT_PRECISION: tl.constexpr, SANITIZE_V: tl.constexpr):
+    """Fold one tile's raw scores S_ij and values V_j into the running (m_i, l_i, acc).
+
+    The max is taken in raw units and the scale applied after the subtraction, so exp2's
+    argument is exact where it matters (s == m gives exp2(0) = 1). Scaling first lets the
+    compiler fuse s * qk_scale - m into one fma whose unrounded product differs from the
+    rounded max by up to half an ulp of s * qk_scale: 8192 for logits near 2e11, enough to
+    overflow exp2 (seen on the H200 with all-equal bfloat16 inputs of 133120)."""
     if SANITIZE_V:
         # Row i sees a prefix of the tile's keys, so it sees a non-finite V[:, d] iff the first
         # such key of column d is visible to it: zero those V, put NaN back after the update.
         v_finite = tl.abs(v) < float("inf")  # False for NaN too
-        first_bad_key = tl.min(tl.where(v_finite, seqlen_k, keys[:, None]), 0)  # (D,)
+        first_bad_key = tl.min(tl.where(v_finite, seqlen_k, (start_n + offs_n)[:, None]), 0)
         v = tl.where(v_finite, v, 0.0)
 
     if SPLIT_Q:
@@ -147,6 +170,26 @@ def _online_softmax_step(m_i, l_i, acc, q, K_tile_ptrs, V_tile_ptrs, KD, VD, off
 
 
 @triton.jit
+def _online_softmax_step(m_i, l_i, acc, q, K_tile_ptrs, V_tile_ptrs, KD, VD, off_b, off_hkv,
+                         start_n, offs_m, offs_n, seqlen_q, seqlen_k, qk_scale,
+                         MASK: tl.constexpr, IS_CAUSAL: tl.constexpr, DEFER_NORM: tl.constexpr,
+                         SPLIT_Q: tl.constexpr, KEY_SLICES: tl.constexpr,
+                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
+                         INPUT_PRECISION: tl.constexpr, SANITIZE_V: tl.constexpr,
+                         TMA: tl.constexpr):
+    """Fold one K/V tile (keys start_n .. start_n + BLOCK_N) into the running (m_i, l_i, acc)."""
+    kT = _tile_keys(K_tile_ptrs, KD, off_b, off_hkv, start_n, offs_n, seqlen_k, MASK, BLOCK_N,
+                    HEAD_DIM, TMA)
+    v = _tile_values(V_tile_ptrs, VD, off_b, off_hkv, start_n, offs_n, seqlen_k, MASK, BLOCK_N,
+                     HEAD_DIM, TMA)
+    s = _tile_scores(q, kT, start_n, offs_m, offs_n, seqlen_q, seqlen_k, MASK, IS_CAUSAL,
+                     INPUT_PRECISION)
+    return _fold_tile(m_i, l_i, acc, s, v, start_n, offs_m, offs_n, seqlen_q, seqlen_k,
+                      qk_scale, DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM,
+                      INPUT_PRECISION, SANITIZE_V)
+
+
+@triton.jit
 def _attn_fwd_row_block(Q, K, V, O, LSE, M, L, FLAGS, KD, VD, block_index, start_m, off_b, off_h,
                         off_hkv,
                         stride_qb, stride_qh, stride_qm, stride_qd,
@@ -158,7 +201,7 @@ def _attn_fwd_row_block(Q, K, V, O, LSE, M, L, FLAGS, KD, VD, block_index, start
                         IS_CAUSAL: tl.constexpr, DEFER_NORM: tl.constexpr, SPLIT_Q: tl.constexpr,
                         KEY_SLICES: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                         HEAD_DIM: tl.constexpr, INPUT_PRECISION: tl.constexpr,
-                        REPAIR: tl.constexpr, TMA: tl.constexpr):
+                        REPAIR: tl.constexpr, TMA: tl.constexpr, SCORES_AHEAD: tl.constexpr):
     """Attention for query rows start_m .. start_m + BLOCK_M of one (batch, head).
     REPAIR: V sanitised in the masked tiles (see the module docstring); otherwise a causal call
     sets this row block's flag (block_index) iff its output holds a NaN."""
@@ -180,12 +223,39 @@ def _attn_fwd_row_block(Q, K, V, O, LSE, M, L, FLAGS, KD, VD, block_index, start
     acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
 
     full_end, hi = _visible_key_range(start_m, seqlen_q, seqlen_k, BLOCK_M, BLOCK_N, IS_CAUSAL)
-    for start_n in range(0, full_end, BLOCK_N):
-        m_i, l_i, acc = _online_softmax_step(
-            m_i, l_i, acc, q, K_ptrs + start_n * stride_kn, V_ptrs + start_n * stride_vn,
-            KD, VD, off_b, off_hkv, start_n, offs_m, offs_n, seqlen_q, seqlen_k, qk_scale,
-            False, IS_CAUSAL, DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM,
-            INPUT_PRECISION, False, TMA)
+    if SCORES_AHEAD:
+        # S_i,j+1 = Q_i K_j+1^T is started before tile j's softmax, so the tensor cores can
+        # work on it while the softmax runs; the last tile is folded after the loop
+        if full_end > 0:
+            kT = _tile_keys(K_ptrs, KD, off_b, off_hkv, 0, offs_n, seqlen_k, False, BLOCK_N,
+                            HEAD_DIM, TMA)
+            s = _tile_scores(q, kT, 0, offs_m, offs_n, seqlen_q, seqlen_k, False, IS_CAUSAL,
+                             INPUT_PRECISION)
+            for start_n in range(BLOCK_N, full_end, BLOCK_N):
+                kT = _tile_keys(K_ptrs + start_n * stride_kn, KD, off_b, off_hkv, start_n, offs_n,
+                                seqlen_k, False, BLOCK_N, HEAD_DIM, TMA)
+                s_next = _tile_scores(q, kT, start_n, offs_m, offs_n, seqlen_q, seqlen_k, False,
+                                      IS_CAUSAL, INPUT_PRECISION)
+                prev_n = start_n - BLOCK_N
+                v = _tile_values(V_ptrs + prev_n * stride_vn, VD, off_b, off_hkv, prev_n, offs_n,
+                                 seqlen_k, False, BLOCK_N, HEAD_DIM, TMA)
+                m_i, l_i, acc = _fold_tile(m_i, l_i, acc, s, v, prev_n, offs_m, offs_n, seqlen_q,
+                                           seqlen_k, qk_scale, DEFER_NORM, SPLIT_Q, KEY_SLICES,
+                                           BLOCK_M, BLOCK_N, HEAD_DIM, INPUT_PRECISION, False)
+                s = s_next
+            last_n = full_end - BLOCK_N
+            v = _tile_values(V_ptrs + last_n * stride_vn, VD, off_b, off_hkv, last_n, offs_n,
+                             seqlen_k, False, BLOCK_N, HEAD_DIM, TMA)
+            m_i, l_i, acc = _fold_tile(m_i, l_i, acc, s, v, last_n, offs_m, offs_n, seqlen_q,
+                                       seqlen_k, qk_scale, DEFER_NORM, SPLIT_Q, KEY_SLICES,
+                                       BLOCK_M, BLOCK_N, HEAD_DIM, INPUT_PRECISION, False)
+    else:
+        for start_n in range(0, full_end, BLOCK_N):
+            m_i, l_i, acc = _online_softmax_step(
+                m_i, l_i, acc, q, K_ptrs + start_n * stride_kn, V_ptrs + start_n * stride_vn,
+                KD, VD, off_b, off_hkv, start_n, offs_m, offs_n, seqlen_q, seqlen_k, qk_scale,
+                False, IS_CAUSAL, DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM,
+                INPUT_PRECISION, False, TMA)
     for start_n in range(full_end, hi, BLOCK_N):
         m_i, l_i, acc = _online_softmax_step(
             m_i, l_i, acc, q, K_ptrs + start_n * stride_kn, V_ptrs + start_n * stride_vn,
@@ -222,7 +292,8 @@ def _attn_fwd(Q, K, V, O, LSE, M, L, FLAGS, KD, VD,
               IS_CAUSAL: tl.constexpr, DEFER_NORM: tl.constexpr, SEQ_PARALLEL: tl.constexpr,
               SPLIT_Q: tl.constexpr, KEY_SLICES: tl.constexpr, BLOCK_M: tl.constexpr,
               BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, INPUT_PRECISION: tl.constexpr,
-              REPAIR: tl.constexpr, REPAIR_CHUNK: tl.constexpr, TMA: tl.constexpr):
+              REPAIR: tl.constexpr, REPAIR_CHUNK: tl.constexpr, TMA: tl.constexpr,
+              SCORES_AHEAD: tl.constexpr):
     row_blocks = tl.cdiv(seqlen_q, BLOCK_M)  # FLAGS: one per (batch, head, row block)
     if REPAIR:
         # A few programs, each checking REPAIR_CHUNK flags at once; one with a flag set
@@ -243,7 +314,7 @@ def _attn_fwd(Q, K, V, O, LSE, M, L, FLAGS, KD, VD,
                                         stride_ob, stride_oh, stride_om, stride_od, stride_lb,
                                         stride_lh, seqlen_q, seqlen_k, qk_scale, IS_CAUSAL,
                                         DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_M, BLOCK_N,
-                                        HEAD_DIM, INPUT_PRECISION, True, TMA)
+                                        HEAD_DIM, INPUT_PRECISION, True, TMA, SCORES_AHEAD)
         return
     if SEQ_PARALLEL:
         off_bh = tl.program_id(1)
@@ -255,14 +326,18 @@ def _attn_fwd(Q, K, V, O, LSE, M, L, FLAGS, KD, VD,
     first_block = off_bh * row_blocks
 
     if SEQ_PARALLEL:
-        _attn_fwd_row_block(Q, K, V, O, LSE, M, L, FLAGS, KD, VD, first_block + tl.program_id(0),
-                            tl.program_id(0) * BLOCK_M, off_b, off_h, off_hkv,
+        block = tl.program_id(0)
+        if IS_CAUSAL:  # the last row blocks see the most keys: start them first, so the light
+            block = row_blocks - 1 - block  # ones fill the end of the launch
+        _attn_fwd_row_block(Q, K, V, O, LSE, M, L, FLAGS, KD, VD, first_block + block,
+                            block * BLOCK_M, off_b, off_h, off_hkv,
                             stride_qb, stride_qh, stride_qm, stride_qd,
                             stride_kb, stride_kh, stride_kn, stride_kd,
                             stride_vb, stride_vh, stride_vn, stride_vd,
                             stride_ob, stride_oh, stride_om, stride_od, stride_lb, stride_lh,
                             seqlen_q, seqlen_k, qk_scale, IS_CAUSAL, DEFER_NORM, SPLIT_Q,
-                            KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM, INPUT_PRECISION, False, TMA)
+                            KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM, INPUT_PRECISION, False, TMA,
+                            SCORES_AHEAD)
     else:
         for start_m in range(0, seqlen_q, BLOCK_M):
             _attn_fwd_row_block(Q, K, V, O, LSE, M, L, FLAGS, KD, VD,
@@ -272,7 +347,8 @@ def _attn_fwd(Q, K, V, O, LSE, M, L, FLAGS, KD, VD,
                                 stride_vb, stride_vh, stride_vn, stride_vd,
                                 stride_ob, stride_oh, stride_om, stride_od, stride_lb, stride_lh,
                                 seqlen_q, seqlen_k, qk_scale, IS_CAUSAL, DEFER_NORM, SPLIT_Q,
-                                KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM, INPUT_PRECISION, False, TMA)
+                                KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM, INPUT_PRECISION, False, TMA,
+                            SCORES_AHEAD)
 
 
 def attn_fwd(q, k, v, causal, softmax_scale, variant, config):
@@ -315,7 +391,8 @@ def attn_fwd(q, k, v, causal, softmax_scale, variant, config):
             IS_CAUSAL=causal, DEFER_NORM=variant.defer_norm, SEQ_PARALLEL=variant.seq_parallel,
             SPLIT_Q=variant.split_q, KEY_SLICES=config.key_slices, BLOCK_M=config.block_m,
             BLOCK_N=config.block_n, HEAD_DIM=head_dim, INPUT_PRECISION=config.input_precision,
-            REPAIR=repair, REPAIR_CHUNK=REPAIR_CHUNK, TMA=config.tma, num_warps=config.num_warps,
+            REPAIR=repair, REPAIR_CHUNK=REPAIR_CHUNK, TMA=config.tma,
+            SCORES_AHEAD=config.scores_ahead, num_warps=config.num_warps,
             num_stages=config.num_stages,
         )
     return o, stats
