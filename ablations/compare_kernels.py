@@ -1,7 +1,12 @@
-"""A/B timing of kernel versions: the forward of several copies of the kernels/ package, timed
-interleaved on the same cells with the same tile config (the launcher's default for the GPU).
+"""A/B timing of kernel versions: the forward (or, --mode fwd+bwd, forward and backward) of several
+copies of the kernels/ package, timed
+interleaved on the same cells with the same tile config (the launcher's default for the GPU,
+or the fields given after a colon, on top of that default).
 
-    python3 ablations/compare_kernels.py DIR [DIR ...] [--json PATH]
+    python3 ablations/compare_kernels.py DIR[:FIELD=VALUE,...] [DIR ...] [--json PATH]
+
+e.g. `kernels:block_m=64,block_n=64,num_warps=4,num_stages=3 kernels:...,scores_ahead=1`
+compares one tile choice within today's kernels.
 
 Each DIR holds a copy of kernels/ (e.g. exported from an older commit with
 `git show COMMIT:kernels/forward.py > DIR/forward.py` ...). For use in ablations/NOTES.md when a
@@ -17,12 +22,14 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from fa2check.environment import describe_environment  # noqa: E402
+from fa2check.grids import FLOP_FACTOR  # noqa: E402
 from fa2check.timing import summary, tflops  # noqa: E402
 
 CELLS = [(seqlen, d, causal) for d in (64, 128) for causal in (True, False)
          for seqlen in (1024, 4096, 16384)]
 CAUSAL_CELLS = [c for c in CELLS if c[2]]
 ROUNDS = 3
+HIDDEN, TOKENS = 2048, 16384  # heads * head_dim, batch * seqlen: as the paper grid
 
 
 def load(directory: Path, name: str):
@@ -34,30 +41,59 @@ def load(directory: Path, name: str):
     return module
 
 
+def parse_version(spec: str, index: int):
+    """'DIR[:field=value,...]' -> (name, flash_attention with those config fields)."""
+    directory, _, fields = spec.partition(":")
+    module = load(Path(directory), f"kernels_ab_{index}")
+    overrides = {}
+    for item in filter(None, fields.split(",")):
+        field, _, value = item.partition("=")
+        overrides[field] = int(value)  # every tile field is an int or a 0/1 choice
+    overrides = {f: bool(v) if isinstance(getattr(module.TileConfig(16, 16), f), bool) else v
+                 for f, v in overrides.items()}
+
+    def attention(q, k, v, causal):
+        config = module.default_config(q.shape[-1], True, None, q.dtype)
+        config = module.TileConfig(**{**config.__dict__, **overrides})
+        return module.flash_attention(q, k, v, causal=causal, config=config)
+
+    return f"{Path(directory).name}:{fields}" if fields else Path(directory).name, attention
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("dirs", nargs="+", type=Path)
+    parser.add_argument("versions", nargs="+", metavar="DIR[:FIELD=VALUE,...]")
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--causal-only", action="store_true")
+    parser.add_argument("--mode", choices=("fwd", "fwd+bwd"), default="fwd",
+                        help="fwd+bwd: the forward and torch.autograd.grad of q, k, v")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     from triton.testing import do_bench
 
-    versions = {d.name: load(d, f"kernels_ab_{i}") for i, d in enumerate(args.dirs)}
+    versions = dict(parse_version(spec, i) for i, spec in enumerate(args.versions))
     dtype = getattr(torch, args.dtype)
     rows = []
     for seqlen, d, causal in CAUSAL_CELLS if args.causal_only else CELLS:
-        heads, batch = 2048 // d, 16384 // seqlen
-        q, k, v = (torch.randn(batch, heads, seqlen, d, device="cuda", dtype=dtype)
-                   for _ in range(3))
-        flops = 4 * batch * heads * seqlen * seqlen * d / (2 if causal else 1)
+        heads, batch = HIDDEN // d, TOKENS // seqlen
+        backward = args.mode == "fwd+bwd"
+        q, k, v = (torch.randn(batch, heads, seqlen, d, device="cuda", dtype=dtype,
+                               requires_grad=backward) for _ in range(3))
+        do = torch.randn_like(q)
+        flops = (4 * batch * heads * seqlen * seqlen * d / (2 if causal else 1)
+                 * FLOP_FACTOR[args.mode])
+
+        def call(attend):
+            o = attend(q, k, v, causal)
+            return torch.cat([g.flatten() for g in torch.autograd.grad(o, (q, k, v), do)]
+                             ) if backward else o
+
         samples = {name: [] for name in versions}
-        outputs = {name: m.flash_attention(q, k, v, causal=causal) for name, m in versions.items()}
+        outputs = {name: call(attend) for name, attend in versions.items()}
         base = next(iter(outputs.values()))
         for _ in range(ROUNDS):  # interleaved
-            for name, m in versions.items():
-                samples[name] += do_bench(lambda: m.flash_attention(q, k, v, causal=causal),
-                                          return_mode="all")
+            for name, attend in versions.items():
+                samples[name] += do_bench(lambda: call(attend), return_mode="all")
         for name in versions:
             s = summary(samples[name])
             rows.append(dict(version=name, seqlen=seqlen, head_dim=d, causal=causal, **s,
