@@ -105,7 +105,22 @@ def test_ptxas_log_parsing():
            "    208 bytes stack frame, 212 bytes spill stores, 348 bytes spill loads\n"
            "ptxas info    : Used 254 registers, used 1 barriers, 208 bytes cumulative stack size\n")
     assert ptxas_usage(log) == dict(registers=254, spill_stores=212, spill_loads=348,
-                                    stack_bytes=208)
+                                    stack_bytes=208, wgmma_serialized=False)
+    note = ("ptxas info    : (C7515) Potential Performance Loss: wgmma.mma_async instructions are "
+            "serialized due to non wgmma instructions defining accumulator registers of a wgmma "
+            "between start and end of the pipeline stage in the function '_attn_fwd'\n")
+    assert ptxas_usage(note + log)["wgmma_serialized"]
+
+
+def test_gate_shows_serialized_wgmma(tmp_path):
+    """Found with the compile gate: at d=128, TMA with scores_ahead makes ptxas serialise the
+    wgmma chain (the tuning space leaves that pair out); either choice alone does not."""
+    args = ["--kernel", "attn_fwd", "--variant", "fa2", "--dtype", "bfloat16", "--head-dim",
+            "128", "--no-causal", "--block-m", "64", "--block-n", "64", "--num-warps", "4",
+            "--num-stages", "3", "--tma", "--jobs", "1"]
+    serial = {ahead: gate(tmp_path, *args, flag)[1][0]["wgmma_serialized"]
+              for ahead, flag in ((False, "--no-scores-ahead"), (True, "--scores-ahead"))}
+    assert serial == {False: False, True: True}
 
 
 def test_float32_d128_split_k_fits_when_seqlen_k_is_one(tmp_path):
