@@ -310,10 +310,7 @@ def _attn_bwd(Q, K, V, DO, DQ, DK, DV, STAT, L, DELTA,
                                 HEAD_DIM, INPUT_PRECISION)
         elif DQ_PASS:  # one row block of one query head of the group
             r = pid - n_col_blocks
-            row_block = r % n_row_blocks
-            if IS_CAUSAL:  # the last row blocks see the most keys: start them first (the
-                row_block = n_row_blocks - 1 - row_block  # column blocks already go heavy first)
-            _attn_bwd_dq_row_block(Q, K, V, DO, DQ, STAT, L, DELTA, row_block * BLOCK_N,
+            _attn_bwd_dq_row_block(Q, K, V, DO, DQ, STAT, L, DELTA, (r % n_row_blocks) * BLOCK_N,
                                    off_b, off_hkv * group_size + r // n_row_blocks, off_hkv,
                                    stride_qb, stride_qh, stride_qm, stride_qd,
                                    stride_kb, stride_kh, stride_kn, stride_kd,
