@@ -118,15 +118,14 @@ def _forward_specialization(fn, case: Case, repair: bool = False):
                       SPLIT_Q=v.split_q, KEY_SLICES=cfg.key_slices, BLOCK_M=cfg.block_m,
                       BLOCK_N=cfg.block_n, HEAD_DIM=case.head_dim,
                       INPUT_PRECISION=cfg.input_precision, REPAIR=repair,
-                      REPAIR_CHUNK=REPAIR_CHUNK, TMA=cfg.tma,
-                      SCORES_AHEAD=cfg.scores_ahead)
+                      REPAIR_CHUNK=REPAIR_CHUNK, TMA=cfg.tma)
     box = f"tensordesc<{io}[1,1,{cfg.block_n},{case.head_dim}]>" if cfg.tma else None
     return runtime_specialization(fn, pointers, constexprs, floats=("qk_scale",), unit=unit,
                                   div16=div16, descriptors={"KD": box, "VD": box})
 
 
 def _forward_tiles(c: TileConfig) -> dict:
-    choices = ", ".join(name for name in ("tma", "scores_ahead") if getattr(c, name))
+    choices = "tma" if c.tma else ""
     return dict(block_m=c.block_m, block_n=c.block_n, num_warps=c.num_warps,
                 num_stages=c.num_stages, choices=choices)
 
@@ -218,7 +217,7 @@ class CompileReport:
     # ptxas made every wgmma wait for the one before (its C7515 "Potential Performance Loss"
     # note): the tensor cores then never overlap anything within a warpgroup
     wgmma_serialized: bool | None = None
-    choices: str = ""  # tile choices that change the code (TileConfig.tma, scores_ahead)
+    choices: str = ""  # tile choices that change the code (TileConfig.tma)
     compile_s: float | None = None  # near zero on a Triton cache hit (~/.triton/cache)
     error: str | None = None
 
@@ -482,7 +481,7 @@ def compile_progress(console, total: int):
 
 INT_OVERRIDES = ("block_m", "block_n", "num_warps", "num_stages", "key_slices", "bwd_block_m",
                  "bwd_block_n", "bwd_num_warps", "bwd_num_stages")
-BOOL_OVERRIDES = ("tma", "scores_ahead", "bwd_dq_pass")
+BOOL_OVERRIDES = ("tma", "bwd_dq_pass")
 
 
 def parse_args(argv):
@@ -495,9 +494,6 @@ def parse_args(argv):
         p.add_argument("--" + field.replace("_", "-"), type=int, help="override the default config")
     p.add_argument("--tma", action=argparse.BooleanOptionalAction, default=None,
                    help="override the default config: K/V through tensor descriptors (forward)")
-    p.add_argument("--scores-ahead", action=argparse.BooleanOptionalAction, default=None,
-                   help="override the default config: the next tile's Q K^T started before this "
-                        "tile's softmax (forward)")
     p.add_argument("--bwd-dq-pass", action=argparse.BooleanOptionalAction, default=None,
                    help="override the default config: dQ in its own pass (backward)")
     p.add_argument("--length-one", action="append", default=[], choices=("seqlen_q", "seqlen_k"),

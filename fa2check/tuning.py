@@ -37,19 +37,20 @@ SPLIT_K_MIN_BLOCK_N = 64  # 4 key slices of >= 16 keys
 # head_dim; tma (K/V through tensor descriptors) is False where not given
 FWD_SPACE = {
     64: [(128, 64, 4, 3), (128, 128, 8, 3), (128, 64, 8, 3), (64, 64, 4, 3), (64, 128, 4, 3),
-         (32, 64, 4, 3), (128, 32, 4, 3), (64, 32, 4, 2), (64, 64, 4, 4), (128, 64, 8, 4),
-         (64, 64, 4, 3, True), (128, 64, 8, 3, True), (64, 64, 4, 4, True),
-         (128, 64, 4, 3, True)],
+         (32, 64, 4, 3), (64, 64, 4, 4), (128, 64, 8, 4), (64, 64, 4, 3, True),
+         (128, 64, 8, 3, True), (64, 64, 4, 4, True), (128, 64, 4, 3, True),
+         (128, 128, 8, 3, True), (64, 128, 4, 3, True)],
     128: [(128, 64, 8, 3), (128, 128, 8, 2), (64, 64, 4, 3), (64, 64, 8, 3), (64, 128, 8, 2),
           (32, 64, 4, 3), (32, 128, 4, 2), (64, 32, 4, 3), (64, 64, 4, 4), (128, 64, 8, 4),
           (128, 128, 8, 3), (64, 64, 4, 3, True), (128, 64, 8, 3, True), (64, 64, 4, 4, True),
-          (128, 128, 8, 3, True)],
+          (128, 128, 8, 3, True), (32, 128, 4, 2, True), (64, 32, 4, 3, True),
+          (128, 128, 8, 2, True)],
 }  # default_config's choices are among them (split-K at d=128 defaults to (64, 64, 8, 3)).
-# Added in the fourth session, not yet measured: the 4-stage tiles and (128, 128, 8, 3) at
-# d=128 (every forward winner of the first tuned run sat at 3 stages, the space's maximum), and
-# tensor-descriptor (TMA) versions of the best tiles of that run. The compile gate shows them
-# without spills for split-Q, bf16, TMA with fewer registers at d=128 (e.g. 182 -> 145 for
-# (128, 64, 8, 3)); split-K tiles over the shared-memory limit drop out when they fail.
+# TMA (K/V through tensor descriptors) was 4-9% faster than the same tiles with pointer loads
+# in an A/B on the H200 (ablations/NOTES.md, fifth session), so every tile that won for some
+# variant before has a TMA twin; TMA also takes the split-K tiles' spills down (compile gate:
+# (32, 128, 4, 2) at d=128 from 1288 to 816 bytes). Dropped as never in any variant's best
+# three in the tuned runs so far: (128, 32, 4, 3) and (64, 32, 4, 2) at d=64.
 # (bwd_block_m, bwd_block_n, bwd_num_warps, bwd_num_stages, bwd_dq_pass): both places of the
 # dQ computation (kernels/backward.py). Chosen from the sm_90 compile gate's spill census
 # (python -m fa2check.compile_gate --kernel attn_bwd --bwd-...) and the first tuned run

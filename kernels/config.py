@@ -16,7 +16,6 @@ class TileConfig:
     key_slices: int = 4  # split-K only: slices a K/V tile is cut into (FA1 used 4 warps)
     input_precision: str = "ieee"  # for float32 operands; "tf32" only when asked for
     tma: bool = False  # forward: K/V tiles through tensor descriptors (kernels/forward.py)
-    scores_ahead: bool = False  # forward: tile j+1's Q K^T started before tile j's softmax
     # backward: one program per key/value column block of bwd_block_n keys
     bwd_block_m: int = 64
     bwd_block_n: int = 64

@@ -201,7 +201,7 @@ def _attn_fwd_row_block(Q, K, V, O, LSE, M, L, FLAGS, KD, VD, block_index, start
                         IS_CAUSAL: tl.constexpr, DEFER_NORM: tl.constexpr, SPLIT_Q: tl.constexpr,
                         KEY_SLICES: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                         HEAD_DIM: tl.constexpr, INPUT_PRECISION: tl.constexpr,
-                        REPAIR: tl.constexpr, TMA: tl.constexpr, SCORES_AHEAD: tl.constexpr):
+                        REPAIR: tl.constexpr, TMA: tl.constexpr):
     """Attention for query rows start_m .. start_m + BLOCK_M of one (batch, head).
     REPAIR: V sanitised in the masked tiles (see the module docstring); otherwise a causal call
     sets this row block's flag (block_index) iff its output holds a NaN."""
@@ -223,39 +223,12 @@ def _attn_fwd_row_block(Q, K, V, O, LSE, M, L, FLAGS, KD, VD, block_index, start
     acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
 
     full_end, hi = _visible_key_range(start_m, seqlen_q, seqlen_k, BLOCK_M, BLOCK_N, IS_CAUSAL)
-    if SCORES_AHEAD:
-        # S_i,j+1 = Q_i K_j+1^T is started before tile j's softmax, so the tensor cores can
-        # work on it while the softmax runs; the last tile is folded after the loop
-        if full_end > 0:
-            kT = _tile_keys(K_ptrs, KD, off_b, off_hkv, 0, offs_n, seqlen_k, False, BLOCK_N,
-                            HEAD_DIM, TMA)
-            s = _tile_scores(q, kT, 0, offs_m, offs_n, seqlen_q, seqlen_k, False, IS_CAUSAL,
-                             INPUT_PRECISION)
-            for start_n in range(BLOCK_N, full_end, BLOCK_N):
-                kT = _tile_keys(K_ptrs + start_n * stride_kn, KD, off_b, off_hkv, start_n, offs_n,
-                                seqlen_k, False, BLOCK_N, HEAD_DIM, TMA)
-                s_next = _tile_scores(q, kT, start_n, offs_m, offs_n, seqlen_q, seqlen_k, False,
-                                      IS_CAUSAL, INPUT_PRECISION)
-                prev_n = start_n - BLOCK_N
-                v = _tile_values(V_ptrs + prev_n * stride_vn, VD, off_b, off_hkv, prev_n, offs_n,
-                                 seqlen_k, False, BLOCK_N, HEAD_DIM, TMA)
-                m_i, l_i, acc = _fold_tile(m_i, l_i, acc, s, v, prev_n, offs_m, offs_n, seqlen_q,
-                                           seqlen_k, qk_scale, DEFER_NORM, SPLIT_Q, KEY_SLICES,
-                                           BLOCK_M, BLOCK_N, HEAD_DIM, INPUT_PRECISION, False)
-                s = s_next
-            last_n = full_end - BLOCK_N
-            v = _tile_values(V_ptrs + last_n * stride_vn, VD, off_b, off_hkv, last_n, offs_n,
-                             seqlen_k, False, BLOCK_N, HEAD_DIM, TMA)
-            m_i, l_i, acc = _fold_tile(m_i, l_i, acc, s, v, last_n, offs_m, offs_n, seqlen_q,
-                                       seqlen_k, qk_scale, DEFER_NORM, SPLIT_Q, KEY_SLICES,
-                                       BLOCK_M, BLOCK_N, HEAD_DIM, INPUT_PRECISION, False)
-    else:
-        for start_n in range(0, full_end, BLOCK_N):
-            m_i, l_i, acc = _online_softmax_step(
-                m_i, l_i, acc, q, K_ptrs + start_n * stride_kn, V_ptrs + start_n * stride_vn,
-                KD, VD, off_b, off_hkv, start_n, offs_m, offs_n, seqlen_q, seqlen_k, qk_scale,
-                False, IS_CAUSAL, DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM,
-                INPUT_PRECISION, False, TMA)
+    for start_n in range(0, full_end, BLOCK_N):
+        m_i, l_i, acc = _online_softmax_step(
+            m_i, l_i, acc, q, K_ptrs + start_n * stride_kn, V_ptrs + start_n * stride_vn,
+            KD, VD, off_b, off_hkv, start_n, offs_m, offs_n, seqlen_q, seqlen_k, qk_scale,
+            False, IS_CAUSAL, DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM,
+            INPUT_PRECISION, False, TMA)
     for start_n in range(full_end, hi, BLOCK_N):
         m_i, l_i, acc = _online_softmax_step(
             m_i, l_i, acc, q, K_ptrs + start_n * stride_kn, V_ptrs + start_n * stride_vn,
@@ -292,8 +265,7 @@ def _attn_fwd(Q, K, V, O, LSE, M, L, FLAGS, KD, VD,
               IS_CAUSAL: tl.constexpr, DEFER_NORM: tl.constexpr, SEQ_PARALLEL: tl.constexpr,
               SPLIT_Q: tl.constexpr, KEY_SLICES: tl.constexpr, BLOCK_M: tl.constexpr,
               BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, INPUT_PRECISION: tl.constexpr,
-              REPAIR: tl.constexpr, REPAIR_CHUNK: tl.constexpr, TMA: tl.constexpr,
-              SCORES_AHEAD: tl.constexpr):
+              REPAIR: tl.constexpr, REPAIR_CHUNK: tl.constexpr, TMA: tl.constexpr):
     row_blocks = tl.cdiv(seqlen_q, BLOCK_M)  # FLAGS: one per (batch, head, row block)
     if REPAIR:
         # A few programs, each checking REPAIR_CHUNK flags at once; one with a flag set
@@ -314,7 +286,7 @@ def _attn_fwd(Q, K, V, O, LSE, M, L, FLAGS, KD, VD,
                                         stride_ob, stride_oh, stride_om, stride_od, stride_lb,
                                         stride_lh, seqlen_q, seqlen_k, qk_scale, IS_CAUSAL,
                                         DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_M, BLOCK_N,
-                                        HEAD_DIM, INPUT_PRECISION, True, TMA, SCORES_AHEAD)
+                                        HEAD_DIM, INPUT_PRECISION, True, TMA)
         return
     if SEQ_PARALLEL:
         off_bh = tl.program_id(1)
@@ -326,18 +298,14 @@ def _attn_fwd(Q, K, V, O, LSE, M, L, FLAGS, KD, VD,
     first_block = off_bh * row_blocks
 
     if SEQ_PARALLEL:
-        block = tl.program_id(0)
-        if IS_CAUSAL:  # the last row blocks see the most keys: start them first, so the light
-            block = row_blocks - 1 - block  # ones fill the end of the launch
-        _attn_fwd_row_block(Q, K, V, O, LSE, M, L, FLAGS, KD, VD, first_block + block,
-                            block * BLOCK_M, off_b, off_h, off_hkv,
+        _attn_fwd_row_block(Q, K, V, O, LSE, M, L, FLAGS, KD, VD, first_block + tl.program_id(0),
+                            tl.program_id(0) * BLOCK_M, off_b, off_h, off_hkv,
                             stride_qb, stride_qh, stride_qm, stride_qd,
                             stride_kb, stride_kh, stride_kn, stride_kd,
                             stride_vb, stride_vh, stride_vn, stride_vd,
                             stride_ob, stride_oh, stride_om, stride_od, stride_lb, stride_lh,
                             seqlen_q, seqlen_k, qk_scale, IS_CAUSAL, DEFER_NORM, SPLIT_Q,
-                            KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM, INPUT_PRECISION, False, TMA,
-                            SCORES_AHEAD)
+                            KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM, INPUT_PRECISION, False, TMA)
     else:
         for start_m in range(0, seqlen_q, BLOCK_M):
             _attn_fwd_row_block(Q, K, V, O, LSE, M, L, FLAGS, KD, VD,
@@ -347,8 +315,7 @@ def _attn_fwd(Q, K, V, O, LSE, M, L, FLAGS, KD, VD,
                                 stride_vb, stride_vh, stride_vn, stride_vd,
                                 stride_ob, stride_oh, stride_om, stride_od, stride_lb, stride_lh,
                                 seqlen_q, seqlen_k, qk_scale, IS_CAUSAL, DEFER_NORM, SPLIT_Q,
-                                KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM, INPUT_PRECISION, False, TMA,
-                            SCORES_AHEAD)
+                                KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM, INPUT_PRECISION, False, TMA)
 
 
 def attn_fwd(q, k, v, causal, softmax_scale, variant, config):
@@ -391,8 +358,7 @@ def attn_fwd(q, k, v, causal, softmax_scale, variant, config):
             IS_CAUSAL=causal, DEFER_NORM=variant.defer_norm, SEQ_PARALLEL=variant.seq_parallel,
             SPLIT_Q=variant.split_q, KEY_SLICES=config.key_slices, BLOCK_M=config.block_m,
             BLOCK_N=config.block_n, HEAD_DIM=head_dim, INPUT_PRECISION=config.input_precision,
-            REPAIR=repair, REPAIR_CHUNK=REPAIR_CHUNK, TMA=config.tma,
-            SCORES_AHEAD=config.scores_ahead, num_warps=config.num_warps,
+            REPAIR=repair, REPAIR_CHUNK=REPAIR_CHUNK, TMA=config.tma, num_warps=config.num_warps,
             num_stages=config.num_stages,
         )
     return o, stats

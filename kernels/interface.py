@@ -55,8 +55,6 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, variant=Varian
     _check_config(config, variant, on_gpu)  # the Gluon launcher checks what it cannot run
     if config.tma:
         _check_tma(k, v, backend)
-    if config.scores_ahead and backend != "triton":
-        raise ValueError(f"config.scores_ahead is a tile choice of the Triton forward, not of {backend!r}")
     o, lse = _FlashAttention.apply(q, k, v, bool(causal), float(softmax_scale), variant, config,
                                    backend)
     return (o, lse) if return_lse else o
@@ -149,7 +147,7 @@ def _check_config(config: TileConfig, variant: Variant, on_gpu: bool):
         if on_gpu and config.block_n // config.key_slices < MIN_DOT_DIM:
             raise ValueError(f"config.key_slices ({config.key_slices}) leaves slices of "
                              f"{config.block_n // config.key_slices} keys; the GPU needs >= {MIN_DOT_DIM}")
-    for name in ("tma", "scores_ahead", "bwd_dq_pass"):
+    for name in ("tma", "bwd_dq_pass"):
         if not isinstance(getattr(config, name), bool):
             raise TypeError(f"config.{name} must be a bool, got {type(getattr(config, name)).__name__}")
     if config.input_precision not in ("ieee", "tf32"):

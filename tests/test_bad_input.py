@@ -37,8 +37,6 @@ CASES = [
      ValueError, "config.tma needs v with head_dim stride 1"),
     ("tma not bool", lambda q, k, v: (q, k, v, {"config": TileConfig(32, 16, tma=1)}), TypeError,
      "config.tma must be a bool"),
-    ("scores_ahead not bool", lambda q, k, v: (q, k, v, {"config": TileConfig(32, 16, scores_ahead=1)}),
-     TypeError, "config.scores_ahead must be a bool"),
 ]
 
 

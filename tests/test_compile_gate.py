@@ -112,17 +112,6 @@ def test_ptxas_log_parsing():
     assert ptxas_usage(note + log)["wgmma_serialized"]
 
 
-def test_gate_shows_serialized_wgmma(tmp_path):
-    """Found with the compile gate: at d=128, TMA with scores_ahead makes ptxas serialise the
-    wgmma chain (the tuning space leaves that pair out); either choice alone does not."""
-    args = ["--kernel", "attn_fwd", "--variant", "fa2", "--dtype", "bfloat16", "--head-dim",
-            "128", "--no-causal", "--block-m", "64", "--block-n", "64", "--num-warps", "4",
-            "--num-stages", "3", "--tma", "--jobs", "1"]
-    serial = {ahead: gate(tmp_path, *args, flag)[1][0]["wgmma_serialized"]
-              for ahead, flag in ((False, "--no-scores-ahead"), (True, "--scores-ahead"))}
-    assert serial == {False: False, True: True}
-
-
 def test_float32_d128_split_k_fits_when_seqlen_k_is_one(tmp_path):
     """Found by the H200 fuzz campaign: a call with seqlen_k == 1 (compiled as a constant) made
     3 pipeline stages of float32 d=128 tiles need 245760 bytes; float32 d>=128 now uses 2."""

@@ -52,21 +52,13 @@ def test_backward_both_places_of_dq(problem, dq_pass, device):
                            problem)
 
 
-# one full K/V tile and a partial one: the scores-ahead loop runs only its first and last step
-ONE_FULL_TILE = Problem(1, 2, 1, 40, 20, 16, "bfloat16", False, seed=4)
-FORWARD_CHOICES = {"tma": dict(tma=True), "scores-ahead": dict(scores_ahead=True),
-                   "tma+scores-ahead": dict(tma=True, scores_ahead=True)}
-
-
-@pytest.mark.parametrize("choice", FORWARD_CHOICES)
-@pytest.mark.parametrize("problem", BACKWARD_PROBLEMS[:2] + [ONE_FULL_TILE], ids=str)
-def test_forward_tile_choices(problem, choice, device):
-    """The forward's tile choices that change its code (TileConfig.tma: K/V tiles through
-    tensor descriptors, zeros past the keys' end instead of masked loads; scores_ahead: the
-    loop over full tiles reordered), every variant, forward and backward."""
+@pytest.mark.parametrize("problem", BACKWARD_PROBLEMS[:2], ids=str)
+def test_forward_through_tensor_descriptors(problem, device):
+    """TileConfig.tma: K/V tiles through tensor descriptors (zeros past the keys' end instead
+    of masked loads), every variant, forward and backward."""
     ref = Reference(problem, device)
     config = replace(default_config(problem.head_dim, device == "cuda", None, problem.dtype),
-                     **FORWARD_CHOICES[choice])
+                     tma=True)
     for variant in Variant.all():
         _assert_passes(ref.check(partial(flash_attention, config=config), variant), variant,
                        problem)
