@@ -47,10 +47,10 @@ FWD_SPACE = {
           (128, 128, 8, 2, True)],
 }  # default_config's choices are among them (split-K at d=128 defaults to (64, 64, 8, 3)).
 # TMA (K/V through tensor descriptors) was 4-9% faster than the same tiles with pointer loads
-# in an A/B on the H200 (ablations/NOTES.md, fifth session), so every tile that won for some
-# variant before has a TMA twin; TMA also takes the split-K tiles' spills down (compile gate:
-# (32, 128, 4, 2) at d=128 from 1288 to 816 bytes). Dropped as never in any variant's best
-# three in the tuned runs so far: (128, 32, 4, 3) and (64, 32, 4, 2) at d=64.
+# at 1k-4k in an A/B on the H200 (ablations/NOTES.md, fifth session), so every tile that won
+# for some variant before has a TMA twin; TMA also takes the split-K tiles' spills down
+# (compile gate: (32, 128, 4, 2) at d=128 from 1288 to 816 bytes). Dropped as never in any
+# variant's best three in the tuned runs so far: (128, 32, 4, 3) and (64, 32, 4, 2) at d=64.
 # (bwd_block_m, bwd_block_n, bwd_num_warps, bwd_num_stages, bwd_dq_pass): both places of the
 # dQ computation (kernels/backward.py). Chosen from the sm_90 compile gate's spill census
 # (python -m fa2check.compile_gate --kernel attn_bwd --bwd-...) and the first tuned run
