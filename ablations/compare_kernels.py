@@ -1,12 +1,11 @@
-"""A/B timing of kernel versions: the forward (or, --mode fwd+bwd, forward and backward) of several
-copies of the kernels/ package, timed
-interleaved on the same cells with the same tile config (the launcher's default for the GPU,
-or the fields given after a colon, on top of that default).
+"""A/B timing of kernel versions: the forward (or, with --mode fwd+bwd, forward and backward) of
+several copies of the kernels/ package, timed interleaved on the same cells with the same tile
+config (the launcher's default for the GPU, or the fields given after a colon on top of it).
 
     python3 ablations/compare_kernels.py DIR[:FIELD=VALUE,...] [DIR ...] [--json PATH]
 
-e.g. `kernels:block_m=64,block_n=64,num_warps=4,num_stages=3 kernels:...,scores_ahead=1`
-compares one tile choice within today's kernels.
+e.g. `kernels:block_m=64,block_n=64,num_warps=4,num_stages=3 kernels:...,tma=1` compares one
+tile choice within today's kernels.
 
 Each DIR holds a copy of kernels/ (e.g. exported from an older commit with
 `git show COMMIT:kernels/forward.py > DIR/forward.py` ...). For use in ablations/NOTES.md when a
@@ -16,6 +15,7 @@ import argparse
 import importlib.util
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -53,8 +53,7 @@ def parse_version(spec: str, index: int):
                  for f, v in overrides.items()}
 
     def attention(q, k, v, causal):
-        config = module.default_config(q.shape[-1], True, None, q.dtype)
-        config = module.TileConfig(**{**config.__dict__, **overrides})
+        config = replace(module.default_config(q.shape[-1], True, None, q.dtype), **overrides)
         return module.flash_attention(q, k, v, causal=causal, config=config)
 
     return f"{Path(directory).name}:{fields}" if fields else Path(directory).name, attention
