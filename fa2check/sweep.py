@@ -229,7 +229,8 @@ def run(cells, settings: Settings, device: str, *, console=None, started=None, c
         provenance=None, on_sweep=None, progress_factory=None) -> dict:
     """Measure `cells` for `settings.modes`. Returns the results dict (schema SCHEMA);
     `provenance` entries are added to (or override) the environment's; on_sweep(results) is
-    called after the gate and after each completed sweep (to save partial results)."""
+    called once the configs are settled (tuned or loaded), after the gate and after each
+    completed sweep, to save partial results."""
     from .environment import describe_environment
 
     started = time.perf_counter() if started is None else started
@@ -277,6 +278,8 @@ def run(cells, settings: Settings, device: str, *, console=None, started=None, c
         configs.records.setdefault(key, configs.default_record(key))
     results["configs"] = configs.as_list()
     timeline["tune_s"] = time.perf_counter() - t0
+    if on_sweep:  # the tuned configs are kept even if the run is cut later (--configs-from)
+        on_sweep(results)
 
     t0 = time.perf_counter()
     if on_gpu:

@@ -414,11 +414,15 @@ def test_split_by_cost_balances_groups_and_keeps_order():
     assert split_by_cost([1.0], 3) == [[0], [], []]
 
 
-def test_sharded_run_keeps_every_cell_in_grid_order(tmp_path, device):
+def test_sharded_run_keeps_every_cell_in_grid_order(tmp_path, device, monkeypatch):
     if device != "cpu":
         pytest.skip("the GPU runs the real grid")
     from fa2check import ablate
+    from fa2check import results as results_io
 
+    saved, save = [], results_io.save
+    monkeypatch.setattr(results_io, "save", lambda results, path: (
+        saved.append(json.loads(json.dumps(results))), save(results, path)))
     status = ablate.main(["--seqlen", "16", "--seqlen", "32", "--head-dim", "16", "--heads", "2",
                           "--batch", "1", "--causal", "false", "--mode", "fwd", "--no-tune",
                           "--repeats", "1", "--bootstrap", "20", "--backends", "sdpa-math",
@@ -433,3 +437,5 @@ def test_sharded_run_keeps_every_cell_in_grid_order(tmp_path, device):
     assert results["repeats_done"] == 1
     for entry in results["cells"]:
         assert all(runs for runs in entry["modes"]["fwd"]["samples"].values())
+    # the configs are on disk before any cell is measured: a run cut later keeps them
+    assert saved[0]["configs"] and not saved[0]["cells"]
