@@ -269,7 +269,7 @@ def _geomean(values):
 
 
 TILE_FIELDS = ("block_m", "block_n", "num_warps", "num_stages")  # with a bwd_ prefix for bwd
-CHOICES = {"tma": "TMA loads", "bwd_dq_pass": "dQ pass"}  # tile choices shown when on
+CHOICES = {"tma": "TMA loads", "bwd_dq_pass": "dQ pass", "bwd_tma": "TMA loads"}  # tile choices shown when on
 
 
 def configs_table(results: dict) -> Grid:

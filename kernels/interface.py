@@ -54,7 +54,9 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, variant=Varian
         config = default_config(head_dim, on_gpu, variant, q.dtype, backend)
     _check_config(config, variant, on_gpu)  # the Gluon launcher checks what it cannot run
     if config.tma:
-        _check_tma(k, v, backend)
+        _check_tma({"k": k, "v": v}, backend, "tma")
+    if config.bwd_tma:  # dO is copied in the backward if it does not qualify
+        _check_tma({"q": q, "k": k, "v": v}, backend, "bwd_tma")
     o, lse = _FlashAttention.apply(q, k, v, bool(causal), float(softmax_scale), variant, config,
                                    backend)
     return (o, lse) if return_lse else o
@@ -147,22 +149,23 @@ def _check_config(config: TileConfig, variant: Variant, on_gpu: bool):
         if on_gpu and config.block_n // config.key_slices < MIN_DOT_DIM:
             raise ValueError(f"config.key_slices ({config.key_slices}) leaves slices of "
                              f"{config.block_n // config.key_slices} keys; the GPU needs >= {MIN_DOT_DIM}")
-    for name in ("tma", "bwd_dq_pass"):
+    for name in ("tma", "bwd_dq_pass", "bwd_tma"):
         if not isinstance(getattr(config, name), bool):
             raise TypeError(f"config.{name} must be a bool, got {type(getattr(config, name)).__name__}")
     if config.input_precision not in ("ieee", "tf32"):
         raise ValueError(f"config.input_precision must be 'ieee' or 'tf32', got {config.input_precision!r}")
 
 
-def _check_tma(k, v, backend):
+def _check_tma(tensors: dict, backend, field: str):
     """Tensor descriptors need 16-byte aligned data and strides and a unit head_dim stride."""
-    if backend != "triton":
+    if backend != "triton" and field == "tma":
         raise ValueError(f"config.tma is a tile choice of the Triton forward, not of {backend!r}")
-    for t, name in ((k, "k"), (v, "v")):
+    for name, t in tensors.items():
         size = t.element_size()
         if t.stride(-1) != 1 or t.data_ptr() % 16 or any(s * size % 16 for s in t.stride()[:-1]):
-            raise ValueError(f"config.tma needs {name} with head_dim stride 1 and 16-byte aligned "
-                             f"data and strides, got strides {tuple(t.stride())}; use tma=False")
+            raise ValueError(f"config.{field} needs {name} with head_dim stride 1 and 16-byte "
+                             f"aligned data and strides, got strides {tuple(t.stride())}; use "
+                             f"{field}=False")
 
 
 def _int32_addressable(t, name):
