@@ -119,9 +119,14 @@ def _forward_specialization(fn, case: Case, repair: bool = False):
                       BLOCK_N=cfg.block_n, HEAD_DIM=case.head_dim,
                       INPUT_PRECISION=cfg.input_precision, REPAIR=repair,
                       REPAIR_CHUNK=REPAIR_CHUNK, TMA=cfg.tma)
-    box = f"tensordesc<{io}[1,1,{cfg.block_n},{case.head_dim}]>" if cfg.tma else None
+    box = _row_box(io, cfg.block_n, case.head_dim) if cfg.tma else None
     return runtime_specialization(fn, pointers, constexprs, floats=("qk_scale",), unit=unit,
                                   div16=div16, descriptors={"KD": box, "VD": box})
+
+
+def _row_box(io: str, rows: int, head_dim: int) -> str:
+    """The signature of a kernels.tma.row_descriptors descriptor: (1, 1, rows, D) boxes."""
+    return f"tensordesc<{io}[1,1,{rows},{head_dim}]>"
 
 
 def _forward_tiles(c: TileConfig) -> dict:
@@ -149,7 +154,7 @@ def _backward_specialization(fn, case: Case):
                       DQ_PASS=cfg.bwd_dq_pass, BLOCK_M=cfg.bwd_block_m, BLOCK_N=cfg.bwd_block_n,
                       HEAD_DIM=case.head_dim, INPUT_PRECISION=cfg.input_precision,
                       TMA=cfg.bwd_tma)
-    box = f"tensordesc<{io}[1,1,{cfg.bwd_block_m},{case.head_dim}]>" if cfg.bwd_tma else None
+    box = _row_box(io, cfg.bwd_block_m, case.head_dim) if cfg.bwd_tma else None
     return runtime_specialization(fn, pointers, constexprs, floats=("qk_scale", "sm_scale"),
                                   unit=unit, div16=div16,
                                   descriptors={name: box for name in ("QD", "DOD", "KD", "VD")})

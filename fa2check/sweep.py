@@ -351,8 +351,8 @@ def measure_sharded(cells, modes, configs, settings: Settings, device: str, log,
     groups take about as long. A cell and all of its contenders stay on one GPU, so every
     ratio inside a cell is measured on one device; the matmul rate is measured on each GPU
     and the samples pooled. Merged into `results` in the grid's order. Unlike the single
-    process run, nothing is saved before every shard has finished (--budget-s still applies
-    to each shard)."""
+    process run, no gate or sweep result is saved before every shard has finished (the
+    configs are, before this; --budget-s applies to each shard)."""
     from concurrent.futures import ProcessPoolExecutor
     from multiprocessing import get_context
 

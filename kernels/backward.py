@@ -44,6 +44,7 @@ import triton
 import triton.language as tl
 
 from .forward import LOG2E, _visible_key_range
+from .tma import row_descriptors, tma_ready
 
 
 @triton.jit
@@ -323,8 +324,8 @@ def _attn_bwd(Q, K, V, DO, DQ, DK, DV, STAT, L, DELTA, QD, DOD, KD, VD,
     if SEQ_PARALLEL:
         pid = tl.program_id(0)
         if pid < n_col_blocks:
-            _attn_bwd_col_block(Q, K, V, DO, DQ, DK, DV, STAT, L, DELTA, QD, DOD, pid * BLOCK_N, off_b,
-                                off_hkv, stride_qb, stride_qh, stride_qm, stride_qd,
+            _attn_bwd_col_block(Q, K, V, DO, DQ, DK, DV, STAT, L, DELTA, QD, DOD, pid * BLOCK_N,
+                                off_b, off_hkv, stride_qb, stride_qh, stride_qm, stride_qd,
                                 stride_kb, stride_kh, stride_kn, stride_kd,
                                 stride_vb, stride_vh, stride_vn, stride_vd,
                                 stride_dob, stride_doh, stride_dom, stride_dod,
@@ -334,8 +335,9 @@ def _attn_bwd(Q, K, V, DO, DQ, DK, DV, STAT, L, DELTA, QD, DOD, KD, VD,
                                 HEAD_DIM, INPUT_PRECISION, TMA)
         elif DQ_PASS:  # one row block of one query head of the group
             r = pid - n_col_blocks
-            _attn_bwd_dq_row_block(Q, K, V, DO, DQ, STAT, L, DELTA, KD, VD, (r % n_row_blocks) * BLOCK_N,
-                                   off_b, off_hkv * group_size + r // n_row_blocks, off_hkv,
+            _attn_bwd_dq_row_block(Q, K, V, DO, DQ, STAT, L, DELTA, KD, VD,
+                                   (r % n_row_blocks) * BLOCK_N, off_b,
+                                   off_hkv * group_size + r // n_row_blocks, off_hkv,
                                    stride_qb, stride_qh, stride_qm, stride_qd,
                                    stride_kb, stride_kh, stride_kn, stride_kd,
                                    stride_vb, stride_vh, stride_vn, stride_vd,
@@ -345,7 +347,8 @@ def _attn_bwd(Q, K, V, DO, DQ, DK, DV, STAT, L, DELTA, QD, DOD, KD, VD,
                                    INPUT_PRECISION, TMA)
     else:
         for start_n in range(0, seqlen_k, BLOCK_N):
-            _attn_bwd_col_block(Q, K, V, DO, DQ, DK, DV, STAT, L, DELTA, QD, DOD, start_n, off_b, off_hkv,
+            _attn_bwd_col_block(Q, K, V, DO, DQ, DK, DV, STAT, L, DELTA, QD, DOD, start_n, off_b,
+                                off_hkv,
                                 stride_qb, stride_qh, stride_qm, stride_qd,
                                 stride_kb, stride_kh, stride_kn, stride_kd,
                                 stride_vb, stride_vh, stride_vn, stride_vd,
@@ -399,14 +402,9 @@ def attn_bwd(q, k, v, o, stats, do, dlse, causal, softmax_scale, variant, config
     descriptors = (None,) * 4
     if config.bwd_tma:  # (1, 1, bwd_block_m, D) boxes: the Q and dO rows of the column blocks'
         # steps, and the K and V rows of the dQ pass's steps (it swaps the tile sizes)
-        from triton.tools.tensor_descriptor import TensorDescriptor
-
-        if do.stride(-1) != 1 or do.data_ptr() % 16 or any(s * do.element_size() % 16
-                                                            for s in do.stride()[:-1]):
+        if not tma_ready(do):
             do = do.clone(memory_format=torch.contiguous_format)
-        descriptors = tuple(TensorDescriptor(t, list(t.shape), list(t.stride()),
-                                             [1, 1, config.bwd_block_m, head_dim])
-                            for t in (q, do, k, v))
+        descriptors = row_descriptors((q, do, k, v), config.bwd_block_m)
     _attn_bwd[grid](
         q, k, v, do, dq, dk, dv, stat, l, delta, *descriptors,
         *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dk.stride(),

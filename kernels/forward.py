@@ -46,6 +46,8 @@ the masked tiles and NaN put back where a row does see a non-finite V.
 import triton
 import triton.language as tl
 
+from .tma import row_descriptors
+
 LOG2E = 1.4426950408889634  # 1 / ln 2
 LN2 = 0.6931471805599453  # ln 2
 # row-block flags one REPAIR program checks: small enough that a call whose every row block is
@@ -343,12 +345,7 @@ def attn_fwd(q, k, v, causal, softmax_scale, variant, config):
     flags = torch.empty(n_flags if causal else 1, device=q.device, dtype=torch.int32)
     main_grid = (row_blocks, batch * heads_q) if variant.seq_parallel else (batch * heads_q,)
     repair_grid = (triton.cdiv(n_flags, REPAIR_CHUNK),)
-    kd = vd = None
-    if config.tma:  # (1, 1, BLOCK_N, D) boxes of the (B, Hkv, Sk, D) tensors
-        from triton.tools.tensor_descriptor import TensorDescriptor
-
-        kd, vd = (TensorDescriptor(t, list(t.shape), list(t.stride()),
-                                   [1, 1, config.block_n, head_dim]) for t in (k, v))
+    kd, vd = row_descriptors((k, v), config.block_n) if config.tma else (None, None)
     for repair in (False, True) if causal else (False,):
         _attn_fwd[repair_grid if repair else main_grid](
             q, k, v, o, lse, m, l, flags, kd, vd,

@@ -7,6 +7,7 @@ import os
 import torch
 
 from .config import BACKENDS, MIN_DOT_DIM, TileConfig, default_config
+from .tma import tma_ready
 from .variant import Variant
 
 SUPPORTED_HEAD_DIMS = (16, 32, 64, 128, 256)
@@ -161,8 +162,7 @@ def _check_tma(tensors: dict, backend, field: str):
     if backend != "triton" and field == "tma":
         raise ValueError(f"config.tma is a tile choice of the Triton forward, not of {backend!r}")
     for name, t in tensors.items():
-        size = t.element_size()
-        if t.stride(-1) != 1 or t.data_ptr() % 16 or any(s * size % 16 for s in t.stride()[:-1]):
+        if not tma_ready(t):
             raise ValueError(f"config.{field} needs {name} with head_dim stride 1 and 16-byte "
                              f"aligned data and strides, got strides {tuple(t.stride())}; use "
                              f"{field}=False")
