@@ -114,12 +114,13 @@ def _forward_specialization(fn, case: Case, repair: bool = False):
     unit = [f"stride_{t}d" for t in "qkvo"] + list(case.length_one)
     div16 = [f"stride_{name}" for name in ("qb", "qh", "qm", "kb", "kh", "kn", "vb", "vh", "vn",
                                            "ob", "oh", "om")]
+    tma = cfg.tma and not repair  # as attn_fwd: REPAIR loads through pointers
     constexprs = dict(IS_CAUSAL=case.causal, DEFER_NORM=v.defer_norm, SEQ_PARALLEL=v.seq_parallel,
                       SPLIT_Q=v.split_q, KEY_SLICES=cfg.key_slices, BLOCK_M=cfg.block_m,
                       BLOCK_N=cfg.block_n, HEAD_DIM=case.head_dim,
                       INPUT_PRECISION=cfg.input_precision, REPAIR=repair,
-                      REPAIR_CHUNK=REPAIR_CHUNK, TMA=cfg.tma)
-    box = _row_box(io, cfg.block_n, case.head_dim) if cfg.tma else None
+                      REPAIR_CHUNK=REPAIR_CHUNK, TMA=tma)
+    box = _row_box(io, cfg.block_n, case.head_dim) if tma else None
     return runtime_specialization(fn, pointers, constexprs, floats=("qk_scale",), unit=unit,
                                   div16=div16, descriptors={"KD": box, "VD": box})
 

@@ -33,7 +33,8 @@ L = -inf.
 
 TMA (a tile choice, `TileConfig.tma`, not one of FA2's changes): K and V tiles are loaded
 through tensor descriptors (Hopper's TMA unit; KD, VD) instead of pointer arithmetic; keys past
-seqlen_k arrive as zeros. The math is the same code.
+seqlen_k arrive as zeros. The math is the same code. The REPAIR launch (below) always loads
+through pointers: it rarely has work, and each descriptor is encoded on the host at every launch.
 
 Non-finite V at hidden keys (causal): in a tile that crosses the diagonal a hidden key's P is 0,
 but 0 * NaN and 0 * inf are NaN inside P V, so a NaN or inf in V at a key a row cannot see
@@ -347,15 +348,17 @@ def attn_fwd(q, k, v, causal, softmax_scale, variant, config):
     repair_grid = (triton.cdiv(n_flags, REPAIR_CHUNK),)
     kd, vd = row_descriptors((k, v), config.block_n) if config.tma else (None, None)
     for repair in (False, True) if causal else (False,):
+        # REPAIR rarely has work: pointer loads, no descriptors to encode on the host
+        tma = config.tma and not repair
         _attn_fwd[repair_grid if repair else main_grid](
-            q, k, v, o, lse, m, l, flags, kd, vd,
+            q, k, v, o, lse, m, l, flags, kd if tma else None, vd if tma else None,
             *q.stride(), *k.stride(), *v.stride(), *o.stride(), stats[0].stride(0),
             stats[0].stride(1), heads_q, heads_q // heads_kv, seqlen_q, seqlen_k,
             softmax_scale * LOG2E, n_flags,
             IS_CAUSAL=causal, DEFER_NORM=variant.defer_norm, SEQ_PARALLEL=variant.seq_parallel,
             SPLIT_Q=variant.split_q, KEY_SLICES=config.key_slices, BLOCK_M=config.block_m,
             BLOCK_N=config.block_n, HEAD_DIM=head_dim, INPUT_PRECISION=config.input_precision,
-            REPAIR=repair, REPAIR_CHUNK=REPAIR_CHUNK, TMA=config.tma, num_warps=config.num_warps,
+            REPAIR=repair, REPAIR_CHUNK=REPAIR_CHUNK, TMA=tma, num_warps=config.num_warps,
             num_stages=config.num_stages,
         )
     return o, stats

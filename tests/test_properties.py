@@ -1,5 +1,7 @@
 """Every property fails on test doubles with known bugs (tests/doubles.py) and our kernels pass
 it, so no check is one that cannot fail. Tiny problems: head_dim 16, seqlen <= 70."""
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -7,6 +9,7 @@ from conftest import DEVICE
 from doubles import double
 from fa2check.problems import Problem
 from kernels import Variant, flash_attention
+from kernels.config import default_config
 from properties import PROPERTIES
 from properties.base import Case
 from properties.causal_masking import first_hidden_key
@@ -119,15 +122,19 @@ def test_causal_masking_pass(which, device):
 
 
 @pytest.mark.filterwarnings("ignore:All-NaN slice:RuntimeWarning")  # the interpreter's row max
-@pytest.mark.parametrize("variant", [FA2, Variant(False, False, False)], ids=str)
-def test_recomputed_row_blocks_keep_the_bits_of_their_other_rows(variant, device, request):
+@pytest.mark.parametrize("variant, tma", [(FA2, False), (FA2, True),
+                                          (Variant(False, False, False), False)],
+                         ids=["FA2", "FA2-tma", "-defer-seqpar-splitq"])
+def test_recomputed_row_blocks_keep_the_bits_of_their_other_rows(variant, tma, device, request):
     """A NaN in one query row flags its row block for the causal forward's REPAIR launch; the
-    recomputed block's other rows must come out bitwise as in a call without the NaN."""
+    recomputed block's other rows must come out bitwise as in a call without the NaN (with
+    config.tma the main launch loads K/V through descriptors, REPAIR through pointers)."""
     gen = torch.Generator().manual_seed(7)
     q, k, v = (torch.randn(1, 2, 45, 16, generator=gen).to(device) for _ in range(3))
-    clean = flash_attention(q, k, v, causal=True, variant=variant)
+    config = replace(default_config(16, device == "cuda", variant, q.dtype), tma=tma)
+    clean = flash_attention(q, k, v, causal=True, variant=variant, config=config)
     q[0, 1, 5] = float("nan")
-    flagged = flash_attention(q, k, v, causal=True, variant=variant)
+    flagged = flash_attention(q, k, v, causal=True, variant=variant, config=config)
     assert torch.isnan(flagged[0, 1, 5]).all()
     others = torch.ones(flagged.shape[:3], dtype=torch.bool, device=device)
     others[0, 1, 5] = False

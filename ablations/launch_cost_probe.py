@@ -1,0 +1,128 @@
+"""Where a short forward call's time goes: the host (Python, argument checks, launches) against
+the GPU's kernel time.
+
+    python3 ablations/launch_cost_probe.py SEQLEN,D,causal|full,IMPL[:field=value,...] ... [--json P]
+
+IMPL is `fa2` (our kernels, all improvements on, the launcher's GPU default config with the
+given fields on top, as in compare_kernels.py) or an SDPA backend name (`sdpa-flash`, ...).
+Cells are the paper grid's (bf16, 16k tokens, 2048 = heads * head_dim). For each case:
+- bench_ms: median of do_bench, as `fa2check.ablate` times a forward call (L2 flushed first);
+- host_us: host time a call, CALLS calls enqueued back to back (the GPU catches up after);
+- gpu_us: CUDA kernel time a call by kernel name (torch.profiler);
+- the host functions with most own time (cProfile) over CALLS calls.
+When host_us exceeds what do_bench's L2 flush hides, bench_ms is host-bound.
+"""
+import argparse
+import cProfile
+import io
+import json
+import pstats
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from fa2check.environment import describe_environment  # noqa: E402
+from fa2check.sdpa_backends import BACKENDS, forced, sdpa  # noqa: E402
+from fa2check.timing import summary  # noqa: E402
+
+CALLS = 300
+HIDDEN, TOKENS = 2048, 16384
+
+
+def make_case(spec: str):
+    cell, _, fields = spec.partition(":")
+    seqlen, d, mask, impl = cell.split(",")
+    seqlen, d, causal = int(seqlen), int(d), mask == "causal"
+    heads, batch = HIDDEN // d, TOKENS // seqlen
+    q, k, v = (torch.randn(batch, heads, seqlen, d, device="cuda", dtype=torch.bfloat16)
+               for _ in range(3))
+    if impl in BACKENDS:
+        def call():
+            with forced(impl):
+                return sdpa(q, k, v, causal)
+        return call
+    if impl != "fa2":
+        raise SystemExit(f"unknown IMPL {impl!r}: fa2 or one of {', '.join(BACKENDS)}")
+    from kernels import TileConfig, flash_attention
+    from kernels.config import default_config
+
+    overrides = {}
+    for item in filter(None, fields.split(",")):
+        name, _, value = item.partition("=")
+        is_bool = isinstance(getattr(TileConfig(16, 16), name), bool)
+        overrides[name] = bool(int(value)) if is_bool else int(value)
+    config = replace(default_config(d, True, None, torch.bfloat16), **overrides)
+    return lambda: flash_attention(q, k, v, causal=causal, config=config)
+
+
+def host_us(call) -> float:
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(CALLS):
+        call()
+    elapsed = time.perf_counter() - start
+    torch.cuda.synchronize()
+    return elapsed / CALLS * 1e6
+
+
+def gpu_us(call) -> dict:
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(50):
+            call()
+        torch.cuda.synchronize()
+    per_kernel = {}
+    for event in prof.key_averages():
+        if event.device_type.name == "CUDA" and event.self_device_time_total > 0:
+            per_kernel[event.key[:60]] = event.self_device_time_total / 50
+    return per_kernel
+
+
+def top_host_functions(call, n=12) -> str:
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(CALLS):
+        call()
+    profiler.disable()
+    torch.cuda.synchronize()
+    out = io.StringIO()
+    pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(n)
+    return out.getvalue()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("cases", nargs="+")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    from triton.testing import do_bench
+
+    rows = []
+    for spec in args.cases:
+        call = make_case(spec)
+        call()
+        torch.cuda.synchronize()
+        bench = summary(do_bench(call, return_mode="all"))
+        row = dict(case=spec, bench_ms=bench["median"], bench_q25=bench["q25"],
+                   bench_q75=bench["q75"], host_us=host_us(call), gpu_us=gpu_us(call),
+                   host_profile=top_host_functions(call))
+        rows.append(row)
+        print(row["host_profile"], flush=True)
+    print(f"{'case':58s} {'bench ms':>9s} {'host us':>8s} {'gpu us':>8s}  kernels (us)")
+    for row in rows:
+        kernels = row["gpu_us"]
+        print(f"{row['case'][:58]:58s} {row['bench_ms']:9.4f} {row['host_us']:8.1f} "
+              f"{sum(kernels.values()):8.1f}  "
+              + ", ".join(f"{k[:24]} {v:.1f}" for k, v in kernels.items()))
+    if args.json:
+        args.json.write_text(json.dumps({"environment": describe_environment("cuda"),
+                                         "command": " ".join(sys.argv), "rows": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
