@@ -11,6 +11,10 @@ Cells are the paper grid's (bf16, 16k tokens, 2048 = heads * head_dim). For each
 - gpu_us: CUDA kernel time a call by kernel name (torch.profiler);
 - the host functions with most own time (cProfile) over CALLS calls.
 When host_us exceeds what do_bench's L2 flush hides, bench_ms is host-bound.
+
+--breakdown: the host time of the pieces of one call of ours (argument checks, allocations,
+descriptors, the launches), each the best of ROUNDS rounds of CALLS calls, on a problem small
+enough that the GPU never holds the host back.
 """
 import argparse
 import cProfile
@@ -95,13 +99,56 @@ def top_host_functions(call, n=12) -> str:
     return out.getvalue()
 
 
+ROUNDS = 5
+
+
+def best_host_us(call) -> float:
+    call()
+    return min(host_us(call) for _ in range(ROUNDS))
+
+
+def breakdown() -> dict:
+    """Host microseconds of each piece of our forward call, tiny problem (1, 1, 128, 128)."""
+    from kernels import Variant, flash_attention
+    from kernels.config import default_config
+    from kernels.forward import attn_fwd
+    from kernels.interface import _check_inputs
+    from kernels.tma import row_descriptors
+
+    q, k, v = (torch.randn(1, 1, 128, 128, device="cuda", dtype=torch.bfloat16)
+               for _ in range(3))
+    base = replace(default_config(128, True, None, torch.bfloat16), block_m=64, block_n=64,
+                   num_warps=4, num_stages=3)
+    fa2 = Variant()
+    times = {
+        "checks (_check_inputs)": best_host_us(lambda: _check_inputs(q, k, v, True, None, fa2)),
+        "torch.empty x3": best_host_us(lambda: (torch.empty_like(q), torch.empty(1, 1, 128,
+                                                                                   device="cuda"),
+                                                torch.empty(2, device="cuda",
+                                                            dtype=torch.int32))),
+        "row_descriptors (2)": best_host_us(lambda: row_descriptors((k, v), 64)),
+        "sdpa-flash, causal": best_host_us(lambda: sdpa(q, k, v, True)),
+    }
+    for tma in (False, True):
+        config = replace(base, tma=tma)
+        for causal in (False, True):
+            name = f"{'tma' if tma else 'pointers'}, {'causal' if causal else 'full'}"
+            times[f"attn_fwd, {name}"] = best_host_us(
+                lambda: attn_fwd(q, k, v, causal, 0.1, fa2, config))
+            times[f"flash_attention, {name}"] = best_host_us(
+                lambda: flash_attention(q, k, v, causal=causal, config=config))
+    return times
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("cases", nargs="+")
+    parser.add_argument("cases", nargs="*")
+    parser.add_argument("--breakdown", action="store_true")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     from triton.testing import do_bench
 
+    pieces = breakdown() if args.breakdown else {}
     rows = []
     for spec in args.cases:
         call = make_case(spec)
@@ -119,9 +166,12 @@ def main():
         print(f"{row['case'][:58]:58s} {row['bench_ms']:9.4f} {row['host_us']:8.1f} "
               f"{sum(kernels.values()):8.1f}  "
               + ", ".join(f"{k[:24]} {v:.1f}" for k, v in kernels.items()))
+    for piece, us in pieces.items():
+        print(f"host {piece:40s} {us:7.1f} us")
     if args.json:
         args.json.write_text(json.dumps({"environment": describe_environment("cuda"),
-                                         "command": " ".join(sys.argv), "rows": rows}, indent=1))
+                                         "command": " ".join(sys.argv), "rows": rows,
+                                         "host_breakdown_us": pieces}, indent=1))
 
 
 if __name__ == "__main__":

@@ -58,8 +58,11 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, variant=Varian
         _check_tma({"k": k, "v": v}, backend, "tma")
     if config.bwd_tma:  # dO is copied in the backward if it does not qualify
         _check_tma({"q": q, "k": k, "v": v}, backend, "bwd_tma")
-    o, lse = _FlashAttention.apply(q, k, v, bool(causal), float(softmax_scale), variant, config,
-                                   backend)
+    args = (q, k, v, bool(causal), float(softmax_scale), variant, config, backend, return_lse)
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        o, lse = _FlashAttention.apply(*args)
+    else:  # no autograd node: less host time a call, which short calls feel
+        o, lse = _forward(*args)[:2]
     return (o, lse) if return_lse else o
 
 
@@ -68,16 +71,25 @@ def lse_from_m_l(m, l):
     return torch.where(l > 0, m + torch.log(l), torch.full_like(m, float("-inf")))
 
 
+def _forward(q, k, v, causal, softmax_scale, variant, config, backend, return_lse):
+    """o, lse (None unless return_lse) and the statistics the backward needs."""
+    if backend == "gluon":
+        from .gluon_forward import gluon_attn_fwd as attn_fwd
+    else:
+        from .forward import attn_fwd
+
+    o, stats = attn_fwd(q, k, v, causal, softmax_scale, variant, config)
+    lse = None
+    if return_lse:
+        lse = stats[0] if variant.defer_norm else lse_from_m_l(*stats)
+    return o, lse, stats
+
+
 class _FlashAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, causal, softmax_scale, variant, config, backend):
-        if backend == "gluon":
-            from .gluon_forward import gluon_attn_fwd as attn_fwd
-        else:
-            from .forward import attn_fwd
-
-        o, stats = attn_fwd(q, k, v, causal, softmax_scale, variant, config)
-        lse = stats[0] if variant.defer_norm else lse_from_m_l(*stats)
+    def forward(ctx, q, k, v, causal, softmax_scale, variant, config, backend, return_lse):
+        o, lse, stats = _forward(q, k, v, causal, softmax_scale, variant, config, backend,
+                                 return_lse)
         ctx.save_for_backward(q, k, v, o, *stats)
         ctx.causal, ctx.softmax_scale, ctx.variant, ctx.config = causal, softmax_scale, variant, config
         ctx.set_materialize_grads(False)
@@ -89,12 +101,12 @@ class _FlashAttention(torch.autograd.Function):
 
         q, k, v, o, *stats = ctx.saved_tensors
         if do is None and dlse is None:
-            return (None,) * 8
+            return (None,) * 9
         if do is None:
             do = torch.zeros_like(o)
         dq, dk, dv = attn_bwd(q, k, v, o, stats, do, dlse, ctx.causal, ctx.softmax_scale,
                               ctx.variant, ctx.config)
-        return dq, dk, dv, None, None, None, None, None
+        return dq, dk, dv, None, None, None, None, None, None
 
 
 def _check_inputs(q, k, v, causal, softmax_scale, variant):
