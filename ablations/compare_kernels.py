@@ -25,9 +25,7 @@ from fa2check.environment import describe_environment  # noqa: E402
 from fa2check.grids import FLOP_FACTOR  # noqa: E402
 from fa2check.timing import summary, tflops  # noqa: E402
 
-CELLS = [(seqlen, d, causal) for d in (64, 128) for causal in (True, False)
-         for seqlen in (1024, 4096, 16384)]
-CAUSAL_CELLS = [c for c in CELLS if c[2]]
+SEQLENS = (1024, 4096, 16384)
 ROUNDS = 3
 HIDDEN, TOKENS = 2048, 16384  # heads * head_dim, batch * seqlen: as the paper grid
 
@@ -64,6 +62,10 @@ def main():
     parser.add_argument("versions", nargs="+", metavar="DIR[:FIELD=VALUE,...]")
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--causal-only", action="store_true")
+    parser.add_argument("--full-only", action="store_true")
+    parser.add_argument("--seqlen", type=int, action="append",
+                        help="repeatable; default 1024, 4096, 16384")
+    parser.add_argument("--head-dim", type=int, action="append", help="repeatable; default 64, 128")
     parser.add_argument("--mode", choices=("fwd", "fwd+bwd"), default="fwd",
                         help="fwd+bwd: the forward and torch.autograd.grad of q, k, v")
     parser.add_argument("--json", type=Path)
@@ -73,7 +75,10 @@ def main():
     versions = dict(parse_version(spec, i) for i, spec in enumerate(args.versions))
     dtype = getattr(torch, args.dtype)
     rows = []
-    for seqlen, d, causal in CAUSAL_CELLS if args.causal_only else CELLS:
+    cells = [(seqlen, d, causal) for d in args.head_dim or (64, 128) for causal in (True, False)
+             for seqlen in args.seqlen or SEQLENS
+             if not (args.causal_only and not causal or args.full_only and causal)]
+    for seqlen, d, causal in cells:
         heads, batch = HIDDEN // d, TOKENS // seqlen
         backward = args.mode == "fwd+bwd"
         q, k, v = (torch.randn(batch, heads, seqlen, d, device="cuda", dtype=dtype,
