@@ -153,12 +153,9 @@ def _backward_specialization(fn, case: Case):
         ["stride_qm", "stride_kn", "stride_vn", "stride_dom", "stride_dkn"]
     constexprs = dict(IS_CAUSAL=case.causal, DEFER_NORM=v.defer_norm, SEQ_PARALLEL=v.seq_parallel,
                       DQ_PASS=cfg.bwd_dq_pass, BLOCK_M=cfg.bwd_block_m, BLOCK_N=cfg.bwd_block_n,
-                      HEAD_DIM=case.head_dim, INPUT_PRECISION=cfg.input_precision,
-                      TMA=cfg.bwd_tma)
-    box = _row_box(io, cfg.bwd_block_m, case.head_dim) if cfg.bwd_tma else None
+                      HEAD_DIM=case.head_dim, INPUT_PRECISION=cfg.input_precision)
     return runtime_specialization(fn, pointers, constexprs, floats=("qk_scale", "sm_scale"),
-                                  unit=unit, div16=div16,
-                                  descriptors={name: box for name in ("QD", "DOD", "KD", "VD")})
+                                  unit=unit, div16=div16)
 
 
 def _gluon_forward_kernel():
@@ -195,7 +192,7 @@ SPECS = {spec.name: spec for spec in [
     KernelSpec("attn_bwd", _backward_kernel, _backward_specialization,
                lambda c: dict(block_m=c.bwd_block_m, block_n=c.bwd_block_n,
                               num_warps=c.bwd_num_warps, num_stages=c.bwd_num_stages,
-                              dq_pass=c.bwd_dq_pass, choices="tma" if c.bwd_tma else ""),
+                              dq_pass=c.bwd_dq_pass),
                uses_split_q=False),
     KernelSpec("gluon_attn_fwd", _gluon_forward_kernel, _gluon_forward_specialization,
                lambda c: dict(block_m=c.block_m, block_n=c.block_n, num_warps=c.num_warps,
@@ -490,7 +487,7 @@ def compile_progress(console, total: int):
 
 INT_OVERRIDES = ("block_m", "block_n", "num_warps", "num_stages", "key_slices", "bwd_block_m",
                  "bwd_block_n", "bwd_num_warps", "bwd_num_stages")
-BOOL_OVERRIDES = ("tma", "bwd_dq_pass", "bwd_tma")
+BOOL_OVERRIDES = ("tma", "bwd_dq_pass")
 
 
 def parse_args(argv):
@@ -505,9 +502,6 @@ def parse_args(argv):
                    help="override the default config: K/V through tensor descriptors (forward)")
     p.add_argument("--bwd-dq-pass", action=argparse.BooleanOptionalAction, default=None,
                    help="override the default config: dQ in its own pass (backward)")
-    p.add_argument("--bwd-tma", action=argparse.BooleanOptionalAction, default=None,
-                   help="override the default config: the backward's loop tiles through tensor "
-                        "descriptors")
     p.add_argument("--length-one", action="append", default=[], choices=("seqlen_q", "seqlen_k"),
                    help="compile this length as the constant 1, as a call with length 1 is")
     add_output_arguments(p)

@@ -270,7 +270,7 @@ def _geomean(values):
 
 TILE_FIELDS = ("block_m", "block_n", "num_warps", "num_stages")  # with a bwd_ prefix for bwd
 # tile choices shown when on (a record is of one part, so both TMA fields read the same)
-CHOICES = {"tma": "TMA loads", "bwd_dq_pass": "dQ pass", "bwd_tma": "TMA loads"}
+CHOICES = {"tma": "TMA loads", "bwd_dq_pass": "dQ pass"}
 
 
 def configs_table(results: dict) -> Grid:

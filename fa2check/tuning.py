@@ -29,8 +29,7 @@ import os
 from dataclasses import dataclass, replace
 
 FWD_FIELDS = ("block_m", "block_n", "num_warps", "num_stages", "tma")
-BWD_FIELDS = ("bwd_block_m", "bwd_block_n", "bwd_num_warps", "bwd_num_stages", "bwd_dq_pass",
-              "bwd_tma")
+BWD_FIELDS = ("bwd_block_m", "bwd_block_n", "bwd_num_warps", "bwd_num_stages", "bwd_dq_pass")
 PART_FIELDS = {"fwd": FWD_FIELDS, "bwd": BWD_FIELDS}
 SPLIT_K_MIN_BLOCK_N = 64  # 4 key slices of >= 16 keys
 
@@ -57,19 +56,17 @@ FWD_SPACE = {
 # (python -m fa2check.compile_gate --kernel attn_bwd --bwd-...) and the first tuned run
 # (results/20261130-151801-*: the dQ pass won every key, and 3 stages beat 2 everywhere),
 # so the list is mostly dQ-pass tiles around those winners, with more stages, and the best
-# dQ-in-loop tiles of that run. A sixth field, bwd_tma (the loops' tiles through tensor
-# descriptors; built in the fifth session, not yet measured), on the tuned winners: the compile
-# gate shows it cutting their spills (d=128 (32, 64, 4, 3) causal from 512 to 32 bytes).
+# dQ-in-loop tiles of that run. (TMA loads in the backward's loops were built and measured
+# no faster, 1-4% slower at d=64: ablations/NOTES.md, sixth session; removed.)
 BWD_SPACE = {
     64: [(32, 64, 4, 3, True), (32, 64, 4, 4, True), (32, 64, 4, 5, True), (64, 64, 8, 3, True),
          (64, 128, 8, 2, True), (64, 128, 8, 3, True), (32, 128, 8, 3, True),
          (32, 128, 8, 4, True), (32, 128, 4, 3, True), (32, 128, 8, 2, False),
-         (32, 128, 8, 3, False), (32, 128, 4, 3, True, True), (32, 64, 4, 3, True, True)],
+         (32, 128, 8, 3, False)],
     128: [(64, 128, 8, 2, True), (64, 128, 8, 3, True), (32, 128, 8, 3, True),
           (32, 128, 8, 4, True), (64, 64, 8, 3, True), (32, 64, 4, 3, True),
           (64, 64, 4, 2, True), (16, 128, 8, 3, True), (32, 128, 8, 2, False),
-          (16, 128, 8, 2, False), (32, 128, 8, 3, False), (64, 128, 8, 3, True, True),
-          (32, 64, 4, 3, True, True)],
+          (16, 128, 8, 2, False), (32, 128, 8, 3, False)],
 }
 # Other head dims: small tiles that fit the registers and shared memory of any of them.
 FWD_SPACE_OTHER = [(64, 64, 4, 2), (64, 32, 4, 2), (32, 64, 4, 2), (128, 64, 8, 2)]

@@ -31,11 +31,6 @@ query head) in grid (blocks, batch * kv heads). Not SEQ_PARALLEL: grid (batch * 
 each program walks all column blocks (then, with DQ_PASS, all row blocks of its heads) itself.
 SPLIT_Q does not change the backward pass: it is the same code for both values.
 
-TMA (`TileConfig.bwd_tma`, a tile choice): the tiles loaded inside the loops (Q and dO rows in
-the column blocks' steps, K and V rows in the dQ pass's steps) come through tensor descriptors
-of (1, 1, BLOCK_M, D) boxes (the dQ pass swaps the tile sizes, so its key blocks are BLOCK_M
-keys too); rows past the end arrive as zeros. The math is the same code.
-
 Causal: query blocks that see none of a column block are never visited; only blocks that cross
 the diagonal or the end of the keys compute a mask. Rows that see no key have L = -inf (or
 l = 0); they are given P = 0, so they get dQ = 0 and add nothing to dK and dV.
@@ -44,7 +39,6 @@ import triton
 import triton.language as tl
 
 from .forward import LOG2E, _visible_key_range
-from .tma import row_descriptors, tma_ready
 
 
 @triton.jit
@@ -115,23 +109,17 @@ def _row_stats(STAT_ptr, L_ptr, rows, row_ok, DEFER_NORM: tl.constexpr):
 
 @triton.jit
 def _attn_bwd_kv_step(dk, dv, k, v, Q_ptrs, DO_ptrs, DQ_ptrs, STAT_ptr, L_ptr, DELTA_ptr,
-                      QD, DOD, off_b, off_h,
                       start_m, offs_m, offs_n, stride_qm, stride_dom, stride_dqm,
                       seqlen_q, seqlen_k, qk_scale, sm_scale,
                       MASK: tl.constexpr, IS_CAUSAL: tl.constexpr, DEFER_NORM: tl.constexpr,
                       SEQ_PARALLEL: tl.constexpr, DQ_PASS: tl.constexpr,
-                      INPUT_PRECISION: tl.constexpr, BLOCK_M: tl.constexpr,
-                      HEAD_DIM: tl.constexpr, TMA: tl.constexpr):
+                      INPUT_PRECISION: tl.constexpr):
     """Fold query rows start_m .. start_m + BLOCK_M into dK_j, dV_j (and, without DQ_PASS, add
     their dQ part). Works on the transposed tile (keys x rows): dK_j, dV_j are row sums of it."""
     rows = start_m + offs_m
     row_ok = rows < seqlen_q
-    if TMA:  # tensor descriptors: rows past seqlen_q arrive as zeros
-        q = QD.load([off_b, off_h, start_m, 0]).reshape(BLOCK_M, HEAD_DIM)
-        do = DOD.load([off_b, off_h, start_m, 0]).reshape(BLOCK_M, HEAD_DIM)
-    else:
-        q = tl.load(Q_ptrs + start_m * stride_qm, mask=row_ok[:, None], other=0.0)  # (BLOCK_M, D)
-        do = tl.load(DO_ptrs + start_m * stride_dom, mask=row_ok[:, None], other=0.0)
+    q = tl.load(Q_ptrs + start_m * stride_qm, mask=row_ok[:, None], other=0.0)  # (BLOCK_M, D)
+    do = tl.load(DO_ptrs + start_m * stride_dom, mask=row_ok[:, None], other=0.0)  # (BLOCK_M, D)
     delta = tl.load(DELTA_ptr + rows, mask=row_ok, other=0.0)
     stat, inv_l = _row_stats(STAT_ptr, L_ptr, rows, row_ok, DEFER_NORM)
 
@@ -163,8 +151,7 @@ def _attn_bwd_kv_step(dk, dv, k, v, Q_ptrs, DO_ptrs, DQ_ptrs, STAT_ptr, L_ptr, D
 
 
 @triton.jit
-def _attn_bwd_col_block(Q, K, V, DO, DQ, DK, DV, STAT, L, DELTA, QD, DOD, start_n, off_b,
-                        off_hkv,
+def _attn_bwd_col_block(Q, K, V, DO, DQ, DK, DV, STAT, L, DELTA, start_n, off_b, off_hkv,
                         stride_qb, stride_qh, stride_qm, stride_qd,
                         stride_kb, stride_kh, stride_kn, stride_kd,
                         stride_vb, stride_vh, stride_vn, stride_vd,
@@ -174,8 +161,7 @@ def _attn_bwd_col_block(Q, K, V, DO, DQ, DK, DV, STAT, L, DELTA, QD, DOD, start_
                         IS_CAUSAL: tl.constexpr, DEFER_NORM: tl.constexpr,
                         SEQ_PARALLEL: tl.constexpr, DQ_PASS: tl.constexpr,
                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                        HEAD_DIM: tl.constexpr, INPUT_PRECISION: tl.constexpr,
-                        TMA: tl.constexpr):
+                        HEAD_DIM: tl.constexpr, INPUT_PRECISION: tl.constexpr):
     """dK_j and dV_j for keys start_n .. start_n + BLOCK_N of one kv head, summed over the
     kv head's group of query heads."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
@@ -201,18 +187,16 @@ def _attn_bwd_col_block(Q, K, V, DO, DQ, DK, DV, STAT, L, DELTA, QD, DOD, start_
         row_stats = (off_b * heads_q + off_h) * seqlen_q  # STAT, L, DELTA: contiguous (B, H, Sq)
         for start_m in range(lo, full_lo, BLOCK_M):
             dk, dv = _attn_bwd_kv_step(dk, dv, k, v, Q_ptrs, DO_ptrs, DQ_ptrs, STAT + row_stats,
-                                       L + row_stats, DELTA + row_stats, QD, DOD, off_b, off_h,
-                                       start_m, offs_m, offs_n, stride_qm, stride_dom, HEAD_DIM,
-                                       seqlen_q, seqlen_k, qk_scale, sm_scale, True, IS_CAUSAL,
-                                       DEFER_NORM, SEQ_PARALLEL, DQ_PASS, INPUT_PRECISION,
-                                       BLOCK_M, HEAD_DIM, TMA)
+                                       L + row_stats, DELTA + row_stats, start_m, offs_m, offs_n,
+                                       stride_qm, stride_dom, HEAD_DIM, seqlen_q, seqlen_k,
+                                       qk_scale, sm_scale, True, IS_CAUSAL, DEFER_NORM,
+                                       SEQ_PARALLEL, DQ_PASS, INPUT_PRECISION)
         for start_m in range(full_lo, hi, BLOCK_M):
             dk, dv = _attn_bwd_kv_step(dk, dv, k, v, Q_ptrs, DO_ptrs, DQ_ptrs, STAT + row_stats,
-                                       L + row_stats, DELTA + row_stats, QD, DOD, off_b, off_h,
-                                       start_m, offs_m, offs_n, stride_qm, stride_dom, HEAD_DIM,
-                                       seqlen_q, seqlen_k, qk_scale, sm_scale, False, IS_CAUSAL,
-                                       DEFER_NORM, SEQ_PARALLEL, DQ_PASS, INPUT_PRECISION,
-                                       BLOCK_M, HEAD_DIM, TMA)
+                                       L + row_stats, DELTA + row_stats, start_m, offs_m, offs_n,
+                                       stride_qm, stride_dom, HEAD_DIM, seqlen_q, seqlen_k,
+                                       qk_scale, sm_scale, False, IS_CAUSAL, DEFER_NORM,
+                                       SEQ_PARALLEL, DQ_PASS, INPUT_PRECISION)
 
     dk *= sm_scale
     out = off_b.to(tl.int64) * stride_dkb + off_hkv.to(tl.int64) * stride_dkh \
@@ -222,19 +206,14 @@ def _attn_bwd_col_block(Q, K, V, DO, DQ, DK, DV, STAT, L, DELTA, QD, DOD, start_
 
 
 @triton.jit
-def _attn_bwd_q_step(dq, q, do, stat, inv_l, delta, kT_ptrs, vT_ptrs, KD, VD, off_b, off_hkv,
-                     start_n, rows, offs_n, stride_kn, stride_vn, seqlen_q, seqlen_k, qk_scale,
+def _attn_bwd_q_step(dq, q, do, stat, inv_l, delta, kT_ptrs, vT_ptrs, start_n, rows, offs_n,
+                     stride_kn, stride_vn, seqlen_q, seqlen_k, qk_scale,
                      MASK: tl.constexpr, IS_CAUSAL: tl.constexpr, DEFER_NORM: tl.constexpr,
-                     INPUT_PRECISION: tl.constexpr, BLOCK_N: tl.constexpr,
-                     HEAD_DIM: tl.constexpr, TMA: tl.constexpr):
+                     INPUT_PRECISION: tl.constexpr):
     """dQ_i += dS_ij K_j for keys start_n .. start_n + BLOCK_N (S_ij, P_ij, dP_ij recomputed)."""
     keys = start_n + offs_n
     if MASK:
         key_ok = keys < seqlen_k
-    if TMA:  # tensor descriptors: keys past seqlen_k arrive as zeros
-        kT = tl.trans(KD.load([off_b, off_hkv, start_n, 0]).reshape(BLOCK_N, HEAD_DIM))
-        vT = tl.trans(VD.load([off_b, off_hkv, start_n, 0]).reshape(BLOCK_N, HEAD_DIM))
-    elif MASK:
         kT = tl.load(kT_ptrs + start_n * stride_kn, mask=key_ok[None, :], other=0.0)  # (D, BLOCK_N)
         vT = tl.load(vT_ptrs + start_n * stride_vn, mask=key_ok[None, :], other=0.0)
     else:
@@ -255,8 +234,7 @@ def _attn_bwd_q_step(dq, q, do, stat, inv_l, delta, kT_ptrs, vT_ptrs, KD, VD, of
 
 
 @triton.jit
-def _attn_bwd_dq_row_block(Q, K, V, DO, DQ, STAT, L, DELTA, KD, VD, start_m, off_b, off_h,
-                           off_hkv,
+def _attn_bwd_dq_row_block(Q, K, V, DO, DQ, STAT, L, DELTA, start_m, off_b, off_h, off_hkv,
                            stride_qb, stride_qh, stride_qm, stride_qd,
                            stride_kb, stride_kh, stride_kn, stride_kd,
                            stride_vb, stride_vh, stride_vn, stride_vd,
@@ -264,8 +242,7 @@ def _attn_bwd_dq_row_block(Q, K, V, DO, DQ, STAT, L, DELTA, KD, VD, start_m, off
                            heads_q, seqlen_q, seqlen_k, qk_scale, sm_scale,
                            IS_CAUSAL: tl.constexpr, DEFER_NORM: tl.constexpr,
                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                           HEAD_DIM: tl.constexpr, INPUT_PRECISION: tl.constexpr,
-                           TMA: tl.constexpr):
+                           HEAD_DIM: tl.constexpr, INPUT_PRECISION: tl.constexpr):
     """DQ_PASS: dQ_i of query rows start_m .. start_m + BLOCK_M of head off_h, written once."""
     rows = start_m + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
@@ -286,15 +263,13 @@ def _attn_bwd_dq_row_block(Q, K, V, DO, DQ, STAT, L, DELTA, KD, VD, start_m, off
     dq = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
     full_end, hi = _visible_key_range(start_m, seqlen_q, seqlen_k, BLOCK_M, BLOCK_N, IS_CAUSAL)
     for start_n in range(0, full_end, BLOCK_N):
-        dq = _attn_bwd_q_step(dq, q, do, stat, inv_l, delta, kT_ptrs, vT_ptrs, KD, VD, off_b,
-                              off_hkv, start_n, rows, offs_n, stride_kn, stride_vn, seqlen_q,
-                              seqlen_k, qk_scale, False, IS_CAUSAL, DEFER_NORM, INPUT_PRECISION,
-                              BLOCK_N, HEAD_DIM, TMA)
+        dq = _attn_bwd_q_step(dq, q, do, stat, inv_l, delta, kT_ptrs, vT_ptrs, start_n, rows,
+                              offs_n, stride_kn, stride_vn, seqlen_q, seqlen_k, qk_scale,
+                              False, IS_CAUSAL, DEFER_NORM, INPUT_PRECISION)
     for start_n in range(full_end, hi, BLOCK_N):
-        dq = _attn_bwd_q_step(dq, q, do, stat, inv_l, delta, kT_ptrs, vT_ptrs, KD, VD, off_b,
-                              off_hkv, start_n, rows, offs_n, stride_kn, stride_vn, seqlen_q,
-                              seqlen_k, qk_scale, True, IS_CAUSAL, DEFER_NORM, INPUT_PRECISION,
-                              BLOCK_N, HEAD_DIM, TMA)
+        dq = _attn_bwd_q_step(dq, q, do, stat, inv_l, delta, kT_ptrs, vT_ptrs, start_n, rows,
+                              offs_n, stride_kn, stride_vn, seqlen_q, seqlen_k, qk_scale,
+                              True, IS_CAUSAL, DEFER_NORM, INPUT_PRECISION)
     dq *= sm_scale
     out = (off_b * heads_q + off_h).to(tl.int64) * seqlen_q * HEAD_DIM \
         + rows[:, None] * HEAD_DIM + offs_d[None, :]  # DQ contiguous
@@ -302,7 +277,7 @@ def _attn_bwd_dq_row_block(Q, K, V, DO, DQ, STAT, L, DELTA, KD, VD, start_m, off
 
 
 @triton.jit
-def _attn_bwd(Q, K, V, DO, DQ, DK, DV, STAT, L, DELTA, QD, DOD, KD, VD,
+def _attn_bwd(Q, K, V, DO, DQ, DK, DV, STAT, L, DELTA,
               stride_qb, stride_qh, stride_qm, stride_qd,
               stride_kb, stride_kh, stride_kn, stride_kd,
               stride_vb, stride_vh, stride_vn, stride_vd,
@@ -311,7 +286,7 @@ def _attn_bwd(Q, K, V, DO, DQ, DK, DV, STAT, L, DELTA, QD, DOD, KD, VD,
               heads_q, heads_kv, seqlen_q, seqlen_k, qk_scale, sm_scale,
               IS_CAUSAL: tl.constexpr, DEFER_NORM: tl.constexpr, SEQ_PARALLEL: tl.constexpr,
               DQ_PASS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-              HEAD_DIM: tl.constexpr, INPUT_PRECISION: tl.constexpr, TMA: tl.constexpr):
+              HEAD_DIM: tl.constexpr, INPUT_PRECISION: tl.constexpr):
     if SEQ_PARALLEL:
         off_bh = tl.program_id(1)
     else:
@@ -324,31 +299,29 @@ def _attn_bwd(Q, K, V, DO, DQ, DK, DV, STAT, L, DELTA, QD, DOD, KD, VD,
     if SEQ_PARALLEL:
         pid = tl.program_id(0)
         if pid < n_col_blocks:
-            _attn_bwd_col_block(Q, K, V, DO, DQ, DK, DV, STAT, L, DELTA, QD, DOD, pid * BLOCK_N,
-                                off_b, off_hkv, stride_qb, stride_qh, stride_qm, stride_qd,
+            _attn_bwd_col_block(Q, K, V, DO, DQ, DK, DV, STAT, L, DELTA, pid * BLOCK_N, off_b,
+                                off_hkv, stride_qb, stride_qh, stride_qm, stride_qd,
                                 stride_kb, stride_kh, stride_kn, stride_kd,
                                 stride_vb, stride_vh, stride_vn, stride_vd,
                                 stride_dob, stride_doh, stride_dom, stride_dod,
                                 stride_dkb, stride_dkh, stride_dkn, stride_dkd,
                                 heads_q, group_size, seqlen_q, seqlen_k, qk_scale, sm_scale,
                                 IS_CAUSAL, DEFER_NORM, SEQ_PARALLEL, DQ_PASS, BLOCK_M, BLOCK_N,
-                                HEAD_DIM, INPUT_PRECISION, TMA)
+                                HEAD_DIM, INPUT_PRECISION)
         elif DQ_PASS:  # one row block of one query head of the group
             r = pid - n_col_blocks
-            _attn_bwd_dq_row_block(Q, K, V, DO, DQ, STAT, L, DELTA, KD, VD,
-                                   (r % n_row_blocks) * BLOCK_N, off_b,
-                                   off_hkv * group_size + r // n_row_blocks, off_hkv,
+            _attn_bwd_dq_row_block(Q, K, V, DO, DQ, STAT, L, DELTA, (r % n_row_blocks) * BLOCK_N,
+                                   off_b, off_hkv * group_size + r // n_row_blocks, off_hkv,
                                    stride_qb, stride_qh, stride_qm, stride_qd,
                                    stride_kb, stride_kh, stride_kn, stride_kd,
                                    stride_vb, stride_vh, stride_vn, stride_vd,
                                    stride_dob, stride_doh, stride_dom, stride_dod,
                                    heads_q, seqlen_q, seqlen_k, qk_scale, sm_scale,
                                    IS_CAUSAL, DEFER_NORM, BLOCK_N, BLOCK_M, HEAD_DIM,
-                                   INPUT_PRECISION, TMA)
+                                   INPUT_PRECISION)
     else:
         for start_n in range(0, seqlen_k, BLOCK_N):
-            _attn_bwd_col_block(Q, K, V, DO, DQ, DK, DV, STAT, L, DELTA, QD, DOD, start_n, off_b,
-                                off_hkv,
+            _attn_bwd_col_block(Q, K, V, DO, DQ, DK, DV, STAT, L, DELTA, start_n, off_b, off_hkv,
                                 stride_qb, stride_qh, stride_qm, stride_qd,
                                 stride_kb, stride_kh, stride_kn, stride_kd,
                                 stride_vb, stride_vh, stride_vn, stride_vd,
@@ -356,10 +329,10 @@ def _attn_bwd(Q, K, V, DO, DQ, DK, DV, STAT, L, DELTA, QD, DOD, KD, VD,
                                 stride_dkb, stride_dkh, stride_dkn, stride_dkd,
                                 heads_q, group_size, seqlen_q, seqlen_k, qk_scale, sm_scale,
                                 IS_CAUSAL, DEFER_NORM, SEQ_PARALLEL, DQ_PASS, BLOCK_M, BLOCK_N,
-                                HEAD_DIM, INPUT_PRECISION, TMA)
+                                HEAD_DIM, INPUT_PRECISION)
         if DQ_PASS:
             for r in range(0, group_size * n_row_blocks):
-                _attn_bwd_dq_row_block(Q, K, V, DO, DQ, STAT, L, DELTA, KD, VD,
+                _attn_bwd_dq_row_block(Q, K, V, DO, DQ, STAT, L, DELTA,
                                        (r % n_row_blocks) * BLOCK_N, off_b,
                                        off_hkv * group_size + r // n_row_blocks, off_hkv,
                                        stride_qb, stride_qh, stride_qm, stride_qd,
@@ -368,7 +341,7 @@ def _attn_bwd(Q, K, V, DO, DQ, DK, DV, STAT, L, DELTA, QD, DOD, KD, VD,
                                        stride_dob, stride_doh, stride_dom, stride_dod,
                                        heads_q, seqlen_q, seqlen_k, qk_scale, sm_scale,
                                        IS_CAUSAL, DEFER_NORM, BLOCK_N, BLOCK_M, HEAD_DIM,
-                                       INPUT_PRECISION, TMA)
+                                       INPUT_PRECISION)
 
 
 def attn_bwd(q, k, v, o, stats, do, dlse, causal, softmax_scale, variant, config):
@@ -399,19 +372,13 @@ def attn_bwd(q, k, v, o, stats, do, dlse, causal, softmax_scale, variant, config
         grid = (blocks, batch * heads_kv)
     else:
         grid = (batch * heads_kv,)
-    descriptors = (None,) * 4
-    if config.bwd_tma:  # (1, 1, bwd_block_m, D) boxes: the Q and dO rows of the column blocks'
-        # steps, and the K and V rows of the dQ pass's steps (it swaps the tile sizes)
-        if not tma_ready(do):
-            do = do.clone(memory_format=torch.contiguous_format)
-        descriptors = row_descriptors((q, do, k, v), config.bwd_block_m)
     _attn_bwd[grid](
-        q, k, v, do, dq, dk, dv, stat, l, delta, *descriptors,
+        q, k, v, do, dq, dk, dv, stat, l, delta,
         *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dk.stride(),
         heads_q, heads_kv, seqlen_q, seqlen_k, softmax_scale * LOG2E, softmax_scale,
         IS_CAUSAL=causal, DEFER_NORM=variant.defer_norm, SEQ_PARALLEL=variant.seq_parallel,
         DQ_PASS=config.bwd_dq_pass, BLOCK_M=config.bwd_block_m, BLOCK_N=config.bwd_block_n,
-        HEAD_DIM=head_dim, INPUT_PRECISION=config.input_precision, TMA=config.bwd_tma,
+        HEAD_DIM=head_dim, INPUT_PRECISION=config.input_precision,
         num_warps=config.bwd_num_warps, num_stages=config.bwd_num_stages,
     )
     return dq.to(q.dtype), dk, dv

@@ -56,8 +56,6 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, variant=Varian
     _check_config(config, variant, on_gpu)  # the Gluon launcher checks what it cannot run
     if config.tma:
         _check_tma({"k": k, "v": v}, backend, "tma")
-    if config.bwd_tma:  # dO is copied in the backward if it does not qualify
-        _check_tma({"q": q, "k": k, "v": v}, backend, "bwd_tma")
     args = (q, k, v, bool(causal), float(softmax_scale), variant, config, backend, return_lse)
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         o, lse = _FlashAttention.apply(*args)
@@ -162,7 +160,7 @@ def _check_config(config: TileConfig, variant: Variant, on_gpu: bool):
         if on_gpu and config.block_n // config.key_slices < MIN_DOT_DIM:
             raise ValueError(f"config.key_slices ({config.key_slices}) leaves slices of "
                              f"{config.block_n // config.key_slices} keys; the GPU needs >= {MIN_DOT_DIM}")
-    for name in ("tma", "bwd_dq_pass", "bwd_tma"):
+    for name in ("tma", "bwd_dq_pass"):
         if not isinstance(getattr(config, name), bool):
             raise TypeError(f"config.{name} must be a bool, got {type(getattr(config, name)).__name__}")
     if config.input_precision not in ("ieee", "tf32"):

@@ -1,5 +1,5 @@
-"""Host side of the TMA tile choices (TileConfig.tma, bwd_tma): which tensors a tensor
-descriptor can address, and descriptors whose box is a block of rows of one (batch, head)."""
+"""Host side of the TMA tile choice (TileConfig.tma): which tensors a tensor descriptor can
+address, and descriptors whose box is a block of rows of one (batch, head)."""
 
 
 def tma_ready(t) -> bool:
