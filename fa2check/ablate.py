@@ -7,6 +7,7 @@ backends and show what each improvement of FlashAttention-2 is worth.
   python -m fa2check.ablate --seqlen 4096 --head-dim 128 --causal true --mode fwd+bwd
   python -m fa2check.ablate --grid paper --plan  # the planning estimate only
   python -m fa2check.ablate --from ablations/results/X.json [--update-readme]
+  python -m fa2check.ablate --merge A.json --merge B.json   # one table from two runs' sweeps
 
 Every variant's output in a cell is checked against the float64 oracle (on slices, see
 fa2check.cellcheck) before the cell is timed. Writes <stem>.json (every raw sample, configs,
@@ -77,6 +78,9 @@ def parse_args(argv):
                                  "out/ in the interpreter; none when rendering)")
     o.add_argument("--from", dest="sources", action="append", default=[], metavar="FILE",
                    help="render saved results instead of measuring (repeatable)")
+    o.add_argument("--merge", action="append", default=[], metavar="FILE",
+                   help="merge the sweeps of runs of the same code, cells, settings and tiles "
+                        "into one results file (repeatable, in order; see fa2check.merge)")
     o.add_argument("--markdown", metavar="FILE", help="when rendering: write the tables as markdown")
     o.add_argument("--update-readme", action="store_true",
                    help="when rendering: replace the README's ablation section with the "
@@ -242,6 +246,23 @@ def render_files(sources, args, console) -> int:
     return 0
 
 
+def merge_files(paths, args, console) -> int:
+    """Merge saved runs (fa2check.merge) and write the merged results like a run's."""
+    from . import results as results_io
+    from .merge import MergeError, merge_runs
+
+    command = " ".join(["python -m fa2check.ablate"] + [shlex.quote(a) for a in sys.argv[1:]])
+    try:
+        merged = merge_runs([results_io.load(p) for p in paths],
+                            [os.path.relpath(p) for p in paths], command)
+    except MergeError as error:
+        raise SystemExit(f"--merge: {error}")
+    out_dir = args.out or os.path.dirname(os.path.abspath(paths[0]))
+    grid = merged["provenance"].get("grid", "custom")
+    json_path = os.path.join(out_dir, results_io.stem(merged, grid) + "-merged.json")
+    return finish(merged, json_path, args, console)
+
+
 def update_readme(text: str, path: str = README):
     with open(path) as f:
         readme = f.read()
@@ -284,6 +305,8 @@ def main(argv=None) -> int:
         console.width = 240  # a log: room for the widest table (per-cell contributions)
     if args.sources:
         return render_files([(path, None) for path in args.sources], args, console)
+    if args.merge:
+        return merge_files(args.merge, args, console)
     measuring = args.plan or any(getattr(args, o) for o in CELL_OPTIONS)
     if not measuring:
         import torch

@@ -98,6 +98,11 @@ def provenance_lines(results: dict, source: str | None = None) -> list[str]:
     timer = ("triton do_bench, L2 flushed" if p.get("device") == "cuda" else "host clock")
     lines.append(f"Sweeps: {results.get('repeats_done')} of {settings['repeats']}{stopped}; {timer}, "
                  f"warm-up {settings['warmup_ms']} ms, repeat {settings['rep_ms']} ms.")
+    runs = p.get("merged_from") or []
+    if runs:
+        lines.append(f"Merged from {len(runs)} runs of the same code, cells and tiles (each gated): "
+                     + "; ".join(f"{r['file']} ({r['repeats_done']} sweeps, {r['date']}, git "
+                                 f"{r['git_commit']})" for r in runs) + ".")
     if p.get("shards"):
         lines.append(f"Sharded over {len(p['shards'])} processes, one GPU each "
                      f"({', '.join(p['shards'])}); each cell and all its contenders on one of "

@@ -44,7 +44,8 @@ def load(path: str) -> dict:
 def committed(results_dir: str = RESULTS_DIR) -> list[tuple[str, list[str]]]:
     """(path, views) of the results measured on a GPU under results_dir: for each view (a mode,
     or "fwd gluon", see fa2check.analysis.views) the file that has it on the most cells, the
-    newest of those; files in the order of their views (fwd, bwd, fwd+bwd, then "fwd gluon")."""
+    newest of those, then the one with most sweeps (a merged file has its last run's date);
+    files in the order of their views (fwd, bwd, fwd+bwd, then "fwd gluon")."""
     from .analysis import views
 
     found = []
@@ -55,15 +56,15 @@ def committed(results_dir: str = RESULTS_DIR) -> list[tuple[str, list[str]]]:
             continue
         if data["provenance"].get("device") == "cuda":
             found.append((data["provenance"].get("date", ""), path, views(data),
-                          len(data["cells"])))
+                          len(data["cells"]), data.get("repeats_done", 0)))
     best = {}
-    for date, path, names, n_cells in found:
-        for view in names:
-            if view not in best or (n_cells, date) > best[view][:2]:
-                best[view] = (n_cells, date, path)
+    for date, path, names, n_cells, sweeps in found:
+        for view in names:  # a merged file has its last run's date and more sweeps
+            if view not in best or (n_cells, date, sweeps) > best[view][:3]:
+                best[view] = (n_cells, date, sweeps, path)
     chosen = []
-    for date, path, names, _ in sorted(found, reverse=True):
-        mine = [v for v in names if best[v][2] == path]
+    for date, path, names, *_ in sorted(found, reverse=True):
+        mine = [v for v in names if best[v][3] == path]
         if mine:
             chosen.append((path, mine))
     # the modes first, in their usual order, then the second backend's views

@@ -356,6 +356,56 @@ def test_without_a_gpu_the_newest_committed_results_are_chosen(tmp_path):
     assert chosen == [("new.json", ["fwd"]), ("old.json", ["bwd"]), ("gluon.json", ["fwd gluon"])]
 
 
+def _two_runs(tmp_path, **second):
+    """Two synthetic runs of the same code and cells, one sweep each; `second` edits the
+    second run's provenance."""
+    paths = []
+    for index, date in enumerate(("2026-11-30T10:00:00+00:00", "2026-11-30T11:00:00+00:00")):
+        run = _synthetic_results(date, ("fwd",))
+        run["repeats_done"] = 1
+        for entry in run["cells"]:
+            for data in entry["modes"].values():
+                data["samples"] = {n: [[float(index + 1)] * 4] for n in data["samples"]}
+        if index:
+            run["provenance"].update(second)
+        paths.append(tmp_path / f"run{index}.json")
+        paths[-1].write_text(json.dumps(run))
+    return paths
+
+
+def test_merged_runs_keep_every_sweep_and_each_runs_provenance(tmp_path):
+    from fa2check import ablate
+    from fa2check.results import committed
+
+    first, second = _two_runs(tmp_path)
+    assert ablate.main(["--merge", str(first), "--merge", str(second), "--no-plots",
+                        "--bootstrap", "20"]) == 0
+    (path,) = tmp_path.glob("*-merged.json")
+    merged = json.loads(path.read_text())
+    assert merged["repeats_done"] == 2
+    samples = merged["cells"][0]["modes"]["fwd"]["samples"]["sdpa-flash"]
+    assert samples == [[1.0] * 4, [2.0] * 4]  # the first run's sweep, then the second's
+    assert [r["date"][11:13] for r in merged["provenance"]["merged_from"]] == ["10", "11"]
+    assert "Merged from 2 runs" in path.with_suffix(".md").read_text()
+    # the merged file has its last run's date: chosen over that run for having more sweeps
+    assert [os.path.basename(p) for p, _ in committed(str(tmp_path))] == [path.name]
+
+
+def test_runs_of_different_code_are_not_merged(tmp_path):
+    from fa2check import ablate
+
+    first, second = _two_runs(tmp_path, kernels_sha256="other")
+    with pytest.raises(SystemExit, match="differs .* in provenance kernels_sha256"):
+        ablate.main(["--merge", str(first), "--merge", str(second), "--no-plots"])
+    run = json.loads(second.read_text())
+    run["provenance"].pop("kernels_sha256")
+    run["cells"][1]["configs"] = {"+defer+seqpar+splitq": {"block_m": 64}}
+    second.write_text(json.dumps(run))
+    with pytest.raises(SystemExit, match="tile configs of cell"):
+        ablate.main(["--merge", str(first), "--merge", str(second), "--no-plots"])
+    assert not list(tmp_path.glob("*-merged.json"))
+
+
 def test_update_readme_replaces_only_its_section(tmp_path):
     from fa2check.ablate import README_BEGIN, README_END, update_readme
 
