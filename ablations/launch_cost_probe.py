@@ -1,12 +1,14 @@
-"""Where a short forward call's time goes: the host (Python, argument checks, launches) against
-the GPU's kernel time.
+"""Where a short call's time goes: the host (Python, argument checks, launches) against the
+GPU's kernel time.
 
-    python3 ablations/launch_cost_probe.py SEQLEN,D,causal|full,IMPL[:field=value,...] ... [--json P]
+    python3 ablations/launch_cost_probe.py SEQLEN,D,causal|full,IMPL[:field=value,...] ...
+        [--mode fwd|fwd+bwd] [--breakdown] [--json P]
 
 IMPL is `fa2` (our kernels, all improvements on, the launcher's GPU default config with the
 given fields on top, as in compare_kernels.py) or an SDPA backend name (`sdpa-flash`, ...).
 Cells are the paper grid's (bf16, 16k tokens, 2048 = heads * head_dim). For each case:
-- bench_ms: median of do_bench, as `fa2check.ablate` times a forward call (L2 flushed first);
+- bench_ms: median of do_bench, as `fa2check.ablate` times the call (L2 flushed first); the
+  call is the forward, or with --mode fwd+bwd the forward and torch.autograd.grad of q, k, v;
 - host_us: host time a call, CALLS calls enqueued back to back (the GPU catches up after);
 - gpu_us: CUDA kernel time a call by kernel name (torch.profiler);
 - the host functions with most own time (cProfile) over CALLS calls.
@@ -17,6 +19,7 @@ descriptors, the launches), each the best of ROUNDS rounds of CALLS calls, on a 
 enough that the GPU never holds the host back.
 """
 import argparse
+import contextlib
 import cProfile
 import io
 import json
@@ -37,18 +40,23 @@ CALLS = 300
 HIDDEN, TOKENS = 2048, 16384
 
 
-def make_case(spec: str):
+def make_case(spec: str, mode: str):
+    """(the timed call, the SDPA backend to force around it or None)."""
     cell, _, fields = spec.partition(":")
     seqlen, d, mask, impl = cell.split(",")
     seqlen, d, causal = int(seqlen), int(d), mask == "causal"
     heads, batch = HIDDEN // d, TOKENS // seqlen
-    q, k, v = (torch.randn(batch, heads, seqlen, d, device="cuda", dtype=torch.bfloat16)
-               for _ in range(3))
-    if impl in BACKENDS:
-        def call():
-            with forced(impl):
-                return sdpa(q, k, v, causal)
-        return call
+    backward = mode == "fwd+bwd"
+    q, k, v, do = (torch.randn(batch, heads, seqlen, d, device="cuda", dtype=torch.bfloat16,
+                               requires_grad=backward and i < 3) for i in range(4))
+
+    def timed(attend):
+        if backward:
+            return lambda: torch.autograd.grad(attend(q, k, v, causal), (q, k, v), do)
+        return lambda: attend(q, k, v, causal)
+
+    if impl in BACKENDS:  # forced around the whole measurement, as fa2check.ablate does
+        return timed(sdpa), impl
     if impl != "fa2":
         raise SystemExit(f"unknown IMPL {impl!r}: fa2 or one of {', '.join(BACKENDS)}")
     from kernels import TileConfig, flash_attention
@@ -60,7 +68,7 @@ def make_case(spec: str):
         is_bool = isinstance(getattr(TileConfig(16, 16), name), bool)
         overrides[name] = bool(int(value)) if is_bool else int(value)
     config = replace(default_config(d, True, None, torch.bfloat16), **overrides)
-    return lambda: flash_attention(q, k, v, causal=causal, config=config)
+    return timed(lambda *a: flash_attention(*a[:3], causal=a[3], config=config)), None
 
 
 def host_us(call) -> float:
@@ -143,6 +151,7 @@ def breakdown() -> dict:
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("cases", nargs="*")
+    parser.add_argument("--mode", choices=("fwd", "fwd+bwd"), default="fwd")
     parser.add_argument("--breakdown", action="store_true")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
@@ -151,13 +160,14 @@ def main():
     pieces = breakdown() if args.breakdown else {}
     rows = []
     for spec in args.cases:
-        call = make_case(spec)
-        call()
-        torch.cuda.synchronize()
-        bench = summary(do_bench(call, return_mode="all"))
-        row = dict(case=spec, bench_ms=bench["median"], bench_q25=bench["q25"],
-                   bench_q75=bench["q75"], host_us=host_us(call), gpu_us=gpu_us(call),
-                   host_profile=top_host_functions(call))
+        call, backend = make_case(spec, args.mode)
+        with forced(backend) if backend else contextlib.nullcontext():
+            call()
+            torch.cuda.synchronize()
+            bench = summary(do_bench(call, return_mode="all"))
+            row = dict(case=spec, mode=args.mode, bench_ms=bench["median"],
+                       bench_q25=bench["q25"], bench_q75=bench["q75"], host_us=host_us(call),
+                       gpu_us=gpu_us(call), host_profile=top_host_functions(call))
         rows.append(row)
         print(row["host_profile"], flush=True)
     print(f"{'case':58s} {'bench ms':>9s} {'host us':>8s} {'gpu us':>8s}  kernels (us)")
