@@ -274,7 +274,7 @@ def _geomean(values):
 
 
 TILE_FIELDS = ("block_m", "block_n", "num_warps", "num_stages")  # with a bwd_ prefix for bwd
-# tile choices shown when on (a record is of one part, so both TMA fields read the same)
+# tile choices shown when on
 CHOICES = {"tma": "TMA loads", "bwd_dq_pass": "dQ pass"}
 
 
