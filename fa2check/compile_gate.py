@@ -223,6 +223,9 @@ class CompileReport:
     # ptxas made every wgmma wait for the one before (its C7515 "Potential Performance Loss"
     # note): the tensor cores then never overlap anything within a warpgroup
     wgmma_serialized: bool | None = None
+    # memory orders of the PTX's atomic adds (dQ in the loop with seq_parallel): "relaxed" is
+    # a fire-and-forget reduction; "acq_rel" (Triton's default) wraps each in a GPU-wide fence
+    atomics: str = ""
     choices: str = ""  # tile choices that change the code (TileConfig.tma)
     compile_s: float | None = None  # near zero on a Triton cache hit (~/.triton/cache)
     error: str | None = None
@@ -301,6 +304,7 @@ def compile_kernel_for_sm90(spec_name: str, variant: Variant, dtype: str, head_d
         log = rerun_ptxas(compiled.asm["ptx"])
     report.shared_bytes = compiled.metadata.shared
     report.wgmma = "wgmma" in compiled.asm["ptx"]
+    report.atomics = ",".join(sorted(set(ATOMIC_ORDER.findall(compiled.asm["ptx"]))))
     for key, value in ptxas_usage(log).items():
         setattr(report, key, value)
     if report.shared_bytes > SM90_MAX_SHARED:
@@ -407,12 +411,23 @@ def _table(reports):
                       "yellow" if r.spill_stores else "")
         table.add_row(r.kernel, r.variant, r.dtype, str(r.head_dim), "y" if r.causal else "n",
                       str(r.block_m), str(r.block_n), str(r.num_warps), str(r.num_stages),
-                      str(r.key_slices), r.choices, _s(DQ_MODE.get(r.dq_pass)), _s(r.registers),
+                      str(r.key_slices), r.choices, _dq(r), _s(r.registers),
                       spills, _s(r.shared_bytes), _wgmma(r), _s(r.compile_s), status)
     return table
 
 
 DQ_MODE = {True: "pass", False: "in loop"}
+ATOMIC_ORDER = re.compile(r"\b(?:atom|red)\.global(?:\.\w+)*?\.(relaxed|acquire|release|acq_rel)\b")
+
+
+def _dq(r):
+    """Where dQ is computed, and the order of its atomic adds when they are not relaxed."""
+    from rich.text import Text
+
+    mode = _s(DQ_MODE.get(r.dq_pass))
+    if r.atomics and r.atomics != "relaxed":
+        return Text(f"{mode}, {r.atomics} atomics", "yellow")
+    return mode
 
 
 def _wgmma(r):

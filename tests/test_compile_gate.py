@@ -122,3 +122,16 @@ def test_float32_d128_split_k_fits_when_seqlen_k_is_one(tmp_path):
     assert proc.returncode == 0 and reports[0]["error"] is None, proc.stdout[-2000:]
     proc, reports = gate(tmp_path, *args, "--num-stages", "3")
     assert proc.returncode != 0 and "245760 bytes of shared memory" in reports[0]["error"]
+
+
+def test_dq_atomics_in_the_loop_are_relaxed(tmp_path):
+    """dQ in the loop with seq_parallel adds into a float32 buffer from many programs; each add
+    must be a plain reduction (relaxed), not Triton's default acq_rel atomic, which puts a
+    GPU-wide fence and an L1 invalidation around every add (seen in the sm_90 SASS)."""
+    proc, reports = gate(tmp_path, "--kernel", "attn_bwd", "--dtype", "bfloat16", "--head-dim",
+                         "64", "--causal", "--no-bwd-dq-pass", "--variant", "fa2",
+                         "--variant=-defer-seqpar+splitq")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    atomics = {r["variant"]: r["atomics"] for r in reports}
+    assert atomics == {"+defer+seqpar+splitq": "relaxed",
+                       "-defer-seqpar+splitq": ""}  # one program owns a head's rows: no atomics
