@@ -57,16 +57,19 @@ FWD_SPACE = {
 # (results/20261130-151801-*: the dQ pass won every key, and 3 stages beat 2 everywhere),
 # so the list is mostly dQ-pass tiles around those winners, with more stages, and the best
 # dQ-in-loop tiles of that run. (TMA loads in the backward's loops were built and measured
-# no faster, 1-4% slower at d=64: ablations/NOTES.md, sixth session; removed.)
+# no faster, 1-4% slower at d=64: ablations/NOTES.md, sixth session; removed.) Those runs
+# timed dQ in the loop with fenced (acq_rel) atomics; with relaxed ones (sixth session) the
+# space gained the dQ-in-loop tiles the compile gate shows spilling least: d=64 (32, 64, 4, 2)
+# none, (32, 64, 4, 3) 52 bytes causal; d=128 (16, 64, 4, 3) 92/116 bytes.
 BWD_SPACE = {
     64: [(32, 64, 4, 3, True), (32, 64, 4, 4, True), (32, 64, 4, 5, True), (64, 64, 8, 3, True),
          (64, 128, 8, 2, True), (64, 128, 8, 3, True), (32, 128, 8, 3, True),
          (32, 128, 8, 4, True), (32, 128, 4, 3, True), (32, 128, 8, 2, False),
-         (32, 128, 8, 3, False)],
+         (32, 128, 8, 3, False), (32, 64, 4, 2, False), (32, 64, 4, 3, False)],
     128: [(64, 128, 8, 2, True), (64, 128, 8, 3, True), (32, 128, 8, 3, True),
           (32, 128, 8, 4, True), (64, 64, 8, 3, True), (32, 64, 4, 3, True),
           (64, 64, 4, 2, True), (16, 128, 8, 3, True), (32, 128, 8, 2, False),
-          (16, 128, 8, 2, False), (32, 128, 8, 3, False)],
+          (16, 128, 8, 2, False), (32, 128, 8, 3, False), (16, 64, 4, 3, False)],
 }
 # Other head dims: small tiles that fit the registers and shared memory of any of them.
 FWD_SPACE_OTHER = [(64, 64, 4, 2), (64, 32, 4, 2), (32, 64, 4, 2), (128, 64, 8, 2)]
