@@ -28,18 +28,20 @@ import dataclasses
 import os
 from dataclasses import dataclass, replace
 
-FWD_FIELDS = ("block_m", "block_n", "num_warps", "num_stages", "tma")
+FWD_FIELDS = ("block_m", "block_n", "num_warps", "num_stages", "tma", "exp2_fma")
 BWD_FIELDS = ("bwd_block_m", "bwd_block_n", "bwd_num_warps", "bwd_num_stages", "bwd_dq_pass")
 PART_FIELDS = {"fwd": FWD_FIELDS, "bwd": BWD_FIELDS}
 SPLIT_K_MIN_BLOCK_N = 64  # 4 key slices of >= 16 keys
 
-# (block_m, block_n, num_warps, num_stages[, tma]), the same list for every variant of a
-# head_dim; tma (K/V through tensor descriptors) is False where not given
+# (block_m, block_n, num_warps, num_stages[, tma[, exp2_fma]]), the same list for every
+# variant of a head_dim; tma (K/V through tensor descriptors) is False, exp2_fma 0, where not
+# given
 FWD_SPACE = {
     64: [(128, 64, 4, 3), (128, 128, 8, 3), (128, 64, 8, 3), (64, 64, 4, 3), (64, 128, 4, 3),
          (32, 64, 4, 3), (64, 64, 4, 4), (128, 64, 8, 4), (64, 64, 4, 3, True),
          (128, 64, 8, 3, True), (64, 64, 4, 4, True), (128, 64, 4, 3, True),
-         (128, 128, 8, 3, True), (64, 128, 4, 3, True)],
+         (128, 128, 8, 3, True), (64, 128, 4, 3, True), (64, 128, 4, 3, True, 2),
+         (64, 128, 4, 3, True, 4), (64, 64, 4, 3, False, 4)],
     128: [(128, 64, 8, 3), (128, 128, 8, 2), (64, 64, 4, 3), (64, 64, 8, 3), (64, 128, 8, 2),
           (32, 64, 4, 3), (32, 128, 4, 2), (64, 32, 4, 3), (64, 64, 4, 4), (128, 64, 8, 4),
           (128, 128, 8, 3), (64, 64, 4, 3, True), (128, 64, 8, 3, True), (64, 64, 4, 4, True),
@@ -51,6 +53,8 @@ FWD_SPACE = {
 # for some variant before has a TMA twin; TMA also takes the split-K tiles' spills down
 # (compile gate: (32, 128, 4, 2) at d=128 from 1288 to 816 bytes). Dropped as never in any
 # variant's best three in the tuned runs so far: (128, 32, 4, 3) and (64, 32, 4, 2) at d=64.
+# A sixth field, exp2_fma (1/2 or 1/4 of the exponentials on the FMA units; sixth session,
+# not yet measured), on the d=64 winners only: at d=128 the MUFU has twice the slack.
 # (bwd_block_m, bwd_block_n, bwd_num_warps, bwd_num_stages, bwd_dq_pass): both places of the
 # dQ computation (kernels/backward.py). Chosen from the sm_90 compile gate's spill census
 # (python -m fa2check.compile_gate --kernel attn_bwd --bwd-...) and the first tuned run

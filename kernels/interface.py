@@ -56,6 +56,9 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, variant=Varian
     _check_config(config, variant, on_gpu)  # the Gluon launcher checks what it cannot run
     if config.tma:
         _check_tma(k, v, backend)
+    if config.exp2_fma and backend != "triton":
+        raise ValueError("config.exp2_fma is a tile choice of the Triton forward, not of "
+                         f"{backend!r}")
     args = (q, k, v, bool(causal), float(softmax_scale), variant, config, backend, return_lse)
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         o, lse = _FlashAttention.apply(*args)
@@ -160,6 +163,12 @@ def _check_config(config: TileConfig, variant: Variant, on_gpu: bool):
         if on_gpu and config.block_n // config.key_slices < MIN_DOT_DIM:
             raise ValueError(f"config.key_slices ({config.key_slices}) leaves slices of "
                              f"{config.block_n // config.key_slices} keys; the GPU needs >= {MIN_DOT_DIM}")
+    if isinstance(config.exp2_fma, bool) or config.exp2_fma not in (0, 2, 4):
+        raise ValueError(f"config.exp2_fma must be 0, 2 or 4, got {config.exp2_fma!r}")
+    if config.exp2_fma and config.block_n % (8 * config.exp2_fma):
+        raise ValueError(f"config.exp2_fma={config.exp2_fma} takes whole groups of 8 columns: "
+                         f"config.block_n must be a multiple of {8 * config.exp2_fma}, got "
+                         f"{config.block_n}")
     for name in ("tma", "bwd_dq_pass"):
         if not isinstance(getattr(config, name), bool):
             raise TypeError(f"config.{name} must be a bool, got {type(getattr(config, name)).__name__}")
