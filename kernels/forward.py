@@ -200,8 +200,8 @@ def _fold_tile(m_i, l_i, acc, s, v, start_n, offs_m, offs_n, seqlen_q, seqlen_k,
         s3 = tl.reshape(s, (BLOCK_M, KEY_SLICES, SLICE))
         m_s = tl.max(s3, 2)  # (BLOCK_M, KEY_SLICES): each slice's own max
         m_s_use = tl.where(m_s == float("-inf"), 0.0, m_s)
-        p3 = tl.reshape(_exp2(tl.reshape((s3 - m_s_use[:, :, None]) * qk_scale, (BLOCK_M, BLOCK_N)),
-                              BLOCK_M, BLOCK_N, EXP2_FMA), (BLOCK_M, KEY_SLICES, SLICE))
+        x = tl.reshape((s3 - m_s_use[:, :, None]) * qk_scale, (BLOCK_M, BLOCK_N))
+        p3 = tl.reshape(_exp2(x, BLOCK_M, BLOCK_N, EXP2_FMA), (BLOCK_M, KEY_SLICES, SLICE))
         l_s = tl.sum(p3, 2)  # each slice's own sum
         v3 = tl.reshape(v, (KEY_SLICES, SLICE, HEAD_DIM))
         o_s = tl.dot(tl.permute(p3, (1, 0, 2)).to(v.dtype), v3,

@@ -104,7 +104,7 @@ def test_extreme_logits_catch_a_scale_off_by_one_part_in_ten_thousand():
     assert "lse" in failed_checks(result)
 
 
-# ----------------------------------------------------------------------------- exp2 on the FMA units
+# ------------------------------------------------------------------------- exp2 on the FMA units
 
 def exp2_fma(n, dtype):
     """flash_attention with TileConfig.exp2_fma = n (1/n of each tile's exp2 by a quartic)."""
