@@ -52,8 +52,8 @@ def test_backward_both_places_of_dq(problem, dq_pass, device):
                            problem)
 
 
-@pytest.mark.parametrize("exp2_fma", (2, 4))
-@pytest.mark.parametrize("problem", BACKWARD_PROBLEMS[:2], ids=str)
+@pytest.mark.parametrize("problem,exp2_fma", [(BACKWARD_PROBLEMS[0], 4), (BACKWARD_PROBLEMS[1], 2)],
+                         ids=lambda x: str(x))
 def test_exponentials_on_the_fma_units(problem, exp2_fma, device):
     """TileConfig.exp2_fma: part of each tile's exp2 by a quartic on the FMA units, every
     variant (split-K's slices too), forward and backward (which recomputes P from that lse)."""
