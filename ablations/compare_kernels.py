@@ -39,16 +39,21 @@ def load(directory: Path, name: str):
     return module
 
 
+def config_overrides(fields: str, tile_config) -> dict:
+    """'field=value,...' -> TileConfig fields: every tile field is an int or a 0/1 choice."""
+    overrides = {}
+    for item in filter(None, fields.split(",")):
+        name, _, value = item.partition("=")
+        is_bool = isinstance(getattr(tile_config(16, 16), name), bool)
+        overrides[name] = bool(int(value)) if is_bool else int(value)
+    return overrides
+
+
 def parse_version(spec: str, index: int):
     """'DIR[:field=value,...]' -> (name, flash_attention with those config fields)."""
     directory, _, fields = spec.partition(":")
     module = load(Path(directory), f"kernels_ab_{index}")
-    overrides = {}
-    for item in filter(None, fields.split(",")):
-        field, _, value = item.partition("=")
-        overrides[field] = int(value)  # every tile field is an int or a 0/1 choice
-    overrides = {f: bool(v) if isinstance(getattr(module.TileConfig(16, 16), f), bool) else v
-                 for f, v in overrides.items()}
+    overrides = config_overrides(fields, module.TileConfig)
 
     def attention(q, k, v, causal):
         config = replace(module.default_config(q.shape[-1], True, None, q.dtype), **overrides)

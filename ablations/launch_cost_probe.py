@@ -59,16 +59,17 @@ def make_case(spec: str, mode: str):
         return timed(sdpa), impl
     if impl != "fa2":
         raise SystemExit(f"unknown IMPL {impl!r}: fa2 or one of {', '.join(BACKENDS)}")
+    from compare_kernels import config_overrides  # this script's folder is on sys.path
     from kernels import TileConfig, flash_attention
     from kernels.config import default_config
 
-    overrides = {}
-    for item in filter(None, fields.split(",")):
-        name, _, value = item.partition("=")
-        is_bool = isinstance(getattr(TileConfig(16, 16), name), bool)
-        overrides[name] = bool(int(value)) if is_bool else int(value)
-    config = replace(default_config(d, True, None, torch.bfloat16), **overrides)
-    return timed(lambda *a: flash_attention(*a[:3], causal=a[3], config=config)), None
+    config = replace(default_config(d, True, None, torch.bfloat16),
+                     **config_overrides(fields, TileConfig))
+
+    def ours(q, k, v, causal):
+        return flash_attention(q, k, v, causal=causal, config=config)
+
+    return timed(ours), None
 
 
 def host_us(call) -> float:

@@ -131,7 +131,12 @@ def _row_box(io: str, rows: int, head_dim: int) -> str:
 
 
 def _forward_tiles(c: TileConfig) -> dict:
-    choices = ", ".join(["tma"] * c.tma + [f"exp2 1/{c.exp2_fma} fma"] * bool(c.exp2_fma))
+    choices = []
+    if c.tma:
+        choices.append("tma")
+    if c.exp2_fma:
+        choices.append(f"exp2 1/{c.exp2_fma} fma")
+    choices = ", ".join(choices)
     return dict(block_m=c.block_m, block_n=c.block_n, num_warps=c.num_warps,
                 num_stages=c.num_stages, choices=choices)
 
@@ -226,7 +231,7 @@ class CompileReport:
     # memory orders of the PTX's atomic adds (dQ in the loop with seq_parallel): "relaxed" is
     # a fire-and-forget reduction; "acq_rel" (Triton's default) wraps each in a GPU-wide fence
     atomics: str = ""
-    choices: str = ""  # tile choices that change the code (TileConfig.tma)
+    choices: str = ""  # tile choices that change the code (TileConfig.tma, exp2_fma)
     compile_s: float | None = None  # near zero on a Triton cache hit (~/.triton/cache)
     error: str | None = None
 

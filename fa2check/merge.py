@@ -50,7 +50,7 @@ def merge_runs(runs: list[dict], names: list[str], command: str) -> dict:
     provenance["git_commit"] = ", ".join(dict.fromkeys(
         str(r["provenance"].get("git_commit")) for r in runs))
     provenance["gpu_state_after"] = runs[-1]["provenance"].get("gpu_state_after")
-    merged["provenance"]["merged_from"] = [
+    provenance["merged_from"] = [
         {"file": name, "repeats_done": r["repeats_done"], "timeline": r.get("timeline"),
          **{k: r["provenance"].get(k) for k in PER_RUN},
          "gate": [{"cell": e["cell"], "gate": e["gate"]} for e in r["cells"]]}

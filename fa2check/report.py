@@ -274,8 +274,8 @@ def _geomean(values):
 
 
 TILE_FIELDS = ("block_m", "block_n", "num_warps", "num_stages")  # with a bwd_ prefix for bwd
-# tile choices shown when on
-CHOICES = {"tma": "TMA loads", "bwd_dq_pass": "dQ pass", "exp2_fma": "exp2 on FMA"}
+# tile choices shown when on, as labels formatted with the field's value
+CHOICES = {"tma": "TMA loads", "bwd_dq_pass": "dQ pass", "exp2_fma": "exp2 1/{} on FMA"}
 
 
 def configs_table(results: dict) -> Grid:
@@ -286,8 +286,8 @@ def configs_table(results: dict) -> Grid:
         key, fields = record["key"], record["fields"] or {}
         prefix = "bwd_" if key["part"] == "bwd" else ""
         tiles = [fields.get(prefix + f, "") for f in TILE_FIELDS]
-        choices = ", ".join(label if fields[f] is True else f"{label} 1/{fields[f]}"
-                            for f, label in CHOICES.items() if fields.get(f))
+        choices = ", ".join(label.format(fields[f]) for f, label in CHOICES.items()
+                            if fields.get(f))
         grid.add(key["part"], key["variant"], key["head_dim"], "causal" if key["causal"] else "full",
                  *tiles, choices, record.get("source", ""))
     return grid

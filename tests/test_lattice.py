@@ -53,7 +53,7 @@ def test_backward_both_places_of_dq(problem, dq_pass, device):
 
 
 @pytest.mark.parametrize("problem,exp2_fma", [(BACKWARD_PROBLEMS[0], 4), (BACKWARD_PROBLEMS[1], 2)],
-                         ids=lambda x: str(x))
+                         ids=str)
 def test_exponentials_on_the_fma_units(problem, exp2_fma, device):
     """TileConfig.exp2_fma: part of each tile's exp2 by a quartic on the FMA units, every
     variant (split-K's slices too), forward and backward (which recomputes P from that lse)."""
