@@ -119,7 +119,7 @@ def _forward_specialization(fn, case: Case, repair: bool = False):
                       SPLIT_Q=v.split_q, KEY_SLICES=cfg.key_slices, BLOCK_M=cfg.block_m,
                       BLOCK_N=cfg.block_n, HEAD_DIM=case.head_dim,
                       INPUT_PRECISION=cfg.input_precision, REPAIR=repair,
-                      REPAIR_CHUNK=REPAIR_CHUNK, TMA=tma, EXP2_FMA=cfg.exp2_fma)
+                      REPAIR_CHUNK=REPAIR_CHUNK, TMA=tma)
     box = _row_box(io, cfg.block_n, case.head_dim) if tma else None
     return runtime_specialization(fn, pointers, constexprs, floats=("qk_scale",), unit=unit,
                                   div16=div16, descriptors={"KD": box, "VD": box})
@@ -131,12 +131,7 @@ def _row_box(io: str, rows: int, head_dim: int) -> str:
 
 
 def _forward_tiles(c: TileConfig) -> dict:
-    choices = []
-    if c.tma:
-        choices.append("tma")
-    if c.exp2_fma:
-        choices.append(f"exp2 1/{c.exp2_fma} fma")
-    choices = ", ".join(choices)
+    choices = "tma" if c.tma else ""
     return dict(block_m=c.block_m, block_n=c.block_n, num_warps=c.num_warps,
                 num_stages=c.num_stages, choices=choices)
 
@@ -231,7 +226,7 @@ class CompileReport:
     # memory orders of the PTX's atomic adds (dQ in the loop with seq_parallel): "relaxed" is
     # a fire-and-forget reduction; "acq_rel" (Triton's default) wraps each in a GPU-wide fence
     atomics: str = ""
-    choices: str = ""  # tile choices that change the code (TileConfig.tma, exp2_fma)
+    choices: str = ""  # tile choices that change the code (TileConfig.tma)
     compile_s: float | None = None  # near zero on a Triton cache hit (~/.triton/cache)
     error: str | None = None
 
@@ -505,8 +500,8 @@ def compile_progress(console, total: int):
         yield lambda description: bar.update(task, advance=1, description=description)
 
 
-INT_OVERRIDES = ("block_m", "block_n", "num_warps", "num_stages", "key_slices", "exp2_fma",
-                 "bwd_block_m", "bwd_block_n", "bwd_num_warps", "bwd_num_stages")
+INT_OVERRIDES = ("block_m", "block_n", "num_warps", "num_stages", "key_slices", "bwd_block_m",
+                 "bwd_block_n", "bwd_num_warps", "bwd_num_stages")
 BOOL_OVERRIDES = ("tma", "bwd_dq_pass")
 
 

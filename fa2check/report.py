@@ -12,6 +12,7 @@ import numpy as np
 from .contributions import FLAGS, interaction_name, players_for, subsets, variant_for, view_of
 from .grids import Cell
 from .sdpa_backends import BACKENDS
+from .tuning import LONG_SEQLEN, LONG_TUNED_PARTS
 
 FLAG_SHORT = {"defer_norm": "defer", "seq_parallel": "seqpar", "split_q": "splitq"}  # Variant's
 BACKEND_LABELS = {"sdpa-flash": "flash", "sdpa-cudnn": "cuDNN", "sdpa-efficient": "efficient",
@@ -274,22 +275,26 @@ def _geomean(values):
 
 
 TILE_FIELDS = ("block_m", "block_n", "num_warps", "num_stages")  # with a bwd_ prefix for bwd
-# tile choices shown when on, as labels formatted with the field's value
-CHOICES = {"tma": "TMA loads", "bwd_dq_pass": "dQ pass", "exp2_fma": "exp2 1/{} on FMA"}
+# tile choices shown when on
+CHOICES = {"tma": "TMA loads", "bwd_dq_pass": "dQ pass"}
 
 
 def configs_table(results: dict) -> Grid:
     grid = Grid("tile configs (each variant tuned from the same search space)",
-                ["part", "variant", "d", "mask", "block_m", "block_n", "warps", "stages",
-                 "choices", "source"])
+                ["part", "variant", "d", "mask", "seqlens", "block_m", "block_n", "warps",
+                 "stages", "choices", "source"])
     for record in results.get("configs", []):
         key, fields = record["key"], record["fields"] or {}
+        # runs before the long-sequence winners have no "long" in their keys
+        if key["part"] in LONG_TUNED_PARTS and "long" in key:
+            seqlens = f">= {LONG_SEQLEN}" if key["long"] else f"< {LONG_SEQLEN}"
+        else:
+            seqlens = "all"
         prefix = "bwd_" if key["part"] == "bwd" else ""
         tiles = [fields.get(prefix + f, "") for f in TILE_FIELDS]
-        choices = ", ".join(label.format(fields[f]) for f, label in CHOICES.items()
-                            if fields.get(f))
+        choices = ", ".join(label for f, label in CHOICES.items() if fields.get(f))
         grid.add(key["part"], key["variant"], key["head_dim"], "causal" if key["causal"] else "full",
-                 *tiles, choices, record.get("source", ""))
+                 seqlens, *tiles, choices, record.get("source", ""))
     return grid
 
 

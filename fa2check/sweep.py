@@ -109,17 +109,17 @@ class Configs:
     def __init__(self, records: dict, on_gpu: bool):
         self.records, self.on_gpu = dict(records), on_gpu
 
-    def fields(self, part, name: str, head_dim, causal):
-        record = self.records.get(tuning.TuneKey(part, name, head_dim, causal))
+    def fields(self, part, name: str, cell):
+        record = self.records.get(key_of(part, name, cell))
         return record["fields"] if record else None
 
-    def config(self, name, head_dim: int, causal: bool):
-        """The config of one of our kernels (a kernel_name, or a Variant for Triton's)."""
+    def config(self, name, cell):
+        """The config of one of our kernels (a kernel_name, or a Variant for Triton's) in a
+        cell."""
         kernel_backend, variant = parse_kernel_name(str(name))
-        bwd_name = str(tuning.part_variant("bwd", variant))  # the Triton backward's
-        return tuning.build_config(head_dim, variant, self.on_gpu,
-                                   fwd=self.fields("fwd", str(name), head_dim, causal),
-                                   bwd=self.fields("bwd", bwd_name, head_dim, causal),
+        return tuning.build_config(cell.head_dim, variant, self.on_gpu,
+                                   fwd=self.fields("fwd", str(name), cell),
+                                   bwd=self.fields("bwd", str(name), cell),
                                    kernel_backend=kernel_backend)
 
     def default_record(self, key: tuning.TuneKey) -> dict:
@@ -134,16 +134,21 @@ class Configs:
         return [self.records[k] for k in sorted(self.records, key=lambda k: tuple(map(str, k.as_dict().values())))]
 
 
+def key_of(part: str, name: str, cell) -> tuning.TuneKey:
+    """The key whose winner a kernel's part uses in a cell (the backward's is split_q=True's)."""
+    variant = name if part == "fwd" else str(tuning.part_variant(part,
+                                                                 parse_kernel_name(name)[1]))
+    return tuning.TuneKey(part, variant, cell.head_dim, cell.causal,
+                          tuning.is_long(part, cell.seqlen))
+
+
 def needed_keys(cells, modes, settings: Settings) -> list[tuning.TuneKey]:
     keys = []
     for mode in modes:
         for cell in cells:
             for name in kernels_for(mode, cell, settings):
-                variant = parse_kernel_name(name)[1]
                 for part in PARTS[mode]:
-                    key = tuning.TuneKey(part, name if part == "fwd" else
-                                         str(tuning.part_variant(part, variant)),
-                                         cell.head_dim, cell.causal)
+                    key = key_of(part, name, cell)
                     if key not in keys:
                         keys.append(key)
     return keys
@@ -154,7 +159,7 @@ def tuning_jobs(keys, cells, settings, on_gpu) -> list[tuple[tuning.TuneKey, obj
     out = []
     for key in keys:
         kernel_backend, variant = parse_kernel_name(key.variant)
-        cell = tuning.representative(cells, key.head_dim, key.causal, settings.tune_seqlen)
+        cell = tuning.representative(cells, key, settings.tune_seqlen)
         for fields in tuning.candidates(key.part, key.head_dim, variant, on_gpu, kernel_backend):
             config = tuning.build_config(key.head_dim, variant, on_gpu,
                                          fwd=fields if key.part == "fwd" else None,
@@ -175,7 +180,7 @@ def final_jobs(cells, modes, configs: Configs, settings: Settings) -> list[dict]
     for cell in cells:
         for mode in modes:
             for name in kernels_for(mode, cell, settings):
-                config = configs.config(name, cell.head_dim, cell.causal)
+                config = configs.config(name, cell)
                 for part in ("fwd",) + (("bwd",) if "bwd" in PARTS[mode] else ()):
                     jobs.append(tuning.make_job(part, name, config, cell))
     return jobs
@@ -497,7 +502,7 @@ def by_name(name: str, cell, configs: Configs) -> Contender:
     if name in BACKENDS:
         return backend(name)
     kernel_backend, variant = parse_kernel_name(name)
-    return ours(variant, configs.config(name, cell.head_dim, cell.causal), kernel_backend)
+    return ours(variant, configs.config(name, cell), kernel_backend)
 
 
 def contenders_for(cell, mode: str, settings: Settings) -> list[tuple[str, object]]:

@@ -10,7 +10,8 @@ baseline than the one named.
 A winner is chosen per (part, variant, head_dim, causal): `fwd` tunes the forward kernel's
 fields, `bwd` the backward's. It is tuned once, on one representative cell (the first dtype of
 the grid, the seqlen nearest 4096), and reused for the other seqlens and dtypes; where it came
-from is recorded with it. The backward does not read split_q, so backward configs are tuned
+from is recorded with it. The backward has a second winner for seqlen >= 8192, tuned on the
+cell nearest 16384 (`TuneKey.long`). The backward does not read split_q, so backward configs are tuned
 for split_q=True and shared by both values.
 
 Compiling: Triton compiles each (kernel, constexprs, dtype) once, 1-10 s each on one core, and
@@ -28,20 +29,18 @@ import dataclasses
 import os
 from dataclasses import dataclass, replace
 
-FWD_FIELDS = ("block_m", "block_n", "num_warps", "num_stages", "tma", "exp2_fma")
+FWD_FIELDS = ("block_m", "block_n", "num_warps", "num_stages", "tma")
 BWD_FIELDS = ("bwd_block_m", "bwd_block_n", "bwd_num_warps", "bwd_num_stages", "bwd_dq_pass")
 PART_FIELDS = {"fwd": FWD_FIELDS, "bwd": BWD_FIELDS}
 SPLIT_K_MIN_BLOCK_N = 64  # 4 key slices of >= 16 keys
 
-# (block_m, block_n, num_warps, num_stages[, tma[, exp2_fma]]), the same list for every
-# variant of a head_dim; tma (K/V through tensor descriptors) is False, exp2_fma 0, where not
-# given
+# (block_m, block_n, num_warps, num_stages[, tma]), the same list for every variant of a
+# head_dim; tma (K/V through tensor descriptors) is False where not given
 FWD_SPACE = {
     64: [(128, 64, 4, 3), (128, 128, 8, 3), (128, 64, 8, 3), (64, 64, 4, 3), (64, 128, 4, 3),
          (32, 64, 4, 3), (64, 64, 4, 4), (128, 64, 8, 4), (64, 64, 4, 3, True),
          (128, 64, 8, 3, True), (64, 64, 4, 4, True), (128, 64, 4, 3, True),
-         (128, 128, 8, 3, True), (64, 128, 4, 3, True), (64, 128, 4, 3, True, 2),
-         (64, 128, 4, 3, True, 4), (64, 64, 4, 3, False, 4)],
+         (128, 128, 8, 3, True), (64, 128, 4, 3, True)],
     128: [(128, 64, 8, 3), (128, 128, 8, 2), (64, 64, 4, 3), (64, 64, 8, 3), (64, 128, 8, 2),
           (32, 64, 4, 3), (32, 128, 4, 2), (64, 32, 4, 3), (64, 64, 4, 4), (128, 64, 8, 4),
           (128, 128, 8, 3), (64, 64, 4, 3, True), (128, 64, 8, 3, True), (64, 64, 4, 4, True),
@@ -53,8 +52,8 @@ FWD_SPACE = {
 # for some variant before has a TMA twin; TMA also takes the split-K tiles' spills down
 # (compile gate: (32, 128, 4, 2) at d=128 from 1288 to 816 bytes). Dropped as never in any
 # variant's best three in the tuned runs so far: (128, 32, 4, 3) and (64, 32, 4, 2) at d=64.
-# A sixth field, exp2_fma (1/2 or 1/4 of the exponentials on the FMA units; sixth session,
-# not yet measured), on the d=64 winners only: at d=128 the MUFU has twice the slack.
+# (A tile choice computing 1/4 or 1/2 of the exp2 by a polynomial on the FMA units was built
+# for d=64 and measured 8-13% and 20-26% slower on the H200; removed, ablations/NOTES.md.)
 # (bwd_block_m, bwd_block_n, bwd_num_warps, bwd_num_stages, bwd_dq_pass): both places of the
 # dQ computation (kernels/backward.py). Chosen from the sm_90 compile gate's spill census
 # (python -m fa2check.compile_gate --kernel attn_bwd --bwd-...) and the first tuned run
@@ -90,6 +89,17 @@ CPU_FWD_SPACE = [(32, 16, 4, 1), (16, 32, 4, 1, True)]
 CPU_BWD_SPACE = [(16, 32, 4, 1, False), (32, 16, 4, 1, True)]
 
 TUNE_SEQLEN = 4096
+# The backward has a second winner per key for long sequences, tuned on the cell nearest
+# LONG_TUNE_SEQLEN and used from LONG_SEQLEN up: on the H200 the tile tuned at 4k for FA2 d=128
+# causal, (32, 64, 4, 3), ran 16k fwd+bwd 4.4% slower than (64, 128, 8, 3) (ablations/NOTES.md,
+# seventh session). The forward is tuned once: its slowest variants take seconds a call at 16k.
+LONG_SEQLEN, LONG_TUNE_SEQLEN = 8192, 16384
+LONG_TUNED_PARTS = ("bwd",)
+
+
+def is_long(part: str, seqlen: int) -> bool:
+    """Whether a cell of this seqlen uses the part's long-sequence winner."""
+    return part in LONG_TUNED_PARTS and seqlen >= LONG_SEQLEN
 
 
 @dataclass(frozen=True)
@@ -98,6 +108,7 @@ class TuneKey:
     variant: str  # str(Variant); for "bwd" always the split_q=True one
     head_dim: int
     causal: bool
+    long: bool = False  # the winner for seqlen >= LONG_SEQLEN (only LONG_TUNED_PARTS have one)
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -148,12 +159,15 @@ def build_config(head_dim: int, variant, on_gpu: bool, fwd: dict | None = None,
     return config.for_variant(variant, on_gpu)
 
 
-def representative(cells, head_dim: int, causal: bool, tune_seqlen: int = TUNE_SEQLEN):
-    """The cell a key is tuned on: the grid's first dtype, seqlen nearest tune_seqlen."""
-    matching = [c for c in cells if c.head_dim == head_dim and c.causal == causal]
+def representative(cells, key: TuneKey, tune_seqlen: int = TUNE_SEQLEN):
+    """The cell a key is tuned on: among the cells it covers, the grid's first dtype, seqlen
+    nearest tune_seqlen (LONG_TUNE_SEQLEN for a long key)."""
+    matching = [c for c in cells if c.head_dim == key.head_dim and c.causal == key.causal
+                and is_long(key.part, c.seqlen) == key.long]
     dtype = matching[0].dtype
     matching = [c for c in matching if c.dtype == dtype]
-    return min(matching, key=lambda c: (abs(c.seqlen - tune_seqlen), -c.seqlen))
+    target = LONG_TUNE_SEQLEN if key.long else tune_seqlen
+    return min(matching, key=lambda c: (abs(c.seqlen - target), -c.seqlen))
 
 
 def load_configs(paths) -> dict[TuneKey, dict]:
@@ -166,8 +180,9 @@ def load_configs(paths) -> dict[TuneKey, dict]:
             data = json.load(f)
         for record in data.get("configs", []):
             key = TuneKey(**record["key"])
-            found[key] = {**record, "source": f"loaded from {os.path.basename(path)} "
-                                              f"({record.get('source', 'unknown')})"}
+            found[key] = {**record, "key": key.as_dict(),  # older keys had no `long`
+                          "source": f"loaded from {os.path.basename(path)} "
+                                    f"({record.get('source', 'unknown')})"}
     return found
 
 

@@ -16,10 +16,6 @@ class TileConfig:
     key_slices: int = 4  # split-K only: slices a K/V tile is cut into (FA1 used 4 warps)
     input_precision: str = "ieee"  # for float32 operands; "tf32" only when asked for
     tma: bool = False  # forward: K/V tiles through tensor descriptors (kernels/forward.py)
-    # forward: 1/exp2_fma of each score tile's exponentials on the FMA units instead of the
-    # MUFU (0: none; 2 or 4; kernels/forward.py); ignored for float32 inputs, whose exp2 all
-    # stay on the MUFU (the quartic is good to 6e-6, not to float32's precision)
-    exp2_fma: int = 0
     # backward: one program per key/value column block of bwd_block_n keys
     bwd_block_m: int = 64
     bwd_block_n: int = 64

@@ -36,14 +36,6 @@ through tensor descriptors (Hopper's TMA unit; KD, VD) instead of pointer arithm
 seqlen_k arrive as zeros. The math is the same code. The REPAIR launch (below) always loads
 through pointers: it rarely has work, and each descriptor is encoded on the host at every launch.
 
-EXP2_FMA (a tile choice, `TileConfig.exp2_fma`; float32 inputs ignore it): 1 / EXP2_FMA of a
-tile's exp2 (whole groups of 8 columns, which stay in the registers of the threads that hold
-them) are computed on the FMA units, 2^x = 2^n * 2^f with n = round(x) and a quartic for 2^f
-on [-0.5, 0.5] (relative error under 6e-6), instead of all of them on the MUFU. At head_dim 64 a
-tile's exponentials take as many MUFU clocks as its two products take tensor-core clocks
-(16 exp2 against 4096 FLOP a clock per SM on the H100/H200), so moving some to the FMA units
-can shorten the tile's critical resource.
-
 Non-finite V at hidden keys (causal): in a tile that crosses the diagonal a hidden key's P is 0,
 but 0 * NaN and 0 * inf are NaN inside P V, so a NaN or inf in V at a key a row cannot see
 would reach the row. Keeping such V out of the product in every masked tile costs the fast path
@@ -124,57 +116,10 @@ def _tile_values(V_tile_ptrs, VD, off_b, off_hkv, start_n, offs_n, seqlen_k,
 
 
 @triton.jit
-def _exp2_fma(x):
-    """2^x for x <= 0 (or NaN) with FADD/FFMA and integer operations only: 0 below -126 (and
-    for -inf), NaN for NaN."""
-    xc = tl.maximum(x, -126.0)
-    t = xc + 12582912.0  # 1.5 * 2^23: xc rounded to an integer n, held in t's low mantissa bits
-    f = xc - (t - 12582912.0)  # x - n, in [-0.5, 0.5]
-    # 2^f: a quartic fitted to minimise the relative error on [-0.5, 0.5] (under 6e-6 in float32)
-    two_f = (((0.0095828166 * f + 0.0559063293) * f + 0.2402409911) * f + 0.6931241751) * f + 1.0
-    n = t.to(tl.int32, bitcast=True) - 0x4B400000  # the bits of 1.5 * 2^23 removed: n itself
-    y = (two_f.to(tl.int32, bitcast=True) + (n << 23)).to(tl.float32, bitcast=True)  # 2^f * 2^n
-    y = tl.where(x < -126.0, 0.0, y)
-    return tl.where(x == x, y, x)
-
-
-@triton.jit
-def _split_column_groups(x, ROWS: tl.constexpr, COLS: tl.constexpr):
-    """(ROWS, COLS) -> two (ROWS, COLS // 2): the even and the odd groups of 8 columns (a
-    thread of the MMA layouts holds its columns of every group, so this moves no data)."""
-    a, b = tl.split(tl.permute(tl.reshape(x, (ROWS, COLS // 16, 2, 8)), (0, 1, 3, 2)))
-    return tl.reshape(a, (ROWS, COLS // 2)), tl.reshape(b, (ROWS, COLS // 2))
-
-
-@triton.jit
-def _join_column_groups(a, b, ROWS: tl.constexpr, COLS: tl.constexpr):
-    """The inverse of _split_column_groups."""
-    ab = tl.join(tl.reshape(a, (ROWS, COLS // 16, 8)), tl.reshape(b, (ROWS, COLS // 16, 8)))
-    return tl.reshape(tl.permute(ab, (0, 1, 3, 2)), (ROWS, COLS))
-
-
-@triton.jit
-def _exp2(x, ROWS: tl.constexpr, COLS: tl.constexpr, EXP2_FMA: tl.constexpr):
-    """2^x of a (ROWS, COLS) tile, 1 / EXP2_FMA of it on the FMA units (0: all on the MUFU)."""
-    if EXP2_FMA == 0:
-        p = tl.math.exp2(x)
-    else:
-        mufu, rest = _split_column_groups(x, ROWS, COLS)
-        if EXP2_FMA == 2:
-            rest = _exp2_fma(rest)
-        else:  # 4: half of the other half
-            mufu_too, fma = _split_column_groups(rest, ROWS, COLS // 2)
-            rest = _join_column_groups(tl.math.exp2(mufu_too), _exp2_fma(fma), ROWS, COLS // 2)
-        p = _join_column_groups(tl.math.exp2(mufu), rest, ROWS, COLS)
-    return p
-
-
-@triton.jit
 def _fold_tile(m_i, l_i, acc, s, v, start_n, offs_m, offs_n, seqlen_q, seqlen_k, qk_scale,
                DEFER_NORM: tl.constexpr, SPLIT_Q: tl.constexpr, KEY_SLICES: tl.constexpr,
                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
-               INPUT_PRECISION: tl.constexpr, SANITIZE_V: tl.constexpr,
-               EXP2_FMA: tl.constexpr):
+               INPUT_PRECISION: tl.constexpr, SANITIZE_V: tl.constexpr):
     """Fold one tile's raw scores S_ij and values V_j into the running (m_i, l_i, acc).
 
     The max is taken in raw units and the scale applied after the subtraction, so exp2's
@@ -192,7 +137,7 @@ def _fold_tile(m_i, l_i, acc, s, v, start_n, offs_m, offs_n, seqlen_q, seqlen_k,
     if SPLIT_Q:
         m_new = tl.maximum(m_i, tl.max(s, 1))
         m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with nothing visible yet
-        p = _exp2((s - m_use[:, None]) * qk_scale, BLOCK_M, BLOCK_N, EXP2_FMA)
+        p = tl.math.exp2((s - m_use[:, None]) * qk_scale)
         l_tile = tl.sum(p, 1)
         pv = tl.dot(p.to(v.dtype), v, input_precision=INPUT_PRECISION)  # (BLOCK_M, D)
     else:
@@ -200,8 +145,7 @@ def _fold_tile(m_i, l_i, acc, s, v, start_n, offs_m, offs_n, seqlen_q, seqlen_k,
         s3 = tl.reshape(s, (BLOCK_M, KEY_SLICES, SLICE))
         m_s = tl.max(s3, 2)  # (BLOCK_M, KEY_SLICES): each slice's own max
         m_s_use = tl.where(m_s == float("-inf"), 0.0, m_s)
-        x = tl.reshape((s3 - m_s_use[:, :, None]) * qk_scale, (BLOCK_M, BLOCK_N))
-        p3 = tl.reshape(_exp2(x, BLOCK_M, BLOCK_N, EXP2_FMA), (BLOCK_M, KEY_SLICES, SLICE))
+        p3 = tl.math.exp2((s3 - m_s_use[:, :, None]) * qk_scale)
         l_s = tl.sum(p3, 2)  # each slice's own sum
         v3 = tl.reshape(v, (KEY_SLICES, SLICE, HEAD_DIM))
         o_s = tl.dot(tl.permute(p3, (1, 0, 2)).to(v.dtype), v3,
@@ -235,7 +179,7 @@ def _online_softmax_step(m_i, l_i, acc, q, K_tile_ptrs, V_tile_ptrs, KD, VD, off
                          SPLIT_Q: tl.constexpr, KEY_SLICES: tl.constexpr,
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
                          INPUT_PRECISION: tl.constexpr, SANITIZE_V: tl.constexpr,
-                         TMA: tl.constexpr, EXP2_FMA: tl.constexpr):
+                         TMA: tl.constexpr):
     """Fold one K/V tile (keys start_n .. start_n + BLOCK_N) into the running (m_i, l_i, acc)."""
     kT = _tile_keys(K_tile_ptrs, KD, off_b, off_hkv, start_n, offs_n, seqlen_k, MASK, BLOCK_N,
                     HEAD_DIM, TMA)
@@ -245,7 +189,7 @@ def _online_softmax_step(m_i, l_i, acc, q, K_tile_ptrs, V_tile_ptrs, KD, VD, off
                      INPUT_PRECISION)
     return _fold_tile(m_i, l_i, acc, s, v, start_n, offs_m, offs_n, seqlen_q, seqlen_k,
                       qk_scale, DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM,
-                      INPUT_PRECISION, SANITIZE_V, EXP2_FMA)
+                      INPUT_PRECISION, SANITIZE_V)
 
 
 @triton.jit
@@ -260,7 +204,7 @@ def _attn_fwd_row_block(Q, K, V, O, LSE, M, L, FLAGS, KD, VD, block_index, start
                         IS_CAUSAL: tl.constexpr, DEFER_NORM: tl.constexpr, SPLIT_Q: tl.constexpr,
                         KEY_SLICES: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                         HEAD_DIM: tl.constexpr, INPUT_PRECISION: tl.constexpr,
-                        REPAIR: tl.constexpr, TMA: tl.constexpr, EXP2_FMA: tl.constexpr):
+                        REPAIR: tl.constexpr, TMA: tl.constexpr):
     """Attention for query rows start_m .. start_m + BLOCK_M of one (batch, head).
     REPAIR: V sanitised in the masked tiles (see the module docstring); otherwise a causal call
     sets this row block's flag (block_index) iff its output holds a NaN."""
@@ -287,13 +231,13 @@ def _attn_fwd_row_block(Q, K, V, O, LSE, M, L, FLAGS, KD, VD, block_index, start
             m_i, l_i, acc, q, K_ptrs + start_n * stride_kn, V_ptrs + start_n * stride_vn,
             KD, VD, off_b, off_hkv, start_n, offs_m, offs_n, seqlen_q, seqlen_k, qk_scale,
             False, IS_CAUSAL, DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM,
-            INPUT_PRECISION, False, TMA, EXP2_FMA)
+            INPUT_PRECISION, False, TMA)
     for start_n in range(full_end, hi, BLOCK_N):
         m_i, l_i, acc = _online_softmax_step(
             m_i, l_i, acc, q, K_ptrs + start_n * stride_kn, V_ptrs + start_n * stride_vn,
             KD, VD, off_b, off_hkv, start_n, offs_m, offs_n, seqlen_q, seqlen_k, qk_scale,
             True, IS_CAUSAL, DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM,
-            INPUT_PRECISION, IS_CAUSAL and REPAIR, TMA, EXP2_FMA)
+            INPUT_PRECISION, IS_CAUSAL and REPAIR, TMA)
 
     sees_a_key = l_i > 0.0
     if DEFER_NORM:
@@ -324,8 +268,7 @@ def _attn_fwd(Q, K, V, O, LSE, M, L, FLAGS, KD, VD,
               IS_CAUSAL: tl.constexpr, DEFER_NORM: tl.constexpr, SEQ_PARALLEL: tl.constexpr,
               SPLIT_Q: tl.constexpr, KEY_SLICES: tl.constexpr, BLOCK_M: tl.constexpr,
               BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, INPUT_PRECISION: tl.constexpr,
-              REPAIR: tl.constexpr, REPAIR_CHUNK: tl.constexpr, TMA: tl.constexpr,
-              EXP2_FMA: tl.constexpr):
+              REPAIR: tl.constexpr, REPAIR_CHUNK: tl.constexpr, TMA: tl.constexpr):
     row_blocks = tl.cdiv(seqlen_q, BLOCK_M)  # FLAGS: one per (batch, head, row block)
     if REPAIR:
         # A few programs, each checking REPAIR_CHUNK flags at once; one with a flag set
@@ -346,7 +289,7 @@ def _attn_fwd(Q, K, V, O, LSE, M, L, FLAGS, KD, VD,
                                         stride_ob, stride_oh, stride_om, stride_od, stride_lb,
                                         stride_lh, seqlen_q, seqlen_k, qk_scale, IS_CAUSAL,
                                         DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_M, BLOCK_N,
-                                        HEAD_DIM, INPUT_PRECISION, True, TMA, EXP2_FMA)
+                                        HEAD_DIM, INPUT_PRECISION, True, TMA)
         return
     if SEQ_PARALLEL:
         off_bh = tl.program_id(1)
@@ -365,8 +308,7 @@ def _attn_fwd(Q, K, V, O, LSE, M, L, FLAGS, KD, VD,
                             stride_vb, stride_vh, stride_vn, stride_vd,
                             stride_ob, stride_oh, stride_om, stride_od, stride_lb, stride_lh,
                             seqlen_q, seqlen_k, qk_scale, IS_CAUSAL, DEFER_NORM, SPLIT_Q,
-                            KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM, INPUT_PRECISION, False, TMA,
-                            EXP2_FMA)
+                            KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM, INPUT_PRECISION, False, TMA)
     else:
         for start_m in range(0, seqlen_q, BLOCK_M):
             _attn_fwd_row_block(Q, K, V, O, LSE, M, L, FLAGS, KD, VD,
@@ -376,8 +318,7 @@ def _attn_fwd(Q, K, V, O, LSE, M, L, FLAGS, KD, VD,
                                 stride_vb, stride_vh, stride_vn, stride_vd,
                                 stride_ob, stride_oh, stride_om, stride_od, stride_lb, stride_lh,
                                 seqlen_q, seqlen_k, qk_scale, IS_CAUSAL, DEFER_NORM, SPLIT_Q,
-                                KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM, INPUT_PRECISION, False, TMA,
-                                EXP2_FMA)
+                                KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM, INPUT_PRECISION, False, TMA)
 
 
 def attn_fwd(q, k, v, causal, softmax_scale, variant, config):
@@ -417,8 +358,7 @@ def attn_fwd(q, k, v, causal, softmax_scale, variant, config):
             IS_CAUSAL=causal, DEFER_NORM=variant.defer_norm, SEQ_PARALLEL=variant.seq_parallel,
             SPLIT_Q=variant.split_q, KEY_SLICES=config.key_slices, BLOCK_M=config.block_m,
             BLOCK_N=config.block_n, HEAD_DIM=head_dim, INPUT_PRECISION=config.input_precision,
-            REPAIR=repair, REPAIR_CHUNK=REPAIR_CHUNK, TMA=tma,
-            EXP2_FMA=0 if q.dtype == torch.float32 else config.exp2_fma,
-            num_warps=config.num_warps, num_stages=config.num_stages,
+            REPAIR=repair, REPAIR_CHUNK=REPAIR_CHUNK, TMA=tma, num_warps=config.num_warps,
+            num_stages=config.num_stages,
         )
     return o, stats

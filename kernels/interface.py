@@ -54,12 +54,8 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, variant=Varian
     if config is None:
         config = default_config(head_dim, on_gpu, variant, q.dtype, backend)
     _check_config(config, variant, on_gpu)  # the Gluon launcher checks what it cannot run
-    for name in ("tma", "exp2_fma"):
-        if getattr(config, name) and backend != "triton":
-            raise ValueError(f"config.{name} is a tile choice of the Triton forward, not of "
-                             f"{backend!r}")
     if config.tma:
-        _check_tma(k, v)
+        _check_tma(k, v, backend)
     args = (q, k, v, bool(causal), float(softmax_scale), variant, config, backend, return_lse)
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         o, lse = _FlashAttention.apply(*args)
@@ -164,12 +160,6 @@ def _check_config(config: TileConfig, variant: Variant, on_gpu: bool):
         if on_gpu and config.block_n // config.key_slices < MIN_DOT_DIM:
             raise ValueError(f"config.key_slices ({config.key_slices}) leaves slices of "
                              f"{config.block_n // config.key_slices} keys; the GPU needs >= {MIN_DOT_DIM}")
-    if isinstance(config.exp2_fma, bool) or config.exp2_fma not in (0, 2, 4):
-        raise ValueError(f"config.exp2_fma must be 0, 2 or 4, got {config.exp2_fma!r}")
-    if config.exp2_fma and config.block_n % (8 * config.exp2_fma):
-        raise ValueError(f"config.exp2_fma={config.exp2_fma} takes whole groups of 8 columns: "
-                         f"config.block_n must be a multiple of {8 * config.exp2_fma}, got "
-                         f"{config.block_n}")
     for name in ("tma", "bwd_dq_pass"):
         if not isinstance(getattr(config, name), bool):
             raise TypeError(f"config.{name} must be a bool, got {type(getattr(config, name)).__name__}")
@@ -177,8 +167,10 @@ def _check_config(config: TileConfig, variant: Variant, on_gpu: bool):
         raise ValueError(f"config.input_precision must be 'ieee' or 'tf32', got {config.input_precision!r}")
 
 
-def _check_tma(k, v):
+def _check_tma(k, v, backend):
     """Tensor descriptors need 16-byte aligned data and strides and a unit head_dim stride."""
+    if backend != "triton":
+        raise ValueError(f"config.tma is a tile choice of the Triton forward, not of {backend!r}")
     for name, t in (("k", k), ("v", v)):
         if not tma_ready(t):
             raise ValueError(f"config.tma needs {name} with head_dim stride 1 and 16-byte "

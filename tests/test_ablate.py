@@ -195,6 +195,26 @@ def test_tuning_space_keeps_split_k_honest():
     assert tuning.warm_seqlen(1) == 1 and tuning.warm_seqlen(100) == 100
 
 
+
+
+def test_the_backward_has_a_winner_for_long_sequences_tuned_on_them():
+    from fa2check import sweep, tuning
+
+    cells = paper_grid()
+    keys = sweep.needed_keys(cells, ["fwd+bwd"], sweep.Settings(backends=()))
+    fa2 = [k for k in keys if k.variant == str(Variant()) and k.head_dim == 128 and k.causal]
+    assert sorted((k.part, k.long) for k in fa2) == [("bwd", False), ("bwd", True),
+                                                      ("fwd", False)]
+    tuned_on = {k.long: tuning.representative(cells, k).seqlen for k in fa2 if k.part == "bwd"}
+    assert tuned_on == {False: 4096, True: 16384}
+    # each cell's backward reads the winner of its own length class
+    short, long_ = ({"bwd_block_m": m, "bwd_block_n": 64, "bwd_num_warps": 4,
+                     "bwd_num_stages": 3, "bwd_dq_pass": True} for m in (16, 64))
+    configs = sweep.Configs({k: {"key": k.as_dict(), "fields": long_ if k.long else short}
+                             for k in fa2 if k.part == "bwd"}, on_gpu=True)
+    block_m = {c.seqlen: configs.config(str(Variant()), c).bwd_block_m for c in cells
+               if c.head_dim == 128 and c.causal and c.dtype == "bfloat16"}
+    assert block_m == {512: 16, 1024: 16, 2048: 16, 4096: 16, 8192: 64, 16384: 64}
 def test_precompile_runs_each_distinct_job_once_in_workers(device):
     """The worker pool runs each distinct job and returns its error or None (without CUDA
     every job fails, and says why)."""

@@ -37,10 +37,6 @@ CASES = [
      ValueError, "config.tma needs v with head_dim stride 1"),
     ("tma not bool", lambda q, k, v: (q, k, v, {"config": TileConfig(32, 16, tma=1)}), TypeError,
      "config.tma must be a bool"),
-    ("exp2_fma 3", lambda q, k, v: (q, k, v, {"config": TileConfig(32, 32, exp2_fma=3)}),
-     ValueError, "config.exp2_fma must be 0, 2 or 4"),
-    ("exp2_fma groups", lambda q, k, v: (q, k, v, {"config": TileConfig(32, 16, exp2_fma=4)}),
-     ValueError, "multiple of 32"),
 ]
 
 

@@ -135,14 +135,3 @@ def test_dq_atomics_in_the_loop_are_relaxed(tmp_path):
     atomics = {r["variant"]: r["atomics"] for r in reports}
     assert atomics == {"+defer+seqpar+splitq": "relaxed",
                        "-defer-seqpar+splitq": ""}  # one program owns a head's rows: no atomics
-
-
-def test_exp2_on_the_fma_units_compiles_for_sm90_without_spills(tmp_path):
-    """TileConfig.exp2_fma's column split must stay in registers: no spills where the tile had
-    none (FA2 bf16 d=64, the tuned (64, 64, 4, 3) tile)."""
-    proc, reports = gate(tmp_path, "--kernel", "attn_fwd", "--variant", "fa2", "--dtype",
-                         "bfloat16", "--head-dim", "64", "--block-m", "64", "--block-n", "64",
-                         "--num-warps", "4", "--num-stages", "3", "--exp2-fma", "4")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert {r["choices"] for r in reports} == {"exp2 1/4 fma"}
-    assert all(r["spill_stores"] == 0 and r["wgmma"] for r in reports)

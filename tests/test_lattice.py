@@ -52,19 +52,6 @@ def test_backward_both_places_of_dq(problem, dq_pass, device):
                            problem)
 
 
-@pytest.mark.parametrize("problem,exp2_fma", [(BACKWARD_PROBLEMS[0], 4), (BACKWARD_PROBLEMS[1], 2)],
-                         ids=str)
-def test_exponentials_on_the_fma_units(problem, exp2_fma, device):
-    """TileConfig.exp2_fma: part of each tile's exp2 by a quartic on the FMA units, every
-    variant (split-K's slices too), forward and backward (which recomputes P from that lse)."""
-    ref = Reference(problem, device)
-    config = replace(default_config(problem.head_dim, device == "cuda", None, problem.dtype),
-                     block_n=64, exp2_fma=exp2_fma)
-    for variant in Variant.all():
-        _assert_passes(ref.check(partial(flash_attention, config=config), variant), variant,
-                       problem)
-
-
 @pytest.mark.parametrize("problem", BACKWARD_PROBLEMS[:2], ids=str)
 def test_forward_through_tensor_descriptors(problem, device):
     """TileConfig.tma: K/V tiles through tensor descriptors (zeros past the keys' end instead

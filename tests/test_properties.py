@@ -104,53 +104,6 @@ def test_extreme_logits_catch_a_scale_off_by_one_part_in_ten_thousand():
     assert "lse" in failed_checks(result)
 
 
-# ------------------------------------------------------------------------- exp2 on the FMA units
-
-def exp2_fma(n, dtype):
-    """flash_attention with TileConfig.exp2_fma = n (1/n of each tile's exp2 by a quartic)."""
-    def impl(q, k, v, **kwargs):
-        config = replace(default_config(16, q.is_cuda, None, dtype), block_n=32, exp2_fma=n)
-        return flash_attention(q, k, v, config=config, **kwargs)
-    return impl
-
-
-@pytest.mark.filterwarnings("ignore:All-NaN slice:RuntimeWarning")  # the interpreter's row max
-@pytest.mark.parametrize("n", (2, 4))
-@pytest.mark.parametrize("variant", [FA2, Variant(split_q=False)], ids=str)
-@pytest.mark.parametrize("kind,dtype", [("logits-1e5", "float16"), ("all-equal-133120", "bfloat16"),
-                                        ("dominant-last-key", "bfloat16"), ("ties", "float16")])
-def test_exp2_on_the_fma_units_keeps_extreme_logits(kind, dtype, variant, n, device):
-    assert_passes(run("extreme_logits", exp2_fma(n, dtype), extreme(kind, dtype, causal=True),
-                      variant))
-
-
-@pytest.mark.filterwarnings("ignore:All-NaN slice:RuntimeWarning")  # the interpreter's row max
-@pytest.mark.parametrize("n", (2, 4))
-@pytest.mark.parametrize("variant", [FA2, Variant(split_q=False)], ids=str)
-def test_exp2_on_the_fma_units_keeps_lse_bounds_and_masking(variant, n, device):
-    """Rows without keys must keep l = 0 and lse = -inf: the quartic's masked -inf must give
-    an exact 0."""
-    assert_passes(run("lse_bounds", exp2_fma(n, "float16"), LSE_CASE, variant))
-    assert_passes(run("causal_masking", exp2_fma(n, "bfloat16"), CAUSAL_CASES["q<k"], variant))
-    # rows that see no key beside rows that do, in one row block, with gradients: the FA1-style
-    # backward reads l = 0 for them, which needs the quartic's exact 0 for masked scores
-    rows_without_keys = Case("q>k", Problem(1, 2, 2, 45, 21, 16, "bfloat16", True, seed=4))
-    assert_passes(run("causal_masking", exp2_fma(n, "bfloat16"), rows_without_keys,
-                      Variant(defer_norm=False, split_q=variant.split_q)))
-
-
-@pytest.mark.filterwarnings("ignore:All-NaN slice:RuntimeWarning")  # the interpreter's row max
-@pytest.mark.parametrize("n", (2, 4))
-def test_exp2_on_the_fma_units_keeps_nan(n, device):
-    """A NaN score must give NaN, not the quartic's value at the clamp (-126)."""
-    gen = torch.Generator().manual_seed(3)
-    q, k, v = (torch.randn(1, 1, 40, 16, generator=gen).to(device, torch.bfloat16)
-               for _ in range(3))
-    q[0, 0, 7] = float("nan")
-    o = exp2_fma(n, "bfloat16")(q, k, v)
-    assert torch.isnan(o[0, 0, 7]).all() and not torch.isnan(o[0, 0, :7]).any()
-
-
 # ----------------------------------------------------------------------------- 3. causal masking
 
 CAUSAL_CASES = {
