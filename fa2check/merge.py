@@ -42,8 +42,9 @@ def merge_runs(runs: list[dict], names: list[str], command: str) -> dict:
         for dtype, record in run["matmul"].items():
             merged["matmul"][dtype]["samples"] += record["samples"]
     merged["repeats_done"] = sum(r["repeats_done"] for r in runs)
-    merged["settings"]["repeats"] = sum(r["settings"]["repeats"] for r in runs)
-    merged["stopped_by_budget"] = any(r["stopped_by_budget"] for r in runs)
+    # the merged file holds what was measured; a run's own stop shows in merged_from
+    merged["settings"]["repeats"] = merged["repeats_done"]
+    merged["stopped_by_budget"] = False
     provenance = merged["provenance"]
     provenance["command"] = command
     provenance["date"] = max(r["provenance"].get("date", "") for r in runs)  # measured until
@@ -51,7 +52,8 @@ def merge_runs(runs: list[dict], names: list[str], command: str) -> dict:
         str(r["provenance"].get("git_commit")) for r in runs))
     provenance["gpu_state_after"] = runs[-1]["provenance"].get("gpu_state_after")
     provenance["merged_from"] = [
-        {"file": name, "repeats_done": r["repeats_done"], "timeline": r.get("timeline"),
+        {"file": name, "repeats_done": r["repeats_done"], "repeats": r["settings"]["repeats"],
+         "timeline": r.get("timeline"),
          **{k: r["provenance"].get(k) for k in PER_RUN},
          "gate": [{"cell": e["cell"], "gate": e["gate"]} for e in r["cells"]]}
         for r, name in zip(runs, names)]

@@ -102,8 +102,8 @@ def provenance_lines(results: dict, source: str | None = None) -> list[str]:
     runs = p.get("merged_from") or []
     if runs:
         lines.append(f"Merged from {len(runs)} runs of the same code, cells and tiles (each gated): "
-                     + "; ".join(f"{r['file']} ({r['repeats_done']} sweeps, {r['date']}, git "
-                                 f"{r['git_commit']})" for r in runs) + ".")
+                     + "; ".join(f"{r['file']} ({r['repeats_done']} of {r['repeats']} sweeps, "
+                                 f"{r['date']}, git {r['git_commit']})" for r in runs) + ".")
     if p.get("shards"):
         lines.append(f"Sharded over {len(p['shards'])} processes, one GPU each "
                      f"({', '.join(p['shards'])}); each cell and all its contenders on one of "

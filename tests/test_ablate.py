@@ -403,6 +403,10 @@ def test_merged_runs_keep_every_sweep_and_each_runs_provenance(tmp_path):
     (path,) = tmp_path.glob("*-merged.json")
     merged = json.loads(path.read_text())
     assert merged["repeats_done"] == 2
+    # what the merged file holds is complete; each run's planned sweeps stay in merged_from
+    assert merged["settings"]["repeats"] == 2 and not merged["stopped_by_budget"]
+    assert [r["repeats"] for r in merged["provenance"]["merged_from"]] == [
+        json.loads(p.read_text())["settings"]["repeats"] for p in (first, second)]
     samples = merged["cells"][0]["modes"]["fwd"]["samples"]["sdpa-flash"]
     assert samples == [[1.0] * 4, [2.0] * 4]  # the first run's sweep, then the second's
     assert [r["date"][11:13] for r in merged["provenance"]["merged_from"]] == ["10", "11"]
