@@ -11,8 +11,8 @@ A winner is chosen per (part, variant, head_dim, causal): `fwd` tunes the forwar
 fields, `bwd` the backward's. It is tuned once, on one representative cell (the first dtype of
 the grid, the seqlen nearest 4096), and reused for the other seqlens and dtypes; where it came
 from is recorded with it. The backward has a second winner for seqlen >= 8192, tuned on the
-cell nearest 16384 (`TuneKey.long`). The backward does not read split_q, so backward configs are tuned
-for split_q=True and shared by both values.
+cell nearest 16384 (`TuneKey.long`). The backward does not read split_q, so backward configs
+are tuned for split_q=True and shared by both values.
 
 Compiling: Triton compiles each (kernel, constexprs, dtype) once, 1-10 s each on one core, and
 a thread pool does not help (measured on the development machine: 4 forward kernels took

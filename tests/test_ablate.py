@@ -195,8 +195,6 @@ def test_tuning_space_keeps_split_k_honest():
     assert tuning.warm_seqlen(1) == 1 and tuning.warm_seqlen(100) == 100
 
 
-
-
 def test_the_backward_has_a_winner_for_long_sequences_tuned_on_them():
     from fa2check import sweep, tuning
 
@@ -215,6 +213,8 @@ def test_the_backward_has_a_winner_for_long_sequences_tuned_on_them():
     block_m = {c.seqlen: configs.config(str(Variant()), c).bwd_block_m for c in cells
                if c.head_dim == 128 and c.causal and c.dtype == "bfloat16"}
     assert block_m == {512: 16, 1024: 16, 2048: 16, 4096: 16, 8192: 64, 16384: 64}
+
+
 def test_precompile_runs_each_distinct_job_once_in_workers(device):
     """The worker pool runs each distinct job and returns its error or None (without CUDA
     every job fails, and says why)."""
