@@ -53,7 +53,7 @@ FWD_SPACE = {
 # (compile gate: (32, 128, 4, 2) at d=128 from 1288 to 816 bytes). Dropped as never in any
 # variant's best three in the tuned runs so far: (128, 32, 4, 3) and (64, 32, 4, 2) at d=64.
 # (A tile choice computing 1/4 or 1/2 of the exp2 by a polynomial on the FMA units was built
-# for d=64 and measured 8-13% and 20-26% slower on the H200; removed, ablations/NOTES.md.)
+# for d=64 and measured 8-14% and 22-26% slower on the H200; removed, ablations/NOTES.md.)
 # (bwd_block_m, bwd_block_n, bwd_num_warps, bwd_num_stages, bwd_dq_pass): both places of the
 # dQ computation (kernels/backward.py). Chosen from the sm_90 compile gate's spill census
 # (python -m fa2check.compile_gate --kernel attn_bwd --bwd-...) and the first tuned run
