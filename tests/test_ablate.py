@@ -4,6 +4,7 @@ through the interpreter (its timings mean nothing; the code path runs)."""
 import json
 import math
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -513,3 +514,20 @@ def test_sharded_run_keeps_every_cell_in_grid_order(tmp_path, device, monkeypatc
         assert all(runs for runs in entry["modes"]["fwd"]["samples"].values())
     # the configs are on disk before any cell is measured: a run cut later keeps them
     assert saved[0]["configs"] and not saved[0]["cells"]
+
+
+def test_stall_probe_summarizes_a_saved_nsight_compute_csv():
+    """ablations/stall_probe.py --summarize on the committed counters of the d=64 forward
+    (the numbers ablations/NOTES.md quotes)."""
+    import importlib.util
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    spec = importlib.util.spec_from_file_location(
+        "stall_probe", os.path.join(root, "ablations", "stall_probe.py"))
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+    rows = probe.summarize(Path(root, "ablations", "results", "20261130-h200-ncu-fwd.csv"))
+    assert [r["kernel"][:9] for r in rows] == ["_attn_fwd", "_attn_fwd", "void pyto",
+                                               "_attn_fwd", "void pyto"]
+    assert rows[0]["instructions"] == "574,144,512 inst" and rows[0]["eligible"] == "0.69 warp"
+    assert rows[1]["top pipe"] == "Tensor 40.6%" and rows[1]["issue busy"] == "57.21 %"
