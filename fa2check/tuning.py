@@ -92,7 +92,8 @@ TUNE_SEQLEN = 4096
 # The backward has a second winner per key for long sequences, tuned on the cell nearest
 # LONG_TUNE_SEQLEN and used from LONG_SEQLEN up: on the H200 the tile tuned at 4k for FA2 d=128
 # causal, (32, 64, 4, 3), ran 16k fwd+bwd 4.4% slower than (64, 128, 8, 3) (ablations/NOTES.md,
-# seventh session). The forward is tuned once: its slowest variants take seconds a call at 16k.
+# seventh session). The forward is tuned once: at 16k its slowest variants would make the 32
+# forward keys' tuning about 800 s (fa2check.plan's estimate), more than a device call.
 LONG_SEQLEN, LONG_TUNE_SEQLEN = 8192, 16384
 LONG_TUNED_PARTS = ("bwd",)
 
