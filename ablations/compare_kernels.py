@@ -22,12 +22,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from fa2check.environment import describe_environment  # noqa: E402
-from fa2check.grids import FLOP_FACTOR  # noqa: E402
+from fa2check.grids import FLOP_FACTOR, paper_batch, paper_heads  # noqa: E402
 from fa2check.timing import summary, tflops  # noqa: E402
 
 SEQLENS = (1024, 4096, 16384)
 ROUNDS = 3
-HIDDEN, TOKENS = 2048, 16384  # heads * head_dim, batch * seqlen: as the paper grid
 
 
 def load(directory: Path, name: str):
@@ -84,7 +83,7 @@ def main():
              for seqlen in args.seqlen or SEQLENS
              if not (args.causal_only and not causal or args.full_only and causal)]
     for seqlen, d, causal in cells:
-        heads, batch = HIDDEN // d, TOKENS // seqlen
+        heads, batch = paper_heads(d), paper_batch(seqlen)
         backward = args.mode == "fwd+bwd"
         q, k, v = (torch.randn(batch, heads, seqlen, d, device="cuda", dtype=dtype,
                                requires_grad=backward) for _ in range(3))

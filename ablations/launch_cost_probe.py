@@ -33,11 +33,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from fa2check.environment import describe_environment  # noqa: E402
+from fa2check.grids import paper_batch, paper_heads  # noqa: E402
 from fa2check.sdpa_backends import BACKENDS, forced, sdpa  # noqa: E402
 from fa2check.timing import summary  # noqa: E402
 
 CALLS = 300
-HIDDEN, TOKENS = 2048, 16384
 
 
 def make_case(spec: str, mode: str):
@@ -45,7 +45,7 @@ def make_case(spec: str, mode: str):
     cell, _, fields = spec.partition(":")
     seqlen, d, mask, impl = cell.split(",")
     seqlen, d, causal = int(seqlen), int(d), mask == "causal"
-    heads, batch = HIDDEN // d, TOKENS // seqlen
+    heads, batch = paper_heads(d), paper_batch(seqlen)
     backward = mode == "fwd+bwd"
     q, k, v, do = (torch.randn(batch, heads, seqlen, d, device="cuda", dtype=torch.bfloat16,
                                requires_grad=backward and i < 3) for i in range(4))
