@@ -12,7 +12,7 @@ import numpy as np
 from .contributions import FLAGS, interaction_name, players_for, subsets, variant_for, view_of
 from .grids import Cell
 from .sdpa_backends import BACKENDS
-from .tuning import LONG_SEQLEN, LONG_TUNED_PARTS
+from .tuning import band_seqlens
 
 FLAG_SHORT = {"defer_norm": "defer", "seq_parallel": "seqpar", "split_q": "splitq"}  # Variant's
 BACKEND_LABELS = {"sdpa-flash": "flash", "sdpa-cudnn": "cuDNN", "sdpa-efficient": "efficient",
@@ -285,9 +285,11 @@ def configs_table(results: dict) -> Grid:
                  "stages", "choices", "source"])
     for record in results.get("configs", []):
         key, fields = record["key"], record["fields"] or {}
-        # runs before the long-sequence winners have no "long" in their keys
-        if key["part"] in LONG_TUNED_PARTS and "long" in key:
-            seqlens = f">= {LONG_SEQLEN}" if key["long"] else f"< {LONG_SEQLEN}"
+        # the first runs had one winner for all seqlens; then the backward's had `long`
+        if "band" in key:
+            seqlens = band_seqlens(key["part"], key["band"])
+        elif "long" in key and key["part"] == "bwd":
+            seqlens = band_seqlens("bwd", "long" if key["long"] else "")
         else:
             seqlens = "all"
         prefix = "bwd_" if key["part"] == "bwd" else ""

@@ -139,7 +139,7 @@ def key_of(part: str, name: str, cell) -> tuning.TuneKey:
     variant = name if part == "fwd" else str(tuning.part_variant(part,
                                                                  parse_kernel_name(name)[1]))
     return tuning.TuneKey(part, variant, cell.head_dim, cell.causal,
-                          tuning.is_long(part, cell.seqlen))
+                          tuning.band_of(part, cell.seqlen))
 
 
 def needed_keys(cells, modes, settings: Settings) -> list[tuning.TuneKey]:

@@ -7,12 +7,13 @@ so that a tile still splits into the 4 key slices of at least 16 keys that defin
 warps); with block_n = 32 the launcher would quietly cut the split to 2 slices, a milder
 baseline than the one named.
 
-A winner is chosen per (part, variant, head_dim, causal): `fwd` tunes the forward kernel's
-fields, `bwd` the backward's. It is tuned once, on one representative cell (the first dtype of
-the grid, the seqlen nearest 4096), and reused for the other seqlens and dtypes; where it came
-from is recorded with it. The backward has a second winner for seqlen >= 8192, tuned on the
-cell nearest 16384 (`TuneKey.long`). The backward does not read split_q, so backward configs
-are tuned for split_q=True and shared by both values.
+A winner is chosen per (part, variant, head_dim, causal) and seqlen band (`TUNE_BANDS`): each
+band's winner is tuned on one representative cell (the first dtype of the grid, the seqlen
+nearest the band's tune seqlen) and reused for the band's other seqlens and dtypes; where it
+came from is recorded with it. The forward has a band for short sequences (under 2048, tuned at
+1024), the backward one for long ones (from 8192, tuned at 16384); the rest is tuned at 4096.
+The backward does not read split_q, so backward configs are tuned for split_q=True and shared
+by both values.
 
 Compiling: Triton compiles each (kernel, constexprs, dtype) once, 1-10 s each on one core, and
 a thread pool does not help (measured on the development machine: 4 forward kernels took
@@ -92,18 +93,33 @@ CPU_FWD_SPACE = [(32, 16, 4, 1), (16, 32, 4, 1, True)]
 CPU_BWD_SPACE = [(16, 32, 4, 1, False), (32, 16, 4, 1, True)]
 
 TUNE_SEQLEN = 4096
-# The backward has a second winner per key for long sequences, tuned on the cell nearest
-# LONG_TUNE_SEQLEN and used from LONG_SEQLEN up: on the H200 the tile tuned at 4k for FA2 d=128
-# causal, (32, 64, 4, 3), ran 16k fwd+bwd 4.4% slower than (64, 128, 8, 3) (ablations/NOTES.md,
-# seventh session). The forward is tuned once: at 16k its slowest variants would make the 32
-# forward keys' tuning about 800 s (fa2check.plan's estimate), more than a device call.
-LONG_SEQLEN, LONG_TUNE_SEQLEN = 8192, 16384
-LONG_TUNED_PARTS = ("bwd",)
+# Seqlen bands, per part: {band: (first seqlen of the band, seqlen it is tuned on)}; the band
+# "" is tuned at TUNE_SEQLEN (--tune-seqlen). Why more than one:
+# - bwd "long": the tile tuned at 4k for FA2 d=128 causal, (32, 64, 4, 3), ran 16k fwd+bwd 4.4%
+#   slower than (64, 128, 8, 3) on the H200 (ablations/NOTES.md, seventh session). The forward
+#   has no long band: at 16k its slowest variants would make the 32 forward keys' tuning about
+#   800 s (fa2check.plan's estimate), more than a device call.
+# - fwd "short": at 1k a row block walks a quarter of the K/V tiles it walks at 4k, so the
+#   per-program costs weigh more; every tile of the space timed at 1k and 2k on the H200 found
+#   tiles 2-3% faster than the 4k winners at 1k and none at 2k (NOTES, sixth session, call 4).
+TUNE_BANDS = {"fwd": {"short": (0, 1024), "": (2048, TUNE_SEQLEN)},
+              "bwd": {"": (0, TUNE_SEQLEN), "long": (8192, 16384)}}
 
 
-def is_long(part: str, seqlen: int) -> bool:
-    """Whether a cell of this seqlen uses the part's long-sequence winner."""
-    return part in LONG_TUNED_PARTS and seqlen >= LONG_SEQLEN
+def band_of(part: str, seqlen: int) -> str:
+    """The seqlen band whose winner a part uses at this seqlen."""
+    return max(((start, band) for band, (start, _) in TUNE_BANDS[part].items()
+                if start <= seqlen))[1]
+
+
+def band_seqlens(part: str, band: str) -> str:
+    """The seqlens a band covers, for tables: '< 2048', '>= 8192', '2048-8191' or 'all'."""
+    starts = sorted(start for start, _ in TUNE_BANDS[part].values())
+    start = TUNE_BANDS[part][band][0]
+    ends = [s for s in starts if s > start]
+    if start == 0:
+        return f"< {ends[0]}" if ends else "all"
+    return f">= {start}" if not ends else f"{start}-{ends[0] - 1}"
 
 
 @dataclass(frozen=True)
@@ -112,7 +128,7 @@ class TuneKey:
     variant: str  # str(Variant); for "bwd" always the split_q=True one
     head_dim: int
     causal: bool
-    long: bool = False  # the winner for seqlen >= LONG_SEQLEN (only LONG_TUNED_PARTS have one)
+    band: str = ""  # the seqlen band of TUNE_BANDS[part] this winner is for
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -164,13 +180,13 @@ def build_config(head_dim: int, variant, on_gpu: bool, fwd: dict | None = None,
 
 
 def representative(cells, key: TuneKey, tune_seqlen: int = TUNE_SEQLEN):
-    """The cell a key is tuned on: among the cells it covers, the grid's first dtype, seqlen
-    nearest tune_seqlen (LONG_TUNE_SEQLEN for a long key)."""
+    """The cell a key is tuned on: among the cells of its band, the grid's first dtype, seqlen
+    nearest the band's tune seqlen (tune_seqlen for the band "")."""
     matching = [c for c in cells if c.head_dim == key.head_dim and c.causal == key.causal
-                and is_long(key.part, c.seqlen) == key.long]
+                and band_of(key.part, c.seqlen) == key.band]
     dtype = matching[0].dtype
     matching = [c for c in matching if c.dtype == dtype]
-    target = LONG_TUNE_SEQLEN if key.long else tune_seqlen
+    target = TUNE_BANDS[key.part][key.band][1] if key.band else tune_seqlen
     return min(matching, key=lambda c: (abs(c.seqlen - target), -c.seqlen))
 
 
@@ -183,11 +199,20 @@ def load_configs(paths) -> dict[TuneKey, dict]:
         with open(path) as f:
             data = json.load(f)
         for record in data.get("configs", []):
-            key = TuneKey(**record["key"])
-            found[key] = {**record, "key": key.as_dict(),  # older keys had no `long`
+            key = TuneKey(**_with_band(record["key"]))
+            found[key] = {**record, "key": key.as_dict(),
                           "source": f"loaded from {os.path.basename(path)} "
                                     f"({record.get('source', 'unknown')})"}
     return found
+
+
+def _with_band(key: dict) -> dict:
+    """Keys of older files: none had a band (tuned at 4k, the band ""), then the backward's
+    had `long` (True: the band "long")."""
+    key = dict(key)
+    long_ = key.pop("long", False)
+    key.setdefault("band", "long" if long_ else "")
+    return key
 
 
 # ----------------------------------------------------------------------------- precompiling

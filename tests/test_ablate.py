@@ -196,24 +196,50 @@ def test_tuning_space_keeps_split_k_honest():
     assert tuning.warm_seqlen(1) == 1 and tuning.warm_seqlen(100) == 100
 
 
-def test_the_backward_has_a_winner_for_long_sequences_tuned_on_them():
+def test_each_seqlen_band_has_its_own_winner_tuned_on_its_cells():
     from fa2check import sweep, tuning
 
     cells = paper_grid()
     keys = sweep.needed_keys(cells, ["fwd+bwd"], sweep.Settings(backends=()))
     fa2 = [k for k in keys if k.variant == str(Variant()) and k.head_dim == 128 and k.causal]
-    assert sorted((k.part, k.long) for k in fa2) == [("bwd", False), ("bwd", True),
-                                                      ("fwd", False)]
-    tuned_on = {k.long: tuning.representative(cells, k).seqlen for k in fa2 if k.part == "bwd"}
-    assert tuned_on == {False: 4096, True: 16384}
-    # each cell's backward reads the winner of its own length class
-    short, long_ = ({"bwd_block_m": m, "bwd_block_n": 64, "bwd_num_warps": 4,
-                     "bwd_num_stages": 3, "bwd_dq_pass": True} for m in (16, 64))
-    configs = sweep.Configs({k: {"key": k.as_dict(), "fields": long_ if k.long else short}
-                             for k in fa2 if k.part == "bwd"}, on_gpu=True)
-    block_m = {c.seqlen: configs.config(str(Variant()), c).bwd_block_m for c in cells
-               if c.head_dim == 128 and c.causal and c.dtype == "bfloat16"}
-    assert block_m == {512: 16, 1024: 16, 2048: 16, 4096: 16, 8192: 64, 16384: 64}
+    assert sorted((k.part, k.band) for k in fa2) == [("bwd", ""), ("bwd", "long"),
+                                                      ("fwd", ""), ("fwd", "short")]
+    tuned_on = {(k.part, k.band): tuning.representative(cells, k).seqlen for k in fa2}
+    assert tuned_on == {("bwd", ""): 4096, ("bwd", "long"): 16384, ("fwd", "short"): 1024,
+                        ("fwd", ""): 4096}
+    # each cell reads the winner of its own band
+    configs = sweep.Configs({k: {"key": k.as_dict(), "fields": {
+        f"{'bwd_' if k.part == 'bwd' else ''}block_m": 16 * (1 + sorted(
+            tuning.TUNE_BANDS[k.part]).index(k.band))}} for k in fa2}, on_gpu=True)
+    chosen = {c.seqlen: (configs.config(str(Variant()), c).block_m,
+                         configs.config(str(Variant()), c).bwd_block_m)
+              for c in cells if c.head_dim == 128 and c.causal and c.dtype == "bfloat16"}
+    assert chosen == {512: (32, 16), 1024: (32, 16), 2048: (16, 16), 4096: (16, 16),
+                      8192: (16, 32), 16384: (16, 32)}
+
+
+def test_configs_of_older_files_load_into_the_band_they_were_tuned_for(tmp_path):
+    """Before bands, every winner was tuned at 4k (the band ""); then the backward's keys had
+    `long`."""
+    import json
+
+    from fa2check import report, tuning
+
+    records = [{"key": {"part": "fwd", "variant": "v", "head_dim": 64, "causal": False},
+                "fields": {}},
+               {"key": {"part": "bwd", "variant": "v", "head_dim": 64, "causal": False,
+                        "long": True}, "fields": {}},
+               {"key": {"part": "fwd", "variant": "v", "head_dim": 64, "causal": True,
+                        "long": False}, "fields": {}}]
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps({"configs": records}))
+    assert sorted((k.part, k.band) for k in tuning.load_configs([path])) == [
+        ("bwd", "long"), ("fwd", ""), ("fwd", "")]
+    seqlens = [row[4] for row in report.configs_table({"configs": records}).rows]
+    assert seqlens == ["all", ">= 8192", "all"]
+    assert [tuning.band_seqlens(p, b) for p, b in [("fwd", "short"), ("fwd", ""), ("bwd", ""),
+                                                   ("bwd", "long")]] == [
+        "< 2048", ">= 2048", "< 8192", ">= 8192"]
 
 
 def test_precompile_runs_each_distinct_job_once_in_workers(device):
