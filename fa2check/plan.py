@@ -17,6 +17,8 @@ physical predictions that the measurements are compared with are in ablations/NO
 """
 from __future__ import annotations
 
+from .tuning import FINAL_ROUNDS, FINALISTS
+
 SMS = 132
 PROGRAMS_PER_SM = 2
 # Calibrated on the first H200 run (ablations/results/20261130-100200-*-paper-fwd.log): the
@@ -107,8 +109,14 @@ def estimate(cells, modes, contenders_for, settings, phase1: list, phase2: list,
     gate = max(sum(costs[i][1] for i in g) for g in groups)
     if settings.shards > 1:
         gate += WORKER_START_S  # the shard processes start (torch, triton, the kernel cache)
-    tune = sum(measurement_s(predicted_ms(cell, part, "ours", variant), settings.tune_warmup_ms,
-                             settings.tune_rep_ms) for part, variant, cell in tuning)
+    per_key = {}  # a key's candidates share its (part, variant, representative cell)
+    for part, variant, cell in tuning:
+        per_key.setdefault((part, str(variant), cell), []).append(measurement_s(
+            predicted_ms(cell, part, "ours", variant), settings.tune_warmup_ms,
+            settings.tune_rep_ms))
+    # then the FINALISTS of each key again, in FINAL_ROUNDS rounds (sweep.tune)
+    tune = sum(sum(t) * (1 + min(FINALISTS, len(t)) * FINAL_ROUNDS / len(t))
+               for t in per_key.values())
     phases = {
         "precompile_tuning_s": compile_s(phase1),
         "tune_s": tune,

@@ -187,35 +187,50 @@ def final_jobs(cells, modes, configs: Configs, settings: Settings) -> list[dict]
 
 
 def tune(key, cell, candidates, device, settings, precompiled) -> dict:
-    """Time every candidate of one key on its representative cell; keep the fastest."""
+    """Time every candidate of one key on its representative cell, then the fastest few
+    again in interleaved rounds (tuning.FINALISTS, tuning.FINAL_ROUNDS); keep the lowest
+    median of those rounds."""
     kernel_backend, variant = parse_kernel_name(key.variant)
     inputs = make_inputs(cell, device, settings.seed)
+
+    def samples_of(fields):
+        config = tuning.build_config(key.head_dim, variant, device == "cuda",
+                                     fwd=fields if key.part == "fwd" else None,
+                                     bwd=fields if key.part == "bwd" else None,
+                                     kernel_backend=kernel_backend)
+        with timed_call(ours(variant, config, kernel_backend), key.part, inputs,
+                        cell.causal) as fn:
+            return list(bench(fn, device=device, warmup_ms=settings.tune_warmup_ms,
+                              rep_ms=settings.tune_rep_ms))
+
     tried = []
     for fields, job in candidates:
         error = precompiled.get(tuning.job_key(job))
         entry = {"fields": fields, "median_ms": None, "error": error}
         if error is None:
-            config = tuning.build_config(key.head_dim, variant, device == "cuda",
-                                         fwd=fields if key.part == "fwd" else None,
-                                         bwd=fields if key.part == "bwd" else None,
-                                         kernel_backend=kernel_backend)
             try:
-                with timed_call(ours(variant, config, kernel_backend), key.part, inputs,
-                                cell.causal) as fn:
-                    samples = bench(fn, device=device, warmup_ms=settings.tune_warmup_ms,
-                                    rep_ms=settings.tune_rep_ms)
-                entry["median_ms"] = float(np.median(samples))
+                entry["median_ms"] = float(np.median(samples_of(fields)))
             except Exception as e:  # noqa: BLE001 - a candidate that cannot run is dropped
                 entry["error"] = f"{type(e).__name__}: {e}"[:500]
         tried.append(entry)
-    timed = [t for t in tried if t["median_ms"] is not None]
+    timed = sorted((t for t in tried if t["median_ms"] is not None),
+                   key=lambda t: t["median_ms"])
     record = {"key": key.as_dict(), "tuned_on": cell.as_dict(), "candidates": tried,
-              "tune_warmup_ms": settings.tune_warmup_ms, "tune_rep_ms": settings.tune_rep_ms}
+              "tune_warmup_ms": settings.tune_warmup_ms, "tune_rep_ms": settings.tune_rep_ms,
+              "final_rounds": tuning.FINAL_ROUNDS}
     if not timed:
         return {**record, "fields": None, "source": "tuning failed: no candidate ran"}
-    best = min(timed, key=lambda t: t["median_ms"])
+    finalists = timed[:tuning.FINALISTS]
+    final = {id(t): [] for t in finalists}
+    for _ in range(tuning.FINAL_ROUNDS):
+        for t in finalists:
+            final[id(t)] += samples_of(t["fields"])
+    for t in finalists:
+        t["final_median_ms"] = float(np.median(final[id(t)]))
+    best = min(finalists, key=lambda t: t["final_median_ms"])
     return {**record, "fields": best["fields"],
-            "source": f"tuned on {cell} ({len(timed)} of {len(tried)} candidates ran)"}
+            "source": f"tuned on {cell} ({len(timed)} of {len(tried)} candidates ran; the "
+                      f"best {len(finalists)} timed again in {tuning.FINAL_ROUNDS} rounds)"}
 
 
 class Log:

@@ -41,7 +41,7 @@ FWD_SPACE = {
     64: [(128, 64, 4, 3), (128, 128, 8, 3), (128, 64, 8, 3), (64, 64, 4, 3), (64, 128, 4, 3),
          (32, 64, 4, 3), (64, 64, 4, 4), (128, 64, 8, 4), (64, 64, 4, 3, True),
          (128, 64, 8, 3, True), (64, 64, 4, 4, True), (128, 64, 4, 3, True),
-         (128, 128, 8, 3, True), (64, 128, 4, 3, True)],
+         (128, 128, 8, 3, True), (64, 128, 4, 3, True), (64, 64, 4, 2, True)],
     128: [(128, 64, 8, 3), (128, 128, 8, 2), (64, 64, 4, 3), (64, 64, 8, 3), (64, 128, 8, 2),
           (32, 64, 4, 3), (32, 128, 4, 2), (64, 32, 4, 3), (64, 64, 4, 4), (128, 64, 8, 4),
           (128, 128, 8, 3), (64, 64, 4, 3, True), (128, 64, 8, 3, True), (64, 64, 4, 4, True),
@@ -53,6 +53,8 @@ FWD_SPACE = {
 # for some variant before has a TMA twin; TMA also takes the split-K tiles' spills down
 # (compile gate: (32, 128, 4, 2) at d=128 from 1288 to 816 bytes). Dropped as never in any
 # variant's best three in the tuned runs so far: (128, 32, 4, 3) and (64, 32, 4, 2) at d=64.
+# Added in the ninth session: (64, 64, 4, 2, True) at d=64 (42 KB of shared memory, 5 CTAs an
+# SM), the fastest FA2 tile of a 1k-2k causal A/B (up to 5% ahead of the winners at 2k).
 # (A tile choice computing 1/4 or 1/2 of the exp2 by a polynomial on the FMA units was built
 # for d=64 and measured 8-14% and 22-26% slower on the H200; removed, ablations/NOTES.md.)
 # (bwd_block_m, bwd_block_n, bwd_num_warps, bwd_num_stages, bwd_dq_pass): both places of the
@@ -91,6 +93,14 @@ GLUON_FWD_SPACE = [(64, 32, 4, 1), (64, 64, 4, 1), (128, 32, 8, 1), (128, 64, 8,
 # The interpreter: two small candidates, so the tuning code path runs cheaply on a CPU.
 CPU_FWD_SPACE = [(32, 16, 4, 1), (16, 32, 4, 1, True)]
 CPU_BWD_SPACE = [(16, 32, 4, 1, False), (32, 16, 4, 1, True)]
+
+# Tuning's last step: the fastest FINALISTS of the first pass are timed again, in FINAL_ROUNDS
+# interleaved rounds. The top tiles of a key are often within 1-3% of each other, and one pass
+# in a row meets the GPU's clock and power state where the pass happens to be: on the H200 the
+# short band's first pass put (64, 64, 4, 4, tma) 0.6% ahead of (128, 64, 8, 3) at d=64 1k,
+# and an interleaved A/B later measured it 3-5% behind (ablations/NOTES.md, ninth session).
+FINALISTS = 3
+FINAL_ROUNDS = 3
 
 TUNE_SEQLEN = 4096
 # Seqlen bands, per part: {band: (first seqlen of the band, seqlen it is tuned on)}; the band

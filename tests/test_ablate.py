@@ -242,6 +242,37 @@ def test_configs_of_older_files_load_into_the_band_they_were_tuned_for(tmp_path)
         "< 2048", ">= 2048", "< 8192", ">= 8192"]
 
 
+def test_tuning_keeps_the_finalist_fastest_in_interleaved_rounds(monkeypatch):
+    """The first pass ranks; the finalists' rounds decide (a one-pass lead of 1% is noise)."""
+    import contextlib
+
+    from fa2check import sweep, tuning
+
+    first = {16: 1.00, 32: 1.01, 48: 1.02, 64: 2.0}  # block_m -> first-pass ms
+    final = {16: 1.10, 32: 1.00, 48: 1.05}  # ... and in the final rounds
+    timed = []
+
+    def bench(config, **_):
+        timed.append(config.block_m)
+        seen = timed.count(config.block_m)
+        return [first[config.block_m] if seen == 1 else final[config.block_m]] * 5
+
+    monkeypatch.setattr(sweep, "bench", bench)
+    monkeypatch.setattr(sweep, "ours", lambda variant, config, backend: config)
+    monkeypatch.setattr(sweep, "timed_call", lambda c, *_: contextlib.nullcontext(c))
+    monkeypatch.setattr(sweep, "make_inputs", lambda *_: None)
+    cell = Cell(1, 2, 2, 64, 16, "bfloat16", False)
+    key = tuning.TuneKey("fwd", str(Variant()), 16, False)
+    mine = [({"block_m": m, "block_n": 16}, tuning.make_job(
+        "fwd", Variant(), tuning.build_config(16, Variant(), False, fwd={"block_m": m}), cell))
+        for m in first]
+    record = sweep.tune(key, cell, mine, "cpu", sweep.Settings(backends=()), {})
+    assert record["fields"]["block_m"] == 32
+    assert timed == [16, 32, 48, 64] + [16, 32, 48] * tuning.FINAL_ROUNDS
+    finals = {c["fields"]["block_m"]: c.get("final_median_ms") for c in record["candidates"]}
+    assert finals == {16: 1.10, 32: 1.00, 48: 1.05, 64: None}
+
+
 def test_precompile_runs_each_distinct_job_once_in_workers(device):
     """The worker pool runs each distinct job and returns its error or None (without CUDA
     every job fails, and says why)."""
