@@ -98,7 +98,7 @@ CPU_BWD_SPACE = [(16, 32, 4, 1, False), (32, 16, 4, 1, True)]
 # interleaved rounds. The top tiles of a key are often within 1-3% of each other, and one pass
 # in a row meets the GPU's clock and power state where the pass happens to be: on the H200 the
 # short band's first pass put (64, 64, 4, 4, tma) 0.6% ahead of (128, 64, 8, 3) at d=64 1k,
-# and an interleaved A/B later measured it 3-5% behind (ablations/NOTES.md, ninth session).
+# and an interleaved A/B later measured it 3-6% behind (ablations/NOTES.md, ninth session).
 FINALISTS = 3
 FINAL_ROUNDS = 3
 
