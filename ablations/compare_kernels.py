@@ -1,6 +1,7 @@
 """A/B timing of kernel versions: the forward (or, with --mode fwd+bwd, forward and backward) of
 several copies of the kernels/ package, timed interleaved on the same cells with the same tile
-config (the launcher's default for the GPU, or the fields given after a colon on top of it).
+config (the launcher's default for the GPU, or the fields given after a colon on top of it),
+with do_bench at the benchmark's settings (--warmup-ms 5, --rep-ms 20).
 
     python3 ablations/compare_kernels.py DIR[:FIELD=VALUE,...] [DIR ...] [--json PATH]
 
@@ -72,6 +73,11 @@ def main():
     parser.add_argument("--head-dim", type=int, action="append", help="repeatable; default 64, 128")
     parser.add_argument("--mode", choices=("fwd", "fwd+bwd"), default="fwd",
                         help="fwd+bwd: the forward and torch.autograd.grad of q, k, v")
+    # the benchmark's own do_bench settings (python -m fa2check.ablate's defaults); A/Bs before
+    # the ninth session ran do_bench's defaults (25 ms warm-up, 100 ms timed), a longer load
+    # under which the tiles of a cell can rank differently (ablations/NOTES.md)
+    parser.add_argument("--warmup-ms", type=float, default=5.0)
+    parser.add_argument("--rep-ms", type=float, default=20.0)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     from triton.testing import do_bench
@@ -101,7 +107,8 @@ def main():
         base = next(iter(outputs.values()))
         for _ in range(ROUNDS):  # interleaved
             for name, attend in versions.items():
-                samples[name] += do_bench(lambda: call(attend), return_mode="all")
+                samples[name] += do_bench(lambda: call(attend), warmup=args.warmup_ms,
+                                          rep=args.rep_ms, return_mode="all")
         for name in versions:
             s = summary(samples[name])
             rows.append(dict(version=name, seqlen=seqlen, head_dim=d, causal=causal, **s,
@@ -113,7 +120,9 @@ def main():
                   flush=True)
     if args.json:
         args.json.write_text(json.dumps({"environment": describe_environment("cuda"),
-                                         "command": " ".join(sys.argv), "rows": rows}, indent=1))
+                                         "command": " ".join(sys.argv),
+                                         "warmup_ms": args.warmup_ms, "rep_ms": args.rep_ms,
+                                         "rows": rows}, indent=1))
 
 
 if __name__ == "__main__":

@@ -1,11 +1,13 @@
 """Issue 7's performance targets, checked against saved ablation results (no GPU needed):
 
-    python ablations/targets.py ablations/results/A.json [B.json ...]
+    python ablations/targets.py ablations/results/A.json [B.json ...] [--across]
 
 For every file and every mode it holds, FA2 (all three changes on) against torch SDPA's flash
 backend in the same run, cell by cell: forward >= 1.3x at seqlen >= 1k and >= 1.5x at
 head_dim 128, seqlen >= 4k; forward + backward >= 1.2x at seqlen >= 1k. Prints each miss and a
-count per target.
+count per target. --across: then, per target, every cell that missed in some run, with its
+ratio in each run that timed it, to tell a miss every run shares from one a single run had
+(two runs of the same kernels and tiles differ by a few percent a cell).
 """
 import os
 import sys
@@ -24,27 +26,66 @@ TARGETS = [
 ]
 
 
-def check(path: str) -> None:
+def describe(c: dict) -> str:
+    return (f"seqlen {c['seqlen']}, d={c['head_dim']}, {c['dtype']}, "
+            f"{'causal' if c['causal'] else 'full'}")
+
+
+def ratios(path: str) -> dict:
+    """{target name: {cell description: FA2 / sdpa-flash or None}} for the targets whose
+    mode the file holds."""
     analysis = analyse_results(load(path), n_draws=10, seed=0)  # ratios only: no bootstrap
-    for mode, name, wanted, required in TARGETS:
-        if mode not in analysis["modes"]:
+    found = {}
+    for mode, name, wanted, _ in TARGETS:
+        if mode in analysis["modes"]:
+            found[name] = {describe(row["cell"]): row["stats"].get(FA2, {}).get("ratio/sdpa-flash")
+                           for row in analysis["modes"][mode]["cells"] if wanted(row["cell"])}
+    return found
+
+
+def check(path: str, found: dict) -> None:
+    for _, name, _, required in TARGETS:
+        cells = found.get(name)
+        if cells is None:
             continue
-        cells = [row for row in analysis["modes"][mode]["cells"] if wanted(row["cell"])]
-        met = 0
-        for row in cells:
-            c = row["cell"]
-            ratio = row["stats"].get(FA2, {}).get("ratio/sdpa-flash")
-            if ratio is not None and ratio >= required:
-                met += 1
-                continue
-            shown = "not timed" if ratio is None else f"{ratio:.3f}x"
-            print(f"  miss  {name}: seqlen {c['seqlen']}, d={c['head_dim']}, {c['dtype']}, "
-                  f"{'causal' if c['causal'] else 'full'}: {shown}")
+        for cell, ratio in cells.items():
+            if ratio is None or ratio < required:
+                shown = "not timed" if ratio is None else f"{ratio:.3f}x"
+                print(f"  miss  {name}: {cell}: {shown}")
+        met = sum(r is not None and r >= required for r in cells.values())
         print(f"{os.path.basename(path)}: {name}: {met} of {len(cells)} cells")
 
 
+def across(runs: dict) -> None:
+    """runs: {path: ratios(path)}."""
+    for _, name, _, required in TARGETS:
+        per_run = {p: r[name] for p, r in runs.items() if name in r}
+        if len(per_run) < 2:
+            continue
+        cells = dict.fromkeys(c for r in per_run.values() for c in r)
+        missed = [c for c in cells if any(r.get(c) is None or r[c] < required
+                                          for r in per_run.values() if c in r)]
+        print(f"{name}, across {len(per_run)} runs: {len(missed)} cells missed in some run")
+        for cell in missed:
+            shown = [r[cell] for r in per_run.values() if cell in r]
+            met = sum(x is not None and x >= required for x in shown)
+            text = " ".join("-" if x is None else f"{x:.3f}" for x in shown)
+            print(f"  {cell}: met in {met} of {len(shown)} runs ({text})")
+
+
+def main(argv) -> int:
+    paths = [a for a in argv if a != "--across"]
+    if not paths:
+        print(__doc__)
+        return 2
+    runs = {}
+    for p in paths:
+        runs[p] = ratios(p)
+        check(p, runs[p])
+    if "--across" in argv:
+        across(runs)
+    return 0
+
+
 if __name__ == "__main__":
-    if len(sys.argv) < 2:
-        sys.exit(__doc__)
-    for p in sys.argv[1:]:
-        check(p)
+    sys.exit(main(sys.argv[1:]))

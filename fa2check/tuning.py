@@ -54,7 +54,8 @@ FWD_SPACE = {
 # (compile gate: (32, 128, 4, 2) at d=128 from 1288 to 816 bytes). Dropped as never in any
 # variant's best three in the tuned runs so far: (128, 32, 4, 3) and (64, 32, 4, 2) at d=64.
 # Added in the ninth session: (64, 64, 4, 2, True) at d=64 (42 KB of shared memory, 5 CTAs an
-# SM), the fastest FA2 tile of a 1k-2k causal A/B (up to 5% ahead of the winners at 2k).
+# SM), the fastest FA2 tile of a 1k-2k causal A/B (up to 5% ahead of the winners at 2k, timed
+# 100 ms a version, a longer load than the benchmark's; the tuner has not picked it for FA2).
 # (A tile choice computing 1/4 or 1/2 of the exp2 by a polynomial on the FMA units was built
 # for d=64 and measured 8-14% and 22-26% slower on the H200; removed, ablations/NOTES.md.)
 # (bwd_block_m, bwd_block_n, bwd_num_warps, bwd_num_stages, bwd_dq_pass): both places of the
@@ -95,10 +96,11 @@ CPU_FWD_SPACE = [(32, 16, 4, 1), (16, 32, 4, 1, True)]
 CPU_BWD_SPACE = [(16, 32, 4, 1, False), (32, 16, 4, 1, True)]
 
 # Tuning's last step: the fastest FINALISTS of the first pass are timed again, in FINAL_ROUNDS
-# interleaved rounds. The top tiles of a key are often within 1-3% of each other, and one pass
-# in a row meets the GPU's clock and power state where the pass happens to be: on the H200 the
-# short band's first pass put (64, 64, 4, 4, tma) 0.6% ahead of (128, 64, 8, 3) at d=64 1k,
-# and an interleaved A/B later measured it 3-6% behind (ablations/NOTES.md, ninth session).
+# interleaved rounds, and the lowest median of those wins. The top tiles of a key are often
+# within 1-3% of each other, and a pass times them one after another while the GPU's clock
+# and power drift (on the H200 the finalists' final medians were -0.7% to +7.3% off their own
+# first-pass times; ablations/NOTES.md, ninth session). In their first use they kept the first
+# pass's leader in all 32 keys.
 FINALISTS = 3
 FINAL_ROUNDS = 3
 

@@ -242,6 +242,17 @@ def test_configs_of_older_files_load_into_the_band_they_were_tuned_for(tmp_path)
         "< 2048", ">= 2048", "< 8192", ">= 8192"]
 
 
+def test_a_middle_band_covers_the_seqlens_between_its_neighbours(monkeypatch):
+    from fa2check import tuning
+
+    monkeypatch.setitem(tuning.TUNE_BANDS, "fwd", {"short": (0, 1024), "": (2048, 4096),
+                                                   "long": (8192, 16384)})
+    assert [tuning.band_seqlens("fwd", b) for b in ("short", "", "long")] == [
+        "< 2048", "2048-8191", ">= 8192"]
+    assert [tuning.band_of("fwd", s) for s in (2047, 2048, 8191, 8192)] == [
+        "short", "", "", "long"]
+
+
 def test_tuning_keeps_the_finalist_fastest_in_interleaved_rounds(monkeypatch):
     """The first pass ranks; the finalists' rounds decide (a one-pass lead of 1% is noise)."""
     import contextlib
@@ -588,3 +599,31 @@ def test_stall_probe_summarizes_a_saved_nsight_compute_csv():
                                                "_attn_fwd", "void pyto"]
     assert rows[0]["instructions"] == "574,144,512 inst" and rows[0]["eligible"] == "0.69 warp"
     assert rows[1]["top pipe"] == "Tensor 40.6%" and rows[1]["issue busy"] == "57.21 %"
+
+
+def test_targets_across_runs_tell_a_shared_miss_from_one_run_s(tmp_path, capsys):
+    """ablations/targets.py --across: each cell that missed in some run, with every run's
+    ratio. Synthetic runs: FA2 at about 0.97 ms, sdpa-flash 1.1 ms (1.13x, a miss) in both,
+    but 1.4 ms (1.44x) in the second run's first cell."""
+    import importlib.util
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    spec = importlib.util.spec_from_file_location(
+        "targets", os.path.join(root, "ablations", "targets.py"))
+    targets = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(targets)
+    first, second = _synthetic_results(modes=("fwd",)), _synthetic_results(modes=("fwd",))
+    flash = second["cells"][0]["modes"]["fwd"]["samples"]["sdpa-flash"]
+    second["cells"][0]["modes"]["fwd"]["samples"]["sdpa-flash"] = [
+        [x * 1.4 / 1.1 for x in sweep] for sweep in flash]
+    paths = []
+    for i, run in enumerate((first, second)):
+        paths.append(tmp_path / f"run{i}.json")
+        paths[-1].write_text(json.dumps(run))
+    assert targets.main([str(p) for p in paths] + ["--across"]) == 0
+    out = capsys.readouterr().out
+    assert "run0.json: fwd >= 1.3x, seqlen >= 1k: 0 of 2 cells" in out
+    assert "run1.json: fwd >= 1.3x, seqlen >= 1k: 1 of 2 cells" in out
+    across = out[out.index("across 2 runs"):]
+    assert "seqlen 4096, d=64, bfloat16, full: met in 1 of 2 runs (1.13" in across
+    assert "seqlen 4096, d=64, bfloat16, causal: met in 0 of 2 runs (1.13" in across
