@@ -1,24 +1,138 @@
-"""SM clock, power and temperature (nvidia-smi every 100 ms) while FA2 bf16 and fp16 fwd+bwd
-calls run back to back for 6 s each (d=64, causal, 16k, the tiles tuned for that cell):
+"""SM clock, power and temperature (nvidia-smi every 100 ms) while FA2 calls run, to tell a
+kernel's speed from the clock the GPU gives it (the H200 caps the board at 700 W).
 
-    python3 ablations/clock_probe.py    # on the GPU, from the repository root
+    python3 ablations/clock_probe.py [--mode fwd|fwd+bwd] [--head-dim 64] [--seqlen 1024]
+        [--causal] [--dtype bfloat16 --dtype float16] [--tile 64,64,4,3,tma]
+        [--bwd-tile 32,128,4,3,dqpass] [--rep-ms 20 --rep-ms 100] [--loop-s 6] [--json PATH]
 
-Written for the eighth session's question (why fp16 trails bf16 at the same tiles; NOTES).
+On the GPU, from the repository root. The cell is the paper grid's (16k tokens, hidden 2048).
+For each dtype and each regime the call is timed while nvidia-smi samples: do_bench with
+5 ms warm-up and each --rep-ms (the benchmark times 20 ms a contender, the A/B tool did 100
+before the ninth session), then back-to-back calls for --loop-s seconds (sustained use).
+Prints ms a call and the mean clock, power and temperature of each; --json keeps the samples.
+
+Written for the eighth session's question (fp16 trails bf16 at the same tiles: its clock is
+lower at the power limit) and the ninth's (do d=64 forward tiles rank differently under a
+100 ms load than under 20 ms because of the clock?); see ablations/NOTES.md.
 """
-import subprocess, sys, time, torch
-sys.path.insert(0, '.')
-from kernels import flash_attention, default_config
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
 from dataclasses import replace
-for dt in (torch.bfloat16, torch.float16, torch.bfloat16, torch.float16):
-    q, k, v = (torch.randn(1, 32, 16384, 64, device='cuda', dtype=dt, requires_grad=True) for _ in range(3))
-    cfg = replace(default_config(64, True, None, dt), block_m=64, block_n=64, num_warps=4, num_stages=3, bwd_block_m=32, bwd_block_n=128, bwd_num_warps=4, bwd_num_stages=3, bwd_dq_pass=True)
-    step = lambda: torch.autograd.grad(flash_attention(q, k, v, causal=True, config=cfg), (q, k, v), torch.ones_like(q))
-    step(); torch.cuda.synchronize()
-    smi = subprocess.Popen(['nvidia-smi', '--query-gpu=clocks.sm,power.draw,temperature.gpu', '--format=csv,noheader,nounits', '-lms', '100'], stdout=subprocess.PIPE, text=True)
-    t0 = time.perf_counter(); n = 0
-    while time.perf_counter() - t0 < 6:
-        step(); n += 1
-    torch.cuda.synchronize(); ms = (time.perf_counter() - t0) / n * 1e3
-    smi.terminate(); rows = [list(map(float, l.split(','))) for l in smi.stdout.read().split('\n') if l.strip()][5:]
-    mean = [sum(r[i] for r in rows) / len(rows) for i in range(3)]
-    print(f'{dt} {ms:.3f} ms a call (batch 1, 32 heads, causal 16k); SM clock {mean[0]:.0f} MHz, power {mean[1]:.0f} W, {mean[2]:.0f} C, {len(rows)} samples')
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from fa2check.grids import paper_batch, paper_heads  # noqa: E402
+
+SMI_QUERY = ["nvidia-smi", "--query-gpu=clocks.sm,power.draw,temperature.gpu",
+             "--format=csv,noheader,nounits", "-lms", "100"]
+SKIP_SAMPLES = 2  # nvidia-smi's first rows can predate the load
+
+
+def parse_tile(text: str, backward: bool) -> dict:
+    """'64,64,4,3,tma' -> forward TileConfig fields; '32,128,4,3,dqpass' -> backward ones."""
+    parts = text.split(",")
+    numbers = [int(p) for p in parts[:4]]
+    flags = set(parts[4:])
+    if backward:
+        names = ("bwd_block_m", "bwd_block_n", "bwd_num_warps", "bwd_num_stages")
+        return {**dict(zip(names, numbers)), "bwd_dq_pass": "dqpass" in flags}
+    names = ("block_m", "block_n", "num_warps", "num_stages")
+    return {**dict(zip(names, numbers)), "tma": "tma" in flags}
+
+
+def parse_samples(text: str) -> list[tuple[float, float, float]]:
+    """nvidia-smi's csv rows -> (SM MHz, W, C), the first SKIP_SAMPLES dropped."""
+    rows = []
+    for line in text.splitlines():
+        fields = [f.strip() for f in line.split(",")]
+        if len(fields) == 3:
+            try:
+                rows.append(tuple(float(f) for f in fields))
+            except ValueError:  # '[N/A]' or a header
+                continue
+    return rows[SKIP_SAMPLES:]
+
+
+def sampled(run):
+    """run() under nvidia-smi; (run's result, samples)."""
+    smi = subprocess.Popen(SMI_QUERY, stdout=subprocess.PIPE, text=True)
+    try:
+        result = run()
+    finally:
+        smi.terminate()
+    return result, parse_samples(smi.stdout.read())
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--mode", choices=("fwd", "fwd+bwd"), default="fwd+bwd")
+    p.add_argument("--head-dim", type=int, default=64)
+    p.add_argument("--seqlen", type=int, default=16384)
+    p.add_argument("--causal", action="store_true")
+    p.add_argument("--dtype", action="append", choices=("bfloat16", "float16"))
+    p.add_argument("--tile", default="64,64,4,3", help="forward: BM,BN,WARPS,STAGES[,tma]")
+    p.add_argument("--bwd-tile", default="32,128,4,3,dqpass",
+                   help="backward: BM,BN,WARPS,STAGES[,dqpass]")
+    p.add_argument("--rep-ms", type=float, action="append", help="do_bench regimes; default 20, 100")
+    p.add_argument("--loop-s", type=float, default=6.0, help="back-to-back calls; 0: skip")
+    p.add_argument("--json", type=Path)
+    args = p.parse_args(argv)
+
+    import torch
+    from triton.testing import do_bench
+
+    from kernels import default_config, flash_attention
+
+    d, n = args.head_dim, args.seqlen
+    shape = (paper_batch(n), paper_heads(d), n, d)
+    backward = args.mode == "fwd+bwd"
+    rows = []
+    for dtype_name in args.dtype or ["bfloat16", "float16"]:
+        dtype = getattr(torch, dtype_name)
+        config = replace(default_config(d, True, None, dtype), **parse_tile(args.tile, False),
+                         **parse_tile(args.bwd_tile, True))
+        q, k, v = (torch.randn(shape, device="cuda", dtype=dtype, requires_grad=backward)
+                   for _ in range(3))
+        do = torch.randn_like(q)
+
+        def call():
+            o = flash_attention(q, k, v, causal=args.causal, config=config)
+            return torch.autograd.grad(o, (q, k, v), do) if backward else o
+
+        def loop():
+            calls, start = 0, time.perf_counter()
+            while time.perf_counter() - start < args.loop_s:
+                call()
+                calls += 1
+            torch.cuda.synchronize()
+            return (time.perf_counter() - start) / calls * 1e3
+
+        call()
+        torch.cuda.synchronize()
+        regimes = [(f"do_bench {rep:g} ms",
+                    lambda rep=rep: statistics.median(do_bench(call, warmup=5, rep=rep,
+                                                               return_mode="all")))
+                   for rep in args.rep_ms or [20.0, 100.0]]
+        if args.loop_s > 0:
+            regimes.append((f"loop {args.loop_s:g} s", loop))
+        for name, run in regimes:
+            ms, samples = sampled(run)
+            mean = [statistics.fmean(s[i] for s in samples) if samples else float("nan")
+                    for i in range(3)]
+            rows.append({"dtype": dtype_name, "regime": name, "ms": ms, "sm_mhz": mean[0],
+                         "power_w": mean[1], "temp_c": mean[2], "samples": samples})
+            print(f"{dtype_name:9s} {name:18s} {ms:8.4f} ms a call; SM {mean[0]:5.0f} MHz, "
+                  f"{mean[1]:4.0f} W, {mean[2]:3.0f} C ({len(samples)} samples)", flush=True)
+    if args.json:
+        args.json.write_text(json.dumps({"argv": sys.argv, "shape": shape, "mode": args.mode,
+                                         "causal": args.causal, "tile": args.tile,
+                                         "bwd_tile": args.bwd_tile, "rows": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

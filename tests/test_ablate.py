@@ -627,3 +627,21 @@ def test_targets_across_runs_tell_a_shared_miss_from_one_run_s(tmp_path, capsys)
     across = out[out.index("across 2 runs"):]
     assert "seqlen 4096, d=64, bfloat16, full: met in 1 of 2 runs (1.13" in across
     assert "seqlen 4096, d=64, bfloat16, causal: met in 0 of 2 runs (1.13" in across
+
+
+def test_clock_probe_reads_tiles_and_nvidia_smi_rows():
+    """ablations/clock_probe.py's parsing (the probe itself needs a GPU)."""
+    import importlib.util
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    spec = importlib.util.spec_from_file_location(
+        "clock_probe", os.path.join(root, "ablations", "clock_probe.py"))
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+    assert probe.parse_tile("64,64,4,3,tma", backward=False) == {
+        "block_m": 64, "block_n": 64, "num_warps": 4, "num_stages": 3, "tma": True}
+    assert probe.parse_tile("32,128,4,3", backward=True) == {
+        "bwd_block_m": 32, "bwd_block_n": 128, "bwd_num_warps": 4, "bwd_num_stages": 3,
+        "bwd_dq_pass": False}
+    text = "345, 80.1, 37\n1980, 650.5, 50\n[N/A], 1, 2\n1965, 690.0, 51\n1950, 699.9, 52\n"
+    assert probe.parse_samples(text) == [(1965.0, 690.0, 51.0), (1950.0, 699.9, 52.0)]
