@@ -25,6 +25,7 @@ from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from fa2check import tuning  # noqa: E402
 from fa2check.grids import paper_batch, paper_heads  # noqa: E402
 
 SMI_QUERY = ["nvidia-smi", "--query-gpu=clocks.sm,power.draw,temperature.gpu",
@@ -33,15 +34,12 @@ SKIP_SAMPLES = 2  # nvidia-smi's first rows can predate the load
 
 
 def parse_tile(text: str, backward: bool) -> dict:
-    """'64,64,4,3,tma' -> forward TileConfig fields; '32,128,4,3,dqpass' -> backward ones."""
+    """'64,64,4,3,tma' -> forward TileConfig fields; '32,128,4,3,dqpass' -> backward ones
+    (tuning's field order; the flag is on when its word is given)."""
+    *numbers, flag = (tuning.BWD_FIELDS if backward else tuning.FWD_FIELDS)
     parts = text.split(",")
-    numbers = [int(p) for p in parts[:4]]
-    flags = set(parts[4:])
-    if backward:
-        names = ("bwd_block_m", "bwd_block_n", "bwd_num_warps", "bwd_num_stages")
-        return {**dict(zip(names, numbers)), "bwd_dq_pass": "dqpass" in flags}
-    names = ("block_m", "block_n", "num_warps", "num_stages")
-    return {**dict(zip(names, numbers)), "tma": "tma" in flags}
+    return {**dict(zip(numbers, map(int, parts[:4]))),
+            flag: ("dqpass" if backward else "tma") in parts[4:]}
 
 
 def parse_samples(text: str) -> list[tuple[float, float, float]]:

@@ -584,34 +584,35 @@ def test_sharded_run_keeps_every_cell_in_grid_order(tmp_path, device, monkeypatc
     assert saved[0]["configs"] and not saved[0]["cells"]
 
 
-def test_stall_probe_summarizes_a_saved_nsight_compute_csv():
-    """ablations/stall_probe.py --summarize on the committed counters of the d=64 forward
-    (the numbers ablations/NOTES.md quotes)."""
+def _ablations_script(name: str):
+    """A script of ablations/ (not a package), imported as a module."""
     import importlib.util
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    spec = importlib.util.spec_from_file_location(
-        "stall_probe", os.path.join(root, "ablations", "stall_probe.py"))
-    probe = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(probe)
-    rows = probe.summarize(Path(root, "ablations", "results", "20261130-h200-ncu-fwd.csv"))
+    spec = importlib.util.spec_from_file_location(name, os.path.join(root, "ablations",
+                                                                     f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_stall_probe_summarizes_a_saved_nsight_compute_csv():
+    """ablations/stall_probe.py --summarize on the committed counters of the d=64 forward
+    (the numbers ablations/NOTES.md quotes)."""
+    probe = _ablations_script("stall_probe")
+    rows = probe.summarize(Path(__file__).resolve().parents[1] / "ablations" / "results"
+                           / "20261130-h200-ncu-fwd.csv")
     assert [r["kernel"][:9] for r in rows] == ["_attn_fwd", "_attn_fwd", "void pyto",
                                                "_attn_fwd", "void pyto"]
     assert rows[0]["instructions"] == "574,144,512 inst" and rows[0]["eligible"] == "0.69 warp"
     assert rows[1]["top pipe"] == "Tensor 40.6%" and rows[1]["issue busy"] == "57.21 %"
 
 
-def test_targets_across_runs_tell_a_shared_miss_from_one_run_s(tmp_path, capsys):
+def test_targets_across_runs_tell_a_shared_miss_from_a_single_runs(tmp_path, capsys):
     """ablations/targets.py --across: each cell that missed in some run, with every run's
     ratio. Synthetic runs: FA2 at about 0.97 ms, sdpa-flash 1.1 ms (1.13x, a miss) in both,
     but 1.4 ms (1.44x) in the second run's first cell."""
-    import importlib.util
-
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    spec = importlib.util.spec_from_file_location(
-        "targets", os.path.join(root, "ablations", "targets.py"))
-    targets = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(targets)
+    targets = _ablations_script("targets")
     first, second = _synthetic_results(modes=("fwd",)), _synthetic_results(modes=("fwd",))
     flash = second["cells"][0]["modes"]["fwd"]["samples"]["sdpa-flash"]
     second["cells"][0]["modes"]["fwd"]["samples"]["sdpa-flash"] = [
@@ -631,13 +632,7 @@ def test_targets_across_runs_tell_a_shared_miss_from_one_run_s(tmp_path, capsys)
 
 def test_clock_probe_reads_tiles_and_nvidia_smi_rows():
     """ablations/clock_probe.py's parsing (the probe itself needs a GPU)."""
-    import importlib.util
-
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    spec = importlib.util.spec_from_file_location(
-        "clock_probe", os.path.join(root, "ablations", "clock_probe.py"))
-    probe = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(probe)
+    probe = _ablations_script("clock_probe")
     assert probe.parse_tile("64,64,4,3,tma", backward=False) == {
         "block_m": 64, "block_n": 64, "num_warps": 4, "num_stages": 3, "tma": True}
     assert probe.parse_tile("32,128,4,3", backward=True) == {
