@@ -113,10 +113,12 @@ def main():
             s = summary(samples[name])
             rows.append(dict(version=name, seqlen=seqlen, head_dim=d, causal=causal, **s,
                              tflops=tflops(flops, s["median"]),
-                             same_output=bool(torch.equal(outputs[name], base))))
+                             same_output=bool(torch.equal(outputs[name], base)),
+                             max_abs_diff=float((outputs[name].float() - base.float()).abs().max())))
             print(f"{name:24s} S={seqlen:5d} d={d:3d} causal={causal!s:5s} "
                   f"{s['median']:.4f} ms [{s['q25']:.4f}, {s['q75']:.4f}] "
-                  f"{rows[-1]['tflops']:6.1f} TFLOP/s same_output={rows[-1]['same_output']}",
+                  f"{rows[-1]['tflops']:6.1f} TFLOP/s same_output={rows[-1]['same_output']} "
+                  f"max|diff| to the first {rows[-1]['max_abs_diff']:.2e}",
                   flush=True)
     if args.json:
         args.json.write_text(json.dumps({"environment": describe_environment("cuda"),

@@ -21,9 +21,10 @@ def interpreting() -> bool:
 
 
 if interpreting():
-    from .interpreter_fixes import patch_bf16
+    from .interpreter_fixes import patch_bf16, patch_descriptor_reduce
 
     patch_bf16()
+    patch_descriptor_reduce()
 
 
 def flash_attention(q, k, v, *, causal=False, softmax_scale=None, variant=Variant(),
@@ -160,7 +161,7 @@ def _check_config(config: TileConfig, variant: Variant, on_gpu: bool):
         if on_gpu and config.block_n // config.key_slices < MIN_DOT_DIM:
             raise ValueError(f"config.key_slices ({config.key_slices}) leaves slices of "
                              f"{config.block_n // config.key_slices} keys; the GPU needs >= {MIN_DOT_DIM}")
-    for name in ("tma", "bwd_dq_pass"):
+    for name in ("tma", "bwd_dq_pass", "bwd_dq_tma"):
         if not isinstance(getattr(config, name), bool):
             raise TypeError(f"config.{name} must be a bool, got {type(getattr(config, name)).__name__}")
     if config.input_precision not in ("ieee", "tf32"):
