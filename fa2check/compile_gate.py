@@ -121,8 +121,10 @@ def _forward_specialization(fn, case: Case, repair: bool = False):
                       INPUT_PRECISION=cfg.input_precision, REPAIR=repair,
                       REPAIR_CHUNK=REPAIR_CHUNK, TMA=tma)
     box = _row_box(io, cfg.block_n, case.head_dim) if tma else None
+    row_box = _row_box(io, cfg.block_m, case.head_dim) if tma else None
     return runtime_specialization(fn, pointers, constexprs, floats=("qk_scale",), unit=unit,
-                                  div16=div16, descriptors={"KD": box, "VD": box})
+                                  div16=div16, descriptors={"QD": row_box, "KD": box, "VD": box,
+                                                            "OD": row_box})
 
 
 def _row_box(io: str, rows: int, head_dim: int) -> str:

@@ -316,8 +316,8 @@ def _attn_bwd(Q, K, V, DO, DQ, DQD, DK, DV, STAT, L, DELTA,
                                 stride_dob, stride_doh, stride_dom, stride_dod,
                                 stride_dkb, stride_dkh, stride_dkn, stride_dkd,
                                 heads_q, group_size, seqlen_q, seqlen_k, qk_scale, sm_scale,
-                                IS_CAUSAL, DEFER_NORM, SEQ_PARALLEL, DQ_PASS, DQ_TMA, BLOCK_M, BLOCK_N,
-                                HEAD_DIM, INPUT_PRECISION)
+                                IS_CAUSAL, DEFER_NORM, SEQ_PARALLEL, DQ_PASS, DQ_TMA, BLOCK_M,
+                                BLOCK_N, HEAD_DIM, INPUT_PRECISION)
         elif DQ_PASS:  # one row block of one query head of the group
             r = pid - n_col_blocks
             _attn_bwd_dq_row_block(Q, K, V, DO, DQ, STAT, L, DELTA, (r % n_row_blocks) * BLOCK_N,
@@ -331,15 +331,15 @@ def _attn_bwd(Q, K, V, DO, DQ, DQD, DK, DV, STAT, L, DELTA,
                                    INPUT_PRECISION)
     else:
         for start_n in range(0, seqlen_k, BLOCK_N):
-            _attn_bwd_col_block(Q, K, V, DO, DQ, DQD, DK, DV, STAT, L, DELTA, start_n, off_b, off_hkv,
-                                stride_qb, stride_qh, stride_qm, stride_qd,
+            _attn_bwd_col_block(Q, K, V, DO, DQ, DQD, DK, DV, STAT, L, DELTA, start_n, off_b,
+                                off_hkv, stride_qb, stride_qh, stride_qm, stride_qd,
                                 stride_kb, stride_kh, stride_kn, stride_kd,
                                 stride_vb, stride_vh, stride_vn, stride_vd,
                                 stride_dob, stride_doh, stride_dom, stride_dod,
                                 stride_dkb, stride_dkh, stride_dkn, stride_dkd,
                                 heads_q, group_size, seqlen_q, seqlen_k, qk_scale, sm_scale,
-                                IS_CAUSAL, DEFER_NORM, SEQ_PARALLEL, DQ_PASS, DQ_TMA, BLOCK_M, BLOCK_N,
-                                HEAD_DIM, INPUT_PRECISION)
+                                IS_CAUSAL, DEFER_NORM, SEQ_PARALLEL, DQ_PASS, DQ_TMA, BLOCK_M,
+                                BLOCK_N, HEAD_DIM, INPUT_PRECISION)
         if DQ_PASS:
             for r in range(0, group_size * n_row_blocks):
                 _attn_bwd_dq_row_block(Q, K, V, DO, DQ, STAT, L, DELTA,
@@ -389,7 +389,8 @@ def attn_bwd(q, k, v, o, stats, do, dlse, causal, softmax_scale, variant, config
         *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dk.stride(),
         heads_q, heads_kv, seqlen_q, seqlen_k, softmax_scale * LOG2E, softmax_scale,
         IS_CAUSAL=causal, DEFER_NORM=variant.defer_norm, SEQ_PARALLEL=variant.seq_parallel,
-        DQ_PASS=config.bwd_dq_pass, DQ_TMA=dq_tma, BLOCK_M=config.bwd_block_m, BLOCK_N=config.bwd_block_n,
+        DQ_PASS=config.bwd_dq_pass, DQ_TMA=dq_tma, BLOCK_M=config.bwd_block_m,
+        BLOCK_N=config.bwd_block_n,
         HEAD_DIM=head_dim, INPUT_PRECISION=config.input_precision,
         num_warps=config.bwd_num_warps, num_stages=config.bwd_num_stages,
     )

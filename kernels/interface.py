@@ -56,7 +56,7 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, variant=Varian
         config = default_config(head_dim, on_gpu, variant, q.dtype, backend)
     _check_config(config, variant, on_gpu)  # the Gluon launcher checks what it cannot run
     if config.tma:
-        _check_tma(k, v, backend)
+        _check_tma(q, k, v, backend)
     args = (q, k, v, bool(causal), float(softmax_scale), variant, config, backend, return_lse)
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         o, lse = _FlashAttention.apply(*args)
@@ -168,11 +168,11 @@ def _check_config(config: TileConfig, variant: Variant, on_gpu: bool):
         raise ValueError(f"config.input_precision must be 'ieee' or 'tf32', got {config.input_precision!r}")
 
 
-def _check_tma(k, v, backend):
+def _check_tma(q, k, v, backend):
     """Tensor descriptors need 16-byte aligned data and strides and a unit head_dim stride."""
     if backend != "triton":
         raise ValueError(f"config.tma is a tile choice of the Triton forward, not of {backend!r}")
-    for name, t in (("k", k), ("v", v)):
+    for name, t in (("q", q), ("k", k), ("v", v)):
         if not tma_ready(t):
             raise ValueError(f"config.tma needs {name} with head_dim stride 1 and 16-byte "
                              f"aligned data and strides, got strides {tuple(t.stride())}; use "
