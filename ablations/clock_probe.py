@@ -3,19 +3,24 @@ kernel's speed from the clock the GPU gives it (the H200 caps the board at 700 W
 
     python3 ablations/clock_probe.py [--mode fwd|fwd+bwd] [--head-dim 64] [--seqlen 1024]
         [--causal] [--dtype bfloat16 --dtype float16] [--tile 64,64,4,3,tma]
-        [--bwd-tile 32,128,4,3,dqpass] [--rep-ms 20 --rep-ms 100] [--loop-s 6] [--json PATH]
+        [--bwd-tile 32,128,4,3,dqpass] [--rep-ms 20 --rep-ms 100] [--loop-s 6]
+        [--subject ours --subject sdpa-flash] [--json PATH]
 
 On the GPU, from the repository root. The cell is the paper grid's (16k tokens, hidden 2048).
 For each dtype and each regime the call is timed while nvidia-smi samples: do_bench with
 5 ms warm-up and each --rep-ms (the benchmark times 20 ms a contender, the A/B tool did 100
 before the ninth session), then back-to-back calls for --loop-s seconds (sustained use).
 Prints ms a call and the mean clock, power and temperature of each; --json keeps the samples.
+--subject sdpa-flash (or another fa2check.sdpa_backends name) times that SDPA backend the same
+way, for a ratio under sustained use. nvidia-smi samples every 100 ms, so a do_bench regime of
+about that length or shorter gets no samples (its clock is printed as nan).
 
 Written for the eighth session's question (fp16 trails bf16 at the same tiles: its clock is
 lower at the power limit) and the ninth's (do d=64 forward tiles rank differently under a
 100 ms load than under 20 ms because of the clock?); see ablations/NOTES.md.
 """
 import argparse
+import itertools
 import json
 import statistics
 import subprocess
@@ -25,7 +30,7 @@ from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from fa2check import tuning  # noqa: E402
+from fa2check import sdpa_backends, tuning  # noqa: E402
 from fa2check.grids import paper_batch, paper_heads  # noqa: E402
 
 SMI_QUERY = ["nvidia-smi", "--query-gpu=clocks.sm,power.draw,temperature.gpu",
@@ -77,6 +82,8 @@ def main(argv=None) -> int:
                    help="backward: BM,BN,WARPS,STAGES[,dqpass]")
     p.add_argument("--rep-ms", type=float, action="append", help="do_bench regimes; default 20, 100")
     p.add_argument("--loop-s", type=float, default=6.0, help="back-to-back calls; 0: skip")
+    p.add_argument("--subject", action="append", choices=("ours", *sdpa_backends.BACKENDS),
+                   help="repeatable; default ours")
     p.add_argument("--json", type=Path)
     args = p.parse_args(argv)
 
@@ -89,7 +96,8 @@ def main(argv=None) -> int:
     shape = (paper_batch(n), paper_heads(d), n, d)
     backward = args.mode == "fwd+bwd"
     rows = []
-    for dtype_name in args.dtype or ["bfloat16", "float16"]:
+    for subject, dtype_name in itertools.product(args.subject or ["ours"],
+                                                 args.dtype or ["bfloat16", "float16"]):
         dtype = getattr(torch, dtype_name)
         config = replace(default_config(d, True, None, dtype), **parse_tile(args.tile, False),
                          **parse_tile(args.bwd_tile, True))
@@ -98,7 +106,11 @@ def main(argv=None) -> int:
         do = torch.randn_like(q)
 
         def call():
-            o = flash_attention(q, k, v, causal=args.causal, config=config)
+            if subject == "ours":
+                o = flash_attention(q, k, v, causal=args.causal, config=config)
+            else:
+                with sdpa_backends.forced(subject):
+                    o = sdpa_backends.sdpa(q, k, v, args.causal)
             return torch.autograd.grad(o, (q, k, v), do) if backward else o
 
         def loop():
@@ -121,9 +133,10 @@ def main(argv=None) -> int:
             ms, samples = sampled(run)
             mean = [statistics.fmean(s[i] for s in samples) if samples else float("nan")
                     for i in range(3)]
-            rows.append({"dtype": dtype_name, "regime": name, "ms": ms, "sm_mhz": mean[0],
+            rows.append({"subject": subject, "dtype": dtype_name, "regime": name, "ms": ms,
+                         "sm_mhz": mean[0],
                          "power_w": mean[1], "temp_c": mean[2], "samples": samples})
-            print(f"{dtype_name:9s} {name:18s} {ms:8.4f} ms a call; SM {mean[0]:5.0f} MHz, "
+            print(f"{subject:10s} {dtype_name:9s} {name:18s} {ms:8.4f} ms a call; SM {mean[0]:5.0f} MHz, "
                   f"{mean[1]:4.0f} W, {mean[2]:3.0f} C ({len(samples)} samples)", flush=True)
     if args.json:
         args.json.write_text(json.dumps({"argv": sys.argv, "shape": shape, "mode": args.mode,

@@ -121,10 +121,8 @@ def _forward_specialization(fn, case: Case, repair: bool = False):
                       INPUT_PRECISION=cfg.input_precision, REPAIR=repair,
                       REPAIR_CHUNK=REPAIR_CHUNK, TMA=tma)
     box = _row_box(io, cfg.block_n, case.head_dim) if tma else None
-    row_box = _row_box(io, cfg.block_m, case.head_dim) if tma else None
     return runtime_specialization(fn, pointers, constexprs, floats=("qk_scale",), unit=unit,
-                                  div16=div16, descriptors={"QD": row_box, "KD": box, "VD": box,
-                                                            "OD": row_box})
+                                  div16=div16, descriptors={"KD": box, "VD": box})
 
 
 def _row_box(io: str, rows: int, head_dim: int) -> str:
@@ -147,7 +145,6 @@ def _backward_specialization(fn, case: Case):
     """Arguments of `kernels.backward.attn_bwd` for contiguous q, k, v and dO."""
     cfg, v = case.config, case.variant
     io = DTYPES[case.dtype]
-    dq_tma = cfg.bwd_dq_tma and v.seq_parallel and not cfg.bwd_dq_pass  # as attn_bwd
     pointers = {"Q": io, "K": io, "V": io, "DO": io, "DK": io, "DV": io,
                 "DQ": io if cfg.bwd_dq_pass else "fp32", "STAT": "fp32", "L": "fp32",
                 "DELTA": "fp32"}
@@ -155,12 +152,11 @@ def _backward_specialization(fn, case: Case):
     div16 = [f"stride_{t}{d}" for t in ("q", "k", "v", "do", "dk") for d in "bh"] + \
         ["stride_qm", "stride_kn", "stride_vn", "stride_dom", "stride_dkn"]
     constexprs = dict(IS_CAUSAL=case.causal, DEFER_NORM=v.defer_norm, SEQ_PARALLEL=v.seq_parallel,
-                      DQ_PASS=cfg.bwd_dq_pass, DQ_TMA=dq_tma, BLOCK_M=cfg.bwd_block_m,
-                      BLOCK_N=cfg.bwd_block_n, HEAD_DIM=case.head_dim,
-                      INPUT_PRECISION=cfg.input_precision)
-    box = _row_box("fp32", cfg.bwd_block_m, case.head_dim) if dq_tma else None
+                      DQ_PASS=cfg.bwd_dq_pass, BLOCK_M=cfg.bwd_block_m, BLOCK_N=cfg.bwd_block_n,
+                      DQ_KEYS=cfg.bwd_dq_keys or cfg.bwd_block_m,
+                      HEAD_DIM=case.head_dim, INPUT_PRECISION=cfg.input_precision)
     return runtime_specialization(fn, pointers, constexprs, floats=("qk_scale", "sm_scale"),
-                                  unit=unit, div16=div16, descriptors={"DQD": box})
+                                  unit=unit, div16=div16)
 
 
 def _gluon_forward_kernel():

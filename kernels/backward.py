@@ -42,7 +42,6 @@ import triton
 import triton.language as tl
 
 from .forward import LOG2E, _visible_key_range
-from .tma import row_descriptors
 
 
 @triton.jit
@@ -112,12 +111,11 @@ def _row_stats(STAT_ptr, L_ptr, rows, row_ok, DEFER_NORM: tl.constexpr):
 
 
 @triton.jit
-def _attn_bwd_kv_step(dk, dv, k, v, Q_ptrs, DO_ptrs, DQ_ptrs, DQD, off_b, off_h,
-                      STAT_ptr, L_ptr, DELTA_ptr,
+def _attn_bwd_kv_step(dk, dv, k, v, Q_ptrs, DO_ptrs, DQ_ptrs, STAT_ptr, L_ptr, DELTA_ptr,
                       start_m, offs_m, offs_n, stride_qm, stride_dom, stride_dqm,
                       seqlen_q, seqlen_k, qk_scale, sm_scale,
                       MASK: tl.constexpr, IS_CAUSAL: tl.constexpr, DEFER_NORM: tl.constexpr,
-                      SEQ_PARALLEL: tl.constexpr, DQ_PASS: tl.constexpr, DQ_TMA: tl.constexpr,
+                      SEQ_PARALLEL: tl.constexpr, DQ_PASS: tl.constexpr,
                       INPUT_PRECISION: tl.constexpr):
     """Fold query rows start_m .. start_m + BLOCK_M into dK_j, dV_j (and, without DQ_PASS, add
     their dQ part). Works on the transposed tile (keys x rows): dK_j, dV_j are row sums of it."""
@@ -144,10 +142,7 @@ def _attn_bwd_kv_step(dk, dv, k, v, Q_ptrs, DO_ptrs, DQ_ptrs, DQD, off_b, off_h,
     if not DQ_PASS:
         dq = tl.dot(tl.trans(dsT).to(k.dtype), k, input_precision=INPUT_PRECISION) * sm_scale
         dq_ptrs = DQ_ptrs + start_m * stride_dqm
-        if SEQ_PARALLEL and DQ_TMA:
-            # one bulk reduction (TMA) of the whole tile; rows past seqlen_q are clipped
-            DQD.atomic_add([off_b, off_h, start_m, 0], dq.reshape(1, 1, dq.shape[0], dq.shape[1]))
-        elif SEQ_PARALLEL:
+        if SEQ_PARALLEL:
             tl.atomic_add(dq_ptrs, dq, mask=row_ok[:, None], sem="relaxed")
         else:
             # This program is the only writer of these rows: read, add, write back. The barrier
@@ -159,7 +154,7 @@ def _attn_bwd_kv_step(dk, dv, k, v, Q_ptrs, DO_ptrs, DQ_ptrs, DQD, off_b, off_h,
 
 
 @triton.jit
-def _attn_bwd_col_block(Q, K, V, DO, DQ, DQD, DK, DV, STAT, L, DELTA, start_n, off_b, off_hkv,
+def _attn_bwd_col_block(Q, K, V, DO, DQ, DK, DV, STAT, L, DELTA, start_n, off_b, off_hkv,
                         stride_qb, stride_qh, stride_qm, stride_qd,
                         stride_kb, stride_kh, stride_kn, stride_kd,
                         stride_vb, stride_vh, stride_vn, stride_vd,
@@ -167,7 +162,7 @@ def _attn_bwd_col_block(Q, K, V, DO, DQ, DQD, DK, DV, STAT, L, DELTA, start_n, o
                         stride_dkb, stride_dkh, stride_dkn, stride_dkd,
                         heads_q, group_size, seqlen_q, seqlen_k, qk_scale, sm_scale,
                         IS_CAUSAL: tl.constexpr, DEFER_NORM: tl.constexpr,
-                        SEQ_PARALLEL: tl.constexpr, DQ_PASS: tl.constexpr, DQ_TMA: tl.constexpr,
+                        SEQ_PARALLEL: tl.constexpr, DQ_PASS: tl.constexpr,
                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                         HEAD_DIM: tl.constexpr, INPUT_PRECISION: tl.constexpr):
     """dK_j and dV_j for keys start_n .. start_n + BLOCK_N of one kv head, summed over the
@@ -194,19 +189,17 @@ def _attn_bwd_col_block(Q, K, V, DO, DQ, DQD, DK, DV, STAT, L, DELTA, start_n, o
         DQ_ptrs = DQ + head_dq + offs_m[:, None] * HEAD_DIM + offs_d[None, :]
         row_stats = (off_b * heads_q + off_h) * seqlen_q  # STAT, L, DELTA: contiguous (B, H, Sq)
         for start_m in range(lo, full_lo, BLOCK_M):
-            dk, dv = _attn_bwd_kv_step(dk, dv, k, v, Q_ptrs, DO_ptrs, DQ_ptrs, DQD, off_b, off_h,
-                                       STAT + row_stats,
+            dk, dv = _attn_bwd_kv_step(dk, dv, k, v, Q_ptrs, DO_ptrs, DQ_ptrs, STAT + row_stats,
                                        L + row_stats, DELTA + row_stats, start_m, offs_m, offs_n,
                                        stride_qm, stride_dom, HEAD_DIM, seqlen_q, seqlen_k,
                                        qk_scale, sm_scale, True, IS_CAUSAL, DEFER_NORM,
-                                       SEQ_PARALLEL, DQ_PASS, DQ_TMA, INPUT_PRECISION)
+                                       SEQ_PARALLEL, DQ_PASS, INPUT_PRECISION)
         for start_m in range(full_lo, hi, BLOCK_M):
-            dk, dv = _attn_bwd_kv_step(dk, dv, k, v, Q_ptrs, DO_ptrs, DQ_ptrs, DQD, off_b, off_h,
-                                       STAT + row_stats,
+            dk, dv = _attn_bwd_kv_step(dk, dv, k, v, Q_ptrs, DO_ptrs, DQ_ptrs, STAT + row_stats,
                                        L + row_stats, DELTA + row_stats, start_m, offs_m, offs_n,
                                        stride_qm, stride_dom, HEAD_DIM, seqlen_q, seqlen_k,
                                        qk_scale, sm_scale, False, IS_CAUSAL, DEFER_NORM,
-                                       SEQ_PARALLEL, DQ_PASS, DQ_TMA, INPUT_PRECISION)
+                                       SEQ_PARALLEL, DQ_PASS, INPUT_PRECISION)
 
     dk *= sm_scale
     out = off_b.to(tl.int64) * stride_dkb + off_hkv.to(tl.int64) * stride_dkh \
@@ -287,7 +280,7 @@ def _attn_bwd_dq_row_block(Q, K, V, DO, DQ, STAT, L, DELTA, start_m, off_b, off_
 
 
 @triton.jit
-def _attn_bwd(Q, K, V, DO, DQ, DQD, DK, DV, STAT, L, DELTA,
+def _attn_bwd(Q, K, V, DO, DQ, DK, DV, STAT, L, DELTA,
               stride_qb, stride_qh, stride_qm, stride_qd,
               stride_kb, stride_kh, stride_kn, stride_kd,
               stride_vb, stride_vh, stride_vn, stride_vd,
@@ -295,8 +288,8 @@ def _attn_bwd(Q, K, V, DO, DQ, DQD, DK, DV, STAT, L, DELTA,
               stride_dkb, stride_dkh, stride_dkn, stride_dkd,
               heads_q, heads_kv, seqlen_q, seqlen_k, qk_scale, sm_scale,
               IS_CAUSAL: tl.constexpr, DEFER_NORM: tl.constexpr, SEQ_PARALLEL: tl.constexpr,
-              DQ_PASS: tl.constexpr, DQ_TMA: tl.constexpr, BLOCK_M: tl.constexpr,
-              BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, INPUT_PRECISION: tl.constexpr):
+              DQ_PASS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+              DQ_KEYS: tl.constexpr, HEAD_DIM: tl.constexpr, INPUT_PRECISION: tl.constexpr):
     if SEQ_PARALLEL:
         off_bh = tl.program_id(1)
     else:
@@ -309,15 +302,15 @@ def _attn_bwd(Q, K, V, DO, DQ, DQD, DK, DV, STAT, L, DELTA,
     if SEQ_PARALLEL:
         pid = tl.program_id(0)
         if pid < n_col_blocks:
-            _attn_bwd_col_block(Q, K, V, DO, DQ, DQD, DK, DV, STAT, L, DELTA, pid * BLOCK_N, off_b,
+            _attn_bwd_col_block(Q, K, V, DO, DQ, DK, DV, STAT, L, DELTA, pid * BLOCK_N, off_b,
                                 off_hkv, stride_qb, stride_qh, stride_qm, stride_qd,
                                 stride_kb, stride_kh, stride_kn, stride_kd,
                                 stride_vb, stride_vh, stride_vn, stride_vd,
                                 stride_dob, stride_doh, stride_dom, stride_dod,
                                 stride_dkb, stride_dkh, stride_dkn, stride_dkd,
                                 heads_q, group_size, seqlen_q, seqlen_k, qk_scale, sm_scale,
-                                IS_CAUSAL, DEFER_NORM, SEQ_PARALLEL, DQ_PASS, DQ_TMA, BLOCK_M,
-                                BLOCK_N, HEAD_DIM, INPUT_PRECISION)
+                                IS_CAUSAL, DEFER_NORM, SEQ_PARALLEL, DQ_PASS, BLOCK_M, BLOCK_N,
+                                HEAD_DIM, INPUT_PRECISION)
         elif DQ_PASS:  # one row block of one query head of the group
             r = pid - n_col_blocks
             _attn_bwd_dq_row_block(Q, K, V, DO, DQ, STAT, L, DELTA, (r % n_row_blocks) * BLOCK_N,
@@ -327,19 +320,19 @@ def _attn_bwd(Q, K, V, DO, DQ, DQD, DK, DV, STAT, L, DELTA,
                                    stride_vb, stride_vh, stride_vn, stride_vd,
                                    stride_dob, stride_doh, stride_dom, stride_dod,
                                    heads_q, seqlen_q, seqlen_k, qk_scale, sm_scale,
-                                   IS_CAUSAL, DEFER_NORM, BLOCK_N, BLOCK_M, HEAD_DIM,
+                                   IS_CAUSAL, DEFER_NORM, BLOCK_N, DQ_KEYS, HEAD_DIM,
                                    INPUT_PRECISION)
     else:
         for start_n in range(0, seqlen_k, BLOCK_N):
-            _attn_bwd_col_block(Q, K, V, DO, DQ, DQD, DK, DV, STAT, L, DELTA, start_n, off_b,
-                                off_hkv, stride_qb, stride_qh, stride_qm, stride_qd,
+            _attn_bwd_col_block(Q, K, V, DO, DQ, DK, DV, STAT, L, DELTA, start_n, off_b, off_hkv,
+                                stride_qb, stride_qh, stride_qm, stride_qd,
                                 stride_kb, stride_kh, stride_kn, stride_kd,
                                 stride_vb, stride_vh, stride_vn, stride_vd,
                                 stride_dob, stride_doh, stride_dom, stride_dod,
                                 stride_dkb, stride_dkh, stride_dkn, stride_dkd,
                                 heads_q, group_size, seqlen_q, seqlen_k, qk_scale, sm_scale,
-                                IS_CAUSAL, DEFER_NORM, SEQ_PARALLEL, DQ_PASS, DQ_TMA, BLOCK_M,
-                                BLOCK_N, HEAD_DIM, INPUT_PRECISION)
+                                IS_CAUSAL, DEFER_NORM, SEQ_PARALLEL, DQ_PASS, BLOCK_M, BLOCK_N,
+                                HEAD_DIM, INPUT_PRECISION)
         if DQ_PASS:
             for r in range(0, group_size * n_row_blocks):
                 _attn_bwd_dq_row_block(Q, K, V, DO, DQ, STAT, L, DELTA,
@@ -350,7 +343,7 @@ def _attn_bwd(Q, K, V, DO, DQ, DQD, DK, DV, STAT, L, DELTA,
                                        stride_vb, stride_vh, stride_vn, stride_vd,
                                        stride_dob, stride_doh, stride_dom, stride_dod,
                                        heads_q, seqlen_q, seqlen_k, qk_scale, sm_scale,
-                                       IS_CAUSAL, DEFER_NORM, BLOCK_N, BLOCK_M, HEAD_DIM,
+                                       IS_CAUSAL, DEFER_NORM, BLOCK_N, DQ_KEYS, HEAD_DIM,
                                        INPUT_PRECISION)
 
 
@@ -375,8 +368,6 @@ def attn_bwd(q, k, v, o, stats, do, dlse, causal, softmax_scale, variant, config
     dv = torch.empty(v.shape, device=v.device, dtype=v.dtype)
     stat = stats[0].contiguous()  # lse, or m when not defer_norm
     l = stats[1].contiguous() if not variant.defer_norm else stat
-    dq_tma = config.bwd_dq_tma and variant.seq_parallel and not config.bwd_dq_pass
-    dqd = row_descriptors((dq,), config.bwd_block_m)[0] if dq_tma else None
     if variant.seq_parallel:
         blocks = triton.cdiv(seqlen_k, config.bwd_block_n)
         if config.bwd_dq_pass:
@@ -385,12 +376,12 @@ def attn_bwd(q, k, v, o, stats, do, dlse, causal, softmax_scale, variant, config
     else:
         grid = (batch * heads_kv,)
     _attn_bwd[grid](
-        q, k, v, do, dq, dqd, dk, dv, stat, l, delta,
+        q, k, v, do, dq, dk, dv, stat, l, delta,
         *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dk.stride(),
         heads_q, heads_kv, seqlen_q, seqlen_k, softmax_scale * LOG2E, softmax_scale,
         IS_CAUSAL=causal, DEFER_NORM=variant.defer_norm, SEQ_PARALLEL=variant.seq_parallel,
-        DQ_PASS=config.bwd_dq_pass, DQ_TMA=dq_tma, BLOCK_M=config.bwd_block_m,
-        BLOCK_N=config.bwd_block_n,
+        DQ_PASS=config.bwd_dq_pass, BLOCK_M=config.bwd_block_m, BLOCK_N=config.bwd_block_n,
+        DQ_KEYS=config.bwd_dq_keys or config.bwd_block_m,
         HEAD_DIM=head_dim, INPUT_PRECISION=config.input_precision,
         num_warps=config.bwd_num_warps, num_stages=config.bwd_num_stages,
     )

@@ -31,10 +31,9 @@ K/V tiles wholly above the diagonal are never visited; only tiles that cross the
 end of the keys compute a mask. Masked scores are -inf. A row that sees no key gets O = 0 and
 L = -inf.
 
-TMA (a tile choice, `TileConfig.tma`, not one of FA2's changes): K and V tiles, the program's
-Q rows and its output rows go through tensor descriptors (Hopper's TMA unit; QD, KD, VD, OD)
-instead of pointer arithmetic; rows past the end arrive as zeros and are not written. The math
-is the same code. The REPAIR launch (below) always loads
+TMA (a tile choice, `TileConfig.tma`, not one of FA2's changes): K and V tiles are loaded
+through tensor descriptors (Hopper's TMA unit; KD, VD) instead of pointer arithmetic; keys past
+seqlen_k arrive as zeros. The math is the same code. The REPAIR launch (below) always loads
 through pointers: it rarely has work, and each descriptor is encoded on the host at every launch.
 
 Non-finite V at hidden keys (causal): in a tile that crosses the diagonal a hidden key's P is 0,
@@ -194,8 +193,8 @@ def _online_softmax_step(m_i, l_i, acc, q, K_tile_ptrs, V_tile_ptrs, KD, VD, off
 
 
 @triton.jit
-def _attn_fwd_row_block(Q, K, V, O, LSE, M, L, FLAGS, QD, KD, VD, OD, block_index, start_m,
-                        off_b, off_h, off_hkv,
+def _attn_fwd_row_block(Q, K, V, O, LSE, M, L, FLAGS, KD, VD, block_index, start_m, off_b, off_h,
+                        off_hkv,
                         stride_qb, stride_qh, stride_qm, stride_qd,
                         stride_kb, stride_kh, stride_kn, stride_kd,
                         stride_vb, stride_vh, stride_vn, stride_vd,
@@ -217,11 +216,8 @@ def _attn_fwd_row_block(Q, K, V, O, LSE, M, L, FLAGS, QD, KD, VD, OD, block_inde
     q_base = Q + off_b.to(tl.int64) * stride_qb + off_h.to(tl.int64) * stride_qh
     k_base = K + off_b.to(tl.int64) * stride_kb + off_hkv.to(tl.int64) * stride_kh
     v_base = V + off_b.to(tl.int64) * stride_vb + off_hkv.to(tl.int64) * stride_vh
-    if TMA:  # rows past seqlen_q arrive as zeros
-        q = QD.load([off_b, off_h, start_m, 0]).reshape(BLOCK_M, HEAD_DIM)
-    else:
-        q = tl.load(q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
-                    mask=row_ok[:, None], other=0.0)  # (BLOCK_M, D)
+    q = tl.load(q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
+                mask=row_ok[:, None], other=0.0)  # (BLOCK_M, D)
     K_ptrs = k_base + offs_n[None, :] * stride_kn + offs_d[:, None] * stride_kd  # (D, BLOCK_N)
     V_ptrs = v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd  # (BLOCK_N, D)
 
@@ -256,17 +252,13 @@ def _attn_fwd_row_block(Q, K, V, O, LSE, M, L, FLAGS, QD, KD, VD, OD, block_inde
         tl.store(L + stat, l_i, mask=row_ok)
     if IS_CAUSAL and not REPAIR:  # a NaN may be a hidden key's 0 * NaN: flag for REPAIR
         tl.store(FLAGS + block_index, tl.max((acc != acc).to(tl.int32)))
-    if TMA:  # rows past seqlen_q are not written
-        OD.store([off_b, off_h, start_m, 0],
-                 acc.to(O.dtype.element_ty).reshape(1, 1, BLOCK_M, HEAD_DIM))
-    else:
-        o_base = O + off_b.to(tl.int64) * stride_ob + off_h.to(tl.int64) * stride_oh
-        tl.store(o_base + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od,
-                 acc.to(O.dtype.element_ty), mask=row_ok[:, None])
+    o_base = O + off_b.to(tl.int64) * stride_ob + off_h.to(tl.int64) * stride_oh
+    tl.store(o_base + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od,
+             acc.to(O.dtype.element_ty), mask=row_ok[:, None])
 
 
 @triton.jit
-def _attn_fwd(Q, K, V, O, LSE, M, L, FLAGS, QD, KD, VD, OD,
+def _attn_fwd(Q, K, V, O, LSE, M, L, FLAGS, KD, VD,
               stride_qb, stride_qh, stride_qm, stride_qd,
               stride_kb, stride_kh, stride_kn, stride_kd,
               stride_vb, stride_vh, stride_vn, stride_vd,
@@ -288,7 +280,7 @@ def _attn_fwd(Q, K, V, O, LSE, M, L, FLAGS, QD, KD, VD, OD,
                 off_bh = block // row_blocks
                 off_h = off_bh % heads_q
                 if tl.load(FLAGS + block) != 0:
-                    _attn_fwd_row_block(Q, K, V, O, LSE, M, L, FLAGS, QD, KD, VD, OD, block,
+                    _attn_fwd_row_block(Q, K, V, O, LSE, M, L, FLAGS, KD, VD, block,
                                         (block % row_blocks) * BLOCK_M, off_bh // heads_q,
                                         off_h, off_h // group_size,
                                         stride_qb, stride_qh, stride_qm, stride_qd,
@@ -309,9 +301,8 @@ def _attn_fwd(Q, K, V, O, LSE, M, L, FLAGS, QD, KD, VD, OD,
     first_block = off_bh * row_blocks
 
     if SEQ_PARALLEL:
-        _attn_fwd_row_block(Q, K, V, O, LSE, M, L, FLAGS, QD, KD, VD, OD,
-                            first_block + tl.program_id(0), tl.program_id(0) * BLOCK_M, off_b,
-                            off_h, off_hkv,
+        _attn_fwd_row_block(Q, K, V, O, LSE, M, L, FLAGS, KD, VD, first_block + tl.program_id(0),
+                            tl.program_id(0) * BLOCK_M, off_b, off_h, off_hkv,
                             stride_qb, stride_qh, stride_qm, stride_qd,
                             stride_kb, stride_kh, stride_kn, stride_kd,
                             stride_vb, stride_vh, stride_vn, stride_vd,
@@ -320,7 +311,7 @@ def _attn_fwd(Q, K, V, O, LSE, M, L, FLAGS, QD, KD, VD, OD,
                             KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM, INPUT_PRECISION, False, TMA)
     else:
         for start_m in range(0, seqlen_q, BLOCK_M):
-            _attn_fwd_row_block(Q, K, V, O, LSE, M, L, FLAGS, QD, KD, VD, OD,
+            _attn_fwd_row_block(Q, K, V, O, LSE, M, L, FLAGS, KD, VD,
                                 first_block + start_m // BLOCK_M, start_m, off_b, off_h, off_hkv,
                                 stride_qb, stride_qh, stride_qm, stride_qd,
                                 stride_kb, stride_kh, stride_kn, stride_kd,
@@ -356,12 +347,11 @@ def attn_fwd(q, k, v, causal, softmax_scale, variant, config):
     main_grid = (row_blocks, batch * heads_q) if variant.seq_parallel else (batch * heads_q,)
     repair_grid = (triton.cdiv(n_flags, REPAIR_CHUNK),)
     kd, vd = row_descriptors((k, v), config.block_n) if config.tma else (None, None)
-    qd, od = row_descriptors((q, o), config.block_m) if config.tma else (None, None)
     for repair in (False, True) if causal else (False,):
         # REPAIR rarely has work: pointer loads, no descriptors to encode on the host
         tma = config.tma and not repair
         _attn_fwd[repair_grid if repair else main_grid](
-            q, k, v, o, lse, m, l, flags, *((qd, kd, vd, od) if tma else (None,) * 4),
+            q, k, v, o, lse, m, l, flags, kd if tma else None, vd if tma else None,
             *q.stride(), *k.stride(), *v.stride(), *o.stride(), stats[0].stride(0),
             stats[0].stride(1), heads_q, heads_q // heads_kv, seqlen_q, seqlen_k,
             softmax_scale * LOG2E, n_flags,

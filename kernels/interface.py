@@ -21,10 +21,9 @@ def interpreting() -> bool:
 
 
 if interpreting():
-    from .interpreter_fixes import patch_bf16, patch_descriptor_reduce
+    from .interpreter_fixes import patch_bf16
 
     patch_bf16()
-    patch_descriptor_reduce()
 
 
 def flash_attention(q, k, v, *, causal=False, softmax_scale=None, variant=Variant(),
@@ -56,7 +55,7 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, variant=Varian
         config = default_config(head_dim, on_gpu, variant, q.dtype, backend)
     _check_config(config, variant, on_gpu)  # the Gluon launcher checks what it cannot run
     if config.tma:
-        _check_tma(q, k, v, backend)
+        _check_tma(k, v, backend)
     args = (q, k, v, bool(causal), float(softmax_scale), variant, config, backend, return_lse)
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         o, lse = _FlashAttention.apply(*args)
@@ -161,18 +160,18 @@ def _check_config(config: TileConfig, variant: Variant, on_gpu: bool):
         if on_gpu and config.block_n // config.key_slices < MIN_DOT_DIM:
             raise ValueError(f"config.key_slices ({config.key_slices}) leaves slices of "
                              f"{config.block_n // config.key_slices} keys; the GPU needs >= {MIN_DOT_DIM}")
-    for name in ("tma", "bwd_dq_pass", "bwd_dq_tma"):
+    for name in ("tma", "bwd_dq_pass"):
         if not isinstance(getattr(config, name), bool):
             raise TypeError(f"config.{name} must be a bool, got {type(getattr(config, name)).__name__}")
     if config.input_precision not in ("ieee", "tf32"):
         raise ValueError(f"config.input_precision must be 'ieee' or 'tf32', got {config.input_precision!r}")
 
 
-def _check_tma(q, k, v, backend):
+def _check_tma(k, v, backend):
     """Tensor descriptors need 16-byte aligned data and strides and a unit head_dim stride."""
     if backend != "triton":
         raise ValueError(f"config.tma is a tile choice of the Triton forward, not of {backend!r}")
-    for name, t in (("q", q), ("k", k), ("v", v)):
+    for name, t in (("k", k), ("v", v)):
         if not tma_ready(t):
             raise ValueError(f"config.tma needs {name} with head_dim stride 1 and 16-byte "
                              f"aligned data and strides, got strides {tuple(t.stride())}; use "

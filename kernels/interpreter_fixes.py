@@ -9,9 +9,6 @@ float32 (exact) before the product.
 2. It converts float32 to bfloat16 by truncating the mantissa (`x.to(tl.bfloat16)` passes no
 rounding mode), where the GPU rounds to nearest even: stored bfloat16 results were one ulp off
 (seen as a failing dV for a one-key problem). The patch rounds to nearest even through torch.
-3. It has no tensor-descriptor reduction (`desc.atomic_add`, TMA's bulk add on the GPU, used
-for dQ with TileConfig.bwd_dq_tma): added as a masked element-wise atomic add, which is what
-the GPU's bulk add does to every element of the box that lies inside the tensor.
 """
 import numpy as np
 
@@ -61,22 +58,3 @@ def patch_bf16() -> None:
     builder.create_dot = create_dot
     builder.cast_impl = cast_impl
     builder.create_fp_to_fp = create_fp_to_fp
-
-
-def patch_descriptor_reduce() -> None:
-    from triton.runtime import interpreter
-
-    builder = interpreter.InterpreterBuilder
-    if hasattr(builder, "create_descriptor_reduce"):
-        return
-
-    def create_descriptor_reduce(self, kind, desc, value, indices):
-        if kind != interpreter._ir.DESCRIPTOR_REDUCE_KIND.ADD:
-            raise NotImplementedError(f"descriptor reduction {kind} in the interpreter")
-        ptrs, mask = desc.materialize_pointers(indices)
-        op = interpreter._ir.ATOMIC_OP.FADD if value.dtype.is_floating() else \
-            interpreter._ir.ATOMIC_OP.ADD
-        return self.create_atomic_rmw(op, ptrs, value, mask, interpreter._ir.MEM_SEMANTIC.RELAXED,
-                                      interpreter._ir.MEM_SYNC_SCOPE.GPU)
-
-    builder.create_descriptor_reduce = create_descriptor_reduce
