@@ -35,7 +35,9 @@ from fa2check.grids import paper_batch, paper_heads  # noqa: E402
 
 SMI_QUERY = ["nvidia-smi", "--query-gpu=clocks.sm,power.draw,temperature.gpu",
              "--format=csv,noheader,nounits", "-lms", "100"]
-SKIP_SAMPLES = 2  # nvidia-smi's first rows can predate the load
+# nvidia-smi's first rows can predate the load, and the power takes ~0.5 s to reach the
+# 700 W cap (213 -> 513 -> 693 W in the tenth session's loops): means skip that ramp
+SKIP_SAMPLES = 5
 
 
 def parse_tile(text: str, backward: bool) -> dict:

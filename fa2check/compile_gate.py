@@ -153,7 +153,6 @@ def _backward_specialization(fn, case: Case):
         ["stride_qm", "stride_kn", "stride_vn", "stride_dom", "stride_dkn"]
     constexprs = dict(IS_CAUSAL=case.causal, DEFER_NORM=v.defer_norm, SEQ_PARALLEL=v.seq_parallel,
                       DQ_PASS=cfg.bwd_dq_pass, BLOCK_M=cfg.bwd_block_m, BLOCK_N=cfg.bwd_block_n,
-                      DQ_KEYS=cfg.bwd_dq_keys or cfg.bwd_block_m,
                       HEAD_DIM=case.head_dim, INPUT_PRECISION=cfg.input_precision)
     return runtime_specialization(fn, pointers, constexprs, floats=("qk_scale", "sm_scale"),
                                   unit=unit, div16=div16)

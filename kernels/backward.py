@@ -289,7 +289,7 @@ def _attn_bwd(Q, K, V, DO, DQ, DK, DV, STAT, L, DELTA,
               heads_q, heads_kv, seqlen_q, seqlen_k, qk_scale, sm_scale,
               IS_CAUSAL: tl.constexpr, DEFER_NORM: tl.constexpr, SEQ_PARALLEL: tl.constexpr,
               DQ_PASS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-              DQ_KEYS: tl.constexpr, HEAD_DIM: tl.constexpr, INPUT_PRECISION: tl.constexpr):
+              HEAD_DIM: tl.constexpr, INPUT_PRECISION: tl.constexpr):
     if SEQ_PARALLEL:
         off_bh = tl.program_id(1)
     else:
@@ -320,7 +320,7 @@ def _attn_bwd(Q, K, V, DO, DQ, DK, DV, STAT, L, DELTA,
                                    stride_vb, stride_vh, stride_vn, stride_vd,
                                    stride_dob, stride_doh, stride_dom, stride_dod,
                                    heads_q, seqlen_q, seqlen_k, qk_scale, sm_scale,
-                                   IS_CAUSAL, DEFER_NORM, BLOCK_N, DQ_KEYS, HEAD_DIM,
+                                   IS_CAUSAL, DEFER_NORM, BLOCK_N, BLOCK_M, HEAD_DIM,
                                    INPUT_PRECISION)
     else:
         for start_n in range(0, seqlen_k, BLOCK_N):
@@ -343,7 +343,7 @@ def _attn_bwd(Q, K, V, DO, DQ, DK, DV, STAT, L, DELTA,
                                        stride_vb, stride_vh, stride_vn, stride_vd,
                                        stride_dob, stride_doh, stride_dom, stride_dod,
                                        heads_q, seqlen_q, seqlen_k, qk_scale, sm_scale,
-                                       IS_CAUSAL, DEFER_NORM, BLOCK_N, DQ_KEYS, HEAD_DIM,
+                                       IS_CAUSAL, DEFER_NORM, BLOCK_N, BLOCK_M, HEAD_DIM,
                                        INPUT_PRECISION)
 
 
@@ -381,7 +381,6 @@ def attn_bwd(q, k, v, o, stats, do, dlse, causal, softmax_scale, variant, config
         heads_q, heads_kv, seqlen_q, seqlen_k, softmax_scale * LOG2E, softmax_scale,
         IS_CAUSAL=causal, DEFER_NORM=variant.defer_norm, SEQ_PARALLEL=variant.seq_parallel,
         DQ_PASS=config.bwd_dq_pass, BLOCK_M=config.bwd_block_m, BLOCK_N=config.bwd_block_n,
-        DQ_KEYS=config.bwd_dq_keys or config.bwd_block_m,
         HEAD_DIM=head_dim, INPUT_PRECISION=config.input_precision,
         num_warps=config.bwd_num_warps, num_stages=config.bwd_num_stages,
     )

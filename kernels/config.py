@@ -22,7 +22,6 @@ class TileConfig:
     bwd_num_warps: int = 4
     bwd_num_stages: int = 2
     bwd_dq_pass: bool = False  # dQ in a pass of its own, not in the dK/dV loop (kernels/backward.py)
-    bwd_dq_keys: int = 0  # keys per step of the dQ pass; 0: bwd_block_m
 
     def dq_atomics(self, variant) -> bool:
         """Whether the backward sums dQ with float32 atomic adds (so its bits may vary)."""

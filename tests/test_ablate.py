@@ -638,5 +638,6 @@ def test_clock_probe_reads_tiles_and_nvidia_smi_rows():
     assert probe.parse_tile("32,128,4,3", backward=True) == {
         "bwd_block_m": 32, "bwd_block_n": 128, "bwd_num_warps": 4, "bwd_num_stages": 3,
         "bwd_dq_pass": False}
-    text = "345, 80.1, 37\n1980, 650.5, 50\n[N/A], 1, 2\n1965, 690.0, 51\n1950, 699.9, 52\n"
+    ramp = "".join(f"{1980 - i}, {200 + 100 * i}.0, 50\n" for i in range(probe.SKIP_SAMPLES - 1))
+    text = "345, 80.1, 37\n" + ramp + "[N/A], 1, 2\n1965, 690.0, 51\n1950, 699.9, 52\n"
     assert probe.parse_samples(text) == [(1965.0, 690.0, 51.0), (1950.0, 699.9, 52.0)]
