@@ -87,7 +87,13 @@ def parse_args(argv):
                         "headline tables and plots")
     o.add_argument("--no-plots", action="store_true")
     o.add_argument("--bootstrap", type=int, default=1000, help="bootstrap draws")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    for option, paths in (("--configs-from", args.configs_from), ("--from", args.sources or []),
+                          ("--merge", args.merge or [])):
+        for path in paths:
+            if not os.path.isfile(path):
+                p.error(f"{option} {path}: no such file")
+    return args
 
 
 def cells_from(args):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .clocks import median_clock
 from .contenders import GLUON
 from .contributions import (NOT_APPLICABLE, analyse, players_for, repeat_draws, subsets,
                             summarise, variant_for, view_of, with_intervals)
@@ -28,7 +29,10 @@ def matmul_rates(results) -> dict:
     return rates
 
 
-def contender_stats(cell: Cell, mode: str, samples: dict, matmul: dict) -> dict:
+def contender_stats(cell: Cell, mode: str, samples: dict, matmul: dict,
+                    clock: dict | None = None) -> dict:
+    """clock: {name: [[MHz, W], ...]} sampled during each contender's timing (fa2check.clocks);
+    adds their medians (sm_mhz, power_w) where a contender has samples."""
     stats = {}
     for name, runs in samples.items():
         if not runs:
@@ -38,6 +42,9 @@ def contender_stats(cell: Cell, mode: str, samples: dict, matmul: dict) -> dict:
         stats[name] = {**s, "runs": len(runs), "iqr_rel": (s["q75"] - s["q25"]) / s["median"],
                        "tflops": rate,
                        "pct_matmul": 100.0 * rate / matmul[cell.dtype] if cell.dtype in matmul else None}
+        if (clock or {}).get(name):
+            mhz, watts = median_clock(clock[name])
+            stats[name].update(sm_mhz=mhz, power_w=watts, clock_samples=len(clock[name]))
     for name, s in stats.items():
         for b in BACKENDS:
             if b in stats and b != name:
@@ -79,7 +86,9 @@ def analyse_results(results: dict, n_draws: int = DEFAULT_DRAWS, seed: int = 0) 
                                 **{n: f"error: {e}" for n, e in info.get("errors", {}).items()}},
                    "stats": contender_stats(cell, mode, {
                        n: runs for n, runs in info["samples"].items()
-                       if n in BACKENDS or n.startswith(GLUON) == bool(prefix)}, matmul),
+                       if n in BACKENDS or n.startswith(GLUON) == bool(prefix)}, matmul,
+                       info.get("clock")),
+                   "clock": info.get("clock", {}),
                    "contributions": None}
             game = {s: info["samples"].get(prefix + str(variant_for(s, players)))
                     for s in subsets(players)}

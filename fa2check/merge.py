@@ -19,6 +19,7 @@ SAME_PROVENANCE = ("device", "gpu", "sms", "driver", "cuda", "cudnn", "torch", "
 SAME_SETTINGS = ("modes", "warmup_ms", "rep_ms", "backends", "math_max_seqlen", "gluon",
                  "gluon_max_seqlen")
 PER_RUN = ("date", "git_commit", "command", "host", "gpu_state_before", "gpu_state_after")
+PER_RUN_RESULTS = ("clock_log",)  # top-level entries kept per run
 
 
 class MergeError(ValueError):
@@ -34,11 +35,16 @@ def merge_runs(runs: list[dict], names: list[str], command: str) -> dict:
         _check_same(first, run, names[0], name)
     merged = copy.deepcopy(first)
     merged.pop("analysis", None)  # derived; recomputed from the merged samples
+    for key in PER_RUN_RESULTS:  # each run's own is kept under merged_from
+        merged.pop(key, None)
     for run in runs[1:]:
         for entry, other in zip(merged["cells"], run["cells"]):
             for mode, data in entry["modes"].items():
                 for contender, sweeps in other["modes"][mode]["samples"].items():
                     data["samples"][contender] += sweeps
+                for key in ("windows", "clock"):  # fa2check.clocks: pooled like the samples
+                    for contender, values in other["modes"][mode].get(key, {}).items():
+                        data.setdefault(key, {}).setdefault(contender, []).extend(values)
         for dtype, record in run["matmul"].items():
             merged["matmul"][dtype]["samples"] += record["samples"]
     merged["repeats_done"] = sum(r["repeats_done"] for r in runs)
@@ -53,7 +59,7 @@ def merge_runs(runs: list[dict], names: list[str], command: str) -> dict:
     provenance["gpu_state_after"] = runs[-1]["provenance"].get("gpu_state_after")
     provenance["merged_from"] = [
         {"file": name, "repeats_done": r["repeats_done"], "repeats": r["settings"]["repeats"],
-         "timeline": r.get("timeline"),
+         "timeline": r.get("timeline"), **{k: r.get(k) for k in PER_RUN_RESULTS},
          **{k: r["provenance"].get(k) for k in PER_RUN},
          "gate": [{"cell": e["cell"], "gate": e["gate"]} for e in r["cells"]]}
         for r, name in zip(runs, names)]

@@ -9,6 +9,7 @@ import math
 
 import numpy as np
 
+from .clocks import median_clock
 from .contributions import FLAGS, interaction_name, players_for, subsets, variant_for, view_of
 from .grids import Cell
 from .sdpa_backends import BACKENDS
@@ -248,13 +249,23 @@ def backends_table(view: str, triton: dict, gluon: dict) -> Grid:
     return grid
 
 
+CLOCK_CAPTION = ("MHz / W: SM clock and board power, medians of the nvidia-smi samples taken "
+                 "during that contender's timing in this seqlen's cells (fa2check.clocks); at "
+                 "the 700 W cap the faster kernel runs at the lower clock.")
+
+
 def versus_sdpa_table(mode: str, data: dict) -> Grid:
-    """Geometric mean over cells of each seqlen of FA2's speed relative to each backend."""
+    """Geometric mean over cells of each seqlen of FA2's speed relative to each backend; with
+    clock samples (fa2check.clocks), FA2's and sdpa-flash's clock and power while timed."""
     fa2, _ = names(mode)
     backends = [b for b in BACKENDS if any(b in row["stats"] for row in data["cells"])]
+    clocked = [n for n in (fa2, "sdpa-flash") if any(row.get("clock", {}).get(n)
+                                                     for row in data["cells"])]
     grid = Grid(f"{mode}: FA2 (ours) relative to torch SDPA's backends, by seqlen "
                 "(geometric mean; > 1: ours faster)",
-                ["seqlen", "FA2 TFLOP/s", "FA2 % matmul"] + [f"FA2 / {BACKEND_LABELS[b]}" for b in backends])
+                ["seqlen", "FA2 TFLOP/s", "FA2 % matmul"] + [f"FA2 / {BACKEND_LABELS[b]}" for b in backends]
+                + [f"{'FA2' if n == fa2 else BACKEND_LABELS[n]} MHz / W" for n in clocked],
+                CLOCK_CAPTION if clocked else "")
     seqlens = sorted({row["cell"]["seqlen"] for row in data["cells"]})
     for seqlen in seqlens:
         rows = [r for r in data["cells"] if r["cell"]["seqlen"] == seqlen and fa2 in r["stats"]]
@@ -265,7 +276,12 @@ def versus_sdpa_table(mode: str, data: dict) -> Grid:
         for b in backends:
             cells.append(_geomean([r["stats"][fa2][f"ratio/{b}"] for r in rows
                                    if f"ratio/{b}" in r["stats"][fa2]]))
-        grid.add(seqlen, num(cells[0]), num(cells[1], "{:.0f}%"), *[num(x, "{:.2f}") for x in cells[2:]])
+        clocks = []
+        for n in clocked:
+            mhz, watts = median_clock([p for r in rows for p in r.get("clock", {}).get(n, [])])
+            clocks.append(f"{num(mhz)} / {num(watts)}" if mhz is not None else "-")
+        grid.add(seqlen, num(cells[0]), num(cells[1], "{:.0f}%"), *[num(x, "{:.2f}") for x in cells[2:]],
+                 *clocks)
     return grid
 
 
@@ -408,7 +424,10 @@ def write_csv(results: dict, analysis: dict, path: str):
                 for name, stats in row["stats"].items():
                     for metric in ("median", "q25", "q75"):
                         w.writerow(key + [name, f"{metric}_ms", stats[metric], "", "", ""])
-                    for metric in ["n", "tflops", "pct_matmul"] + [m for m in stats if m.startswith("ratio/")]:
+                    for metric in (["n", "tflops", "pct_matmul"]
+                                   + [m for m in stats if m.startswith("ratio/")]
+                                   + [m for m in ("sm_mhz", "power_w", "clock_samples")
+                                      if m in stats]):
                         w.writerow(key + [name, metric, stats[metric], "", "", ""])
                 for name, q in (row["contributions"] or {}).items():
                     w.writerow(key + ["contribution", name, q["factor"], q["ci_low"], q["ci_high"],

@@ -16,6 +16,7 @@ Order of work:
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import time
@@ -25,6 +26,7 @@ import numpy as np
 
 from . import tuning
 from .cellcheck import CellOracle, gate
+from .clocks import ClockLog, inside
 from .contenders import (GLUON, Contender, backend, kernel_name, make_inputs, ours,
                          parse_kernel_name, timed_call)
 from .sdpa_backends import BACKENDS
@@ -345,23 +347,39 @@ def gate_and_sweep(cells, modes, configs, settings: Settings, device: str, log, 
     timeline["sweeps_s"] = []
     total = sum(len(e["modes"][m]["timed"]) for e in entries for m in modes)
     progress = progress_factory(total * settings.repeats) if progress_factory else None
-    for r in range(settings.repeats):
-        t0 = time.perf_counter()
-        sweep(r, cells, entries, modes, configs, settings, device, results, progress)
-        timeline["sweeps_s"].append(time.perf_counter() - t0)
-        results["repeats_done"] = r + 1
-        log(f"sweep {r + 1}/{settings.repeats} done in {timeline['sweeps_s'][-1]:.0f} s")
-        if on_sweep:
-            on_sweep(results)
-        if settings.budget_s and r + 1 < settings.repeats:
-            elapsed = time.perf_counter() - started
-            if elapsed + 1.1 * timeline["sweeps_s"][-1] + RESERVE_S > settings.budget_s:
-                results["stopped_by_budget"] = True
-                log(f"stopping after {r + 1} sweeps: another would pass --budget-s "
-                    f"{settings.budget_s:.0f} ({elapsed:.0f} s used)")
-                break
+    with ClockLog() if device == "cuda" else contextlib.nullcontext() as clock_log:
+        for r in range(settings.repeats):
+            t0 = time.perf_counter()
+            sweep(r, cells, entries, modes, configs, settings, device, results, progress)
+            timeline["sweeps_s"].append(time.perf_counter() - t0)
+            results["repeats_done"] = r + 1
+            log(f"sweep {r + 1}/{settings.repeats} done in {timeline['sweeps_s'][-1]:.0f} s")
+            if clock_log:
+                attribute_clocks(entries, clock_log.samples)
+            if on_sweep:
+                on_sweep(results)
+            if settings.budget_s and r + 1 < settings.repeats:
+                elapsed = time.perf_counter() - started
+                if elapsed + 1.1 * timeline["sweeps_s"][-1] + RESERVE_S > settings.budget_s:
+                    results["stopped_by_budget"] = True
+                    log(f"stopping after {r + 1} sweeps: another would pass --budget-s "
+                        f"{settings.budget_s:.0f} ({elapsed:.0f} s used)")
+                    break
+    if clock_log:  # the samples that arrived after the last sweep's attribution
+        attribute_clocks(entries, clock_log.samples)
+        results["clock_log"] = clock_log.record()
+        if clock_log.error:
+            log(f"no SM clock samples ({clock_log.error})")
     if progress:
         progress.stop()
+
+
+def attribute_clocks(entries, samples):
+    """Each contender's clock samples: those inside its do_bench calls (fa2check.clocks)."""
+    for entry in entries:
+        for info in entry["modes"].values():
+            info["clock"] = {name: inside(samples, windows)
+                             for name, windows in info.get("windows", {}).items()}
 
 
 def measure_sharded(cells, modes, configs, settings: Settings, device: str, log, results: dict,
@@ -408,6 +426,7 @@ def measure_sharded(cells, modes, configs, settings: Settings, device: str, log,
     results["timeline"]["shards"] = [{"shard": p["shard"], "device": p["device"],
                                       "cells": len(p["cells"]), **p["timeline"]} for p in parts]
     results["provenance"]["shards"] = [p["device"] for p in parts]
+    results["clock_log"] = [p.get("clock_log") for p in parts]
 
 
 def _shard(index: int, cells, modes, configs, settings: Settings, device: str, started: float):
@@ -501,8 +520,11 @@ def sweep(r, cells, entries, modes, configs, settings, device, results, progress
                 contender = by_name(name, cell, configs)
                 try:
                     with timed_call(contender, mode, inputs, cell.causal) as fn:
+                        start = time.time()  # wall clock, as nvidia-smi's timestamps
                         samples = bench(fn, device=device, warmup_ms=settings.warmup_ms,
                                         rep_ms=settings.rep_ms)
+                        info.setdefault("windows", {}).setdefault(name, []).append(
+                            [start, time.time()])
                     info["samples"][name].append([round(s, 6) for s in samples])
                 except Exception as e:  # noqa: BLE001 - recorded; the contender is dropped
                     info["errors"][name] = f"sweep {r}: {type(e).__name__}: {e}"[:500]

@@ -641,3 +641,13 @@ def test_clock_probe_reads_tiles_and_nvidia_smi_rows():
     ramp = "".join(f"{1980 - i}, {200 + 100 * i}.0, 50\n" for i in range(probe.SKIP_SAMPLES - 1))
     text = "345, 80.1, 37\n" + ramp + "[N/A], 1, 2\n1965, 690.0, 51\n1950, 699.9, 52\n"
     assert probe.parse_samples(text) == [(1965.0, 690.0, 51.0), (1950.0, 699.9, 52.0)]
+
+
+@pytest.mark.parametrize("option", ["--configs-from", "--from", "--merge"])
+def test_a_missing_input_file_is_named_not_traced(option, tmp_path, capsys):
+    from fa2check import ablate
+
+    missing = tmp_path / "none.json"
+    with pytest.raises(SystemExit):
+        ablate.main([option, str(missing), "--plan"])
+    assert f"{option} {missing}: no such file" in capsys.readouterr().err
