@@ -1,5 +1,5 @@
-"""SM clock, power and temperature (nvidia-smi every 100 ms) while FA2 calls run, to tell a
-kernel's speed from the clock the GPU gives it (the H200 caps the board at 700 W).
+"""SM clock and board power (fa2check.clocks: nvidia-smi every 50 ms) while FA2 calls run, to
+tell a kernel's speed from the clock the GPU gives it (the H200 caps the board at 700 W).
 
     python3 ablations/clock_probe.py [--mode fwd|fwd+bwd] [--head-dim 64] [--seqlen 1024]
         [--causal] [--dtype bfloat16 --dtype float16] [--tile 64,64,4,3,tma]
@@ -10,10 +10,10 @@ On the GPU, from the repository root. The cell is the paper grid's (16k tokens, 
 For each dtype and each regime the call is timed while nvidia-smi samples: do_bench with
 5 ms warm-up and each --rep-ms (the benchmark times 20 ms a contender, the A/B tool did 100
 before the ninth session), then back-to-back calls for --loop-s seconds (sustained use).
-Prints ms a call and the mean clock, power and temperature of each; --json keeps the samples.
---subject sdpa-flash (or another fa2check.sdpa_backends name) times that SDPA backend the same
-way, for a ratio under sustained use. nvidia-smi samples every 100 ms, so a do_bench regime of
-about that length or shorter gets no samples (its clock is printed as nan).
+Prints ms a call and the mean clock and power of each (over the samples after the first
+RAMP_S seconds); --json keeps the samples. --subject sdpa-flash (or another
+fa2check.sdpa_backends name) times that SDPA backend the same way, for a ratio under
+sustained use. A do_bench regime shorter than RAMP_S gets no samples (printed as nan).
 
 Written for the eighth session's question (fp16 trails bf16 at the same tiles: its clock is
 lower at the power limit) and the ninth's (do d=64 forward tiles rank differently under a
@@ -23,21 +23,18 @@ import argparse
 import itertools
 import json
 import statistics
-import subprocess
 import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from fa2check import sdpa_backends, tuning  # noqa: E402
+from fa2check import clocks, sdpa_backends, tuning  # noqa: E402
 from fa2check.grids import paper_batch, paper_heads  # noqa: E402
 
-SMI_QUERY = ["nvidia-smi", "--query-gpu=clocks.sm,power.draw,temperature.gpu",
-             "--format=csv,noheader,nounits", "-lms", "100"]
-# nvidia-smi's first rows can predate the load, and the power takes ~0.5 s to reach the
-# 700 W cap (213 -> 513 -> 693 W in the tenth session's loops): means skip that ramp
-SKIP_SAMPLES = 5
+# the power takes ~0.5 s to reach the 700 W cap (213 -> 513 -> 693 W in the tenth session's
+# loops): means skip that ramp
+RAMP_S = 0.5
 
 
 def parse_tile(text: str, backward: bool) -> dict:
@@ -49,27 +46,19 @@ def parse_tile(text: str, backward: bool) -> dict:
             flag: ("dqpass" if backward else "tma") in parts[4:]}
 
 
-def parse_samples(text: str) -> list[tuple[float, float, float]]:
-    """nvidia-smi's csv rows -> (SM MHz, W, C), the first SKIP_SAMPLES dropped."""
-    rows = []
-    for line in text.splitlines():
-        fields = [f.strip() for f in line.split(",")]
-        if len(fields) == 3:
-            try:
-                rows.append(tuple(float(f) for f in fields))
-            except ValueError:  # '[N/A]' or a header
-                continue
-    return rows[SKIP_SAMPLES:]
+def after_ramp(samples, start: float) -> list:
+    """fa2check.clocks samples (epoch s, MHz, W) from RAMP_S seconds after `start` on."""
+    return [s for s in samples if s[0] >= start + RAMP_S]
 
 
 def sampled(run):
-    """run() under nvidia-smi; (run's result, samples)."""
-    smi = subprocess.Popen(SMI_QUERY, stdout=subprocess.PIPE, text=True)
-    try:
+    """run() while fa2check.clocks samples; (run's result, samples after the ramp)."""
+    with clocks.ClockLog() as log:
+        start = time.time()
         result = run()
-    finally:
-        smi.terminate()
-    return result, parse_samples(smi.stdout.read())
+    if log.error:
+        print(f"no clock samples: {log.error}", flush=True)
+    return result, after_ramp(log.samples, start)
 
 
 def main(argv=None) -> int:
@@ -133,13 +122,12 @@ def main(argv=None) -> int:
             regimes.append((f"loop {args.loop_s:g} s", loop))
         for name, run in regimes:
             ms, samples = sampled(run)
-            mean = [statistics.fmean(s[i] for s in samples) if samples else float("nan")
-                    for i in range(3)]
+            mhz, watts = (statistics.fmean(s[i] for s in samples) if samples else float("nan")
+                          for i in (1, 2))
             rows.append({"subject": subject, "dtype": dtype_name, "regime": name, "ms": ms,
-                         "sm_mhz": mean[0],
-                         "power_w": mean[1], "temp_c": mean[2], "samples": samples})
-            print(f"{subject:10s} {dtype_name:9s} {name:18s} {ms:8.4f} ms a call; SM {mean[0]:5.0f} MHz, "
-                  f"{mean[1]:4.0f} W, {mean[2]:3.0f} C ({len(samples)} samples)", flush=True)
+                         "sm_mhz": mhz, "power_w": watts, "samples": samples})
+            print(f"{subject:10s} {dtype_name:9s} {name:18s} {ms:8.4f} ms a call; "
+                  f"SM {mhz:5.0f} MHz, {watts:4.0f} W ({len(samples)} samples)", flush=True)
     if args.json:
         args.json.write_text(json.dumps({"argv": sys.argv, "shape": shape, "mode": args.mode,
                                          "causal": args.causal, "tile": args.tile,

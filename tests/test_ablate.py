@@ -630,7 +630,7 @@ def test_targets_across_runs_tell_a_shared_miss_from_a_single_runs(tmp_path, cap
     assert "seqlen 4096, d=64, bfloat16, causal: met in 0 of 2 runs (1.13" in across
 
 
-def test_clock_probe_reads_tiles_and_nvidia_smi_rows():
+def test_clock_probe_reads_tiles_and_skips_the_power_ramp():
     """ablations/clock_probe.py's parsing (the probe itself needs a GPU)."""
     probe = _ablations_script("clock_probe")
     assert probe.parse_tile("64,64,4,3,tma", backward=False) == {
@@ -638,9 +638,8 @@ def test_clock_probe_reads_tiles_and_nvidia_smi_rows():
     assert probe.parse_tile("32,128,4,3", backward=True) == {
         "bwd_block_m": 32, "bwd_block_n": 128, "bwd_num_warps": 4, "bwd_num_stages": 3,
         "bwd_dq_pass": False}
-    ramp = "".join(f"{1980 - i}, {200 + 100 * i}.0, 50\n" for i in range(probe.SKIP_SAMPLES - 1))
-    text = "345, 80.1, 37\n" + ramp + "[N/A], 1, 2\n1965, 690.0, 51\n1950, 699.9, 52\n"
-    assert probe.parse_samples(text) == [(1965.0, 690.0, 51.0), (1950.0, 699.9, 52.0)]
+    samples = [(100.0 + 0.1 * i, 1980 - i, 200 + 100 * i) for i in range(8)]
+    assert probe.after_ramp(samples, 100.0) == samples[5:]
 
 
 @pytest.mark.parametrize("option", ["--configs-from", "--from", "--merge"])
