@@ -13,6 +13,7 @@ nvidia-smi still holds in its output buffer when it is stopped are lost (the las
 """
 from __future__ import annotations
 
+import bisect
 import os
 import statistics
 import subprocess
@@ -104,10 +105,13 @@ class ClockLog:
                 "samples": len(self.samples)}
 
 
-def inside(samples, windows) -> list[list[float]]:
-    """[MHz, W] of the samples taken inside any of the (start, end) windows."""
-    return [[mhz, watts] for t, mhz, watts in samples
-            if any(start <= t <= end for start, end in windows)]
+def inside(samples, windows, times=None) -> list[list[float]]:
+    """[MHz, W] of the samples taken inside any of the (start, end) windows. `samples` in time
+    order, `times` their times (given when many contenders ask about the same samples)."""
+    times = [s[0] for s in samples] if times is None else times
+    return [[mhz, watts] for start, end in windows
+            for _, mhz, watts in samples[bisect.bisect_left(times, start):
+                                         bisect.bisect_right(times, end)]]
 
 
 def median_clock(pairs) -> tuple[float | None, float | None]:

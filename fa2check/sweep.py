@@ -376,9 +376,11 @@ def gate_and_sweep(cells, modes, configs, settings: Settings, device: str, log, 
 
 def attribute_clocks(entries, samples):
     """Each contender's clock samples: those inside its do_bench calls (fa2check.clocks)."""
+    samples = sorted(samples)
+    times = [s[0] for s in samples]
     for entry in entries:
         for info in entry["modes"].values():
-            info["clock"] = {name: inside(samples, windows)
+            info["clock"] = {name: inside(samples, windows, times)
                              for name, windows in info.get("windows", {}).items()}
 
 
