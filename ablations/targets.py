@@ -5,7 +5,8 @@
 For every file and every mode it holds, FA2 (all three changes on) against torch SDPA's flash
 backend in the same run, cell by cell: forward >= 1.3x at seqlen >= 1k and >= 1.5x at
 head_dim 128, seqlen >= 4k; forward + backward >= 1.2x at seqlen >= 1k. Prints each miss and a
-count per target. --across: then, per target, every cell that missed in some run, with its
+count per target; where the run sampled clocks (fa2check.clocks), a miss shows FA2's and
+sdpa-flash's SM clock while they were timed. --across: then, per target, every cell that missed in some run, with its
 ratio in each run that timed it, to tell a miss every run shares from one a single run had
 (two runs of the same kernels and tiles differ by a few percent a cell).
 """
@@ -31,19 +32,26 @@ def describe(c: dict) -> str:
             f"{'causal' if c['causal'] else 'full'}")
 
 
-def ratios(path: str) -> dict:
+def ratios(path: str, clocks: dict | None = None) -> dict:
     """{target name: {cell description: FA2 / sdpa-flash or None}} for the targets whose
-    mode the file holds."""
+    mode the file holds; `clocks`, when given, gets {(target name, cell description): text}
+    for the cells whose run has clock samples of both."""
     analysis = analyse_results(load(path), n_draws=10, seed=0)  # ratios only: no bootstrap
     found = {}
     for mode, name, wanted, _ in TARGETS:
         if mode in analysis["modes"]:
+            rows = [row for row in analysis["modes"][mode]["cells"] if wanted(row["cell"])]
             found[name] = {describe(row["cell"]): row["stats"].get(FA2, {}).get("ratio/sdpa-flash")
-                           for row in analysis["modes"][mode]["cells"] if wanted(row["cell"])}
+                           for row in rows}
+            for row in rows:
+                mhz = [row["stats"].get(n, {}).get("sm_mhz") for n in (FA2, "sdpa-flash")]
+                if clocks is not None and None not in mhz:
+                    clocks[name, describe(row["cell"])] = (f"FA2 at {mhz[0]:.0f} MHz, "
+                                                           f"sdpa-flash at {mhz[1]:.0f} MHz")
     return found
 
 
-def check(path: str, found: dict) -> None:
+def check(path: str, found: dict, clocks: dict | None = None) -> None:
     for _, name, _, required in TARGETS:
         cells = found.get(name)
         if cells is None:
@@ -51,7 +59,8 @@ def check(path: str, found: dict) -> None:
         for cell, ratio in cells.items():
             if ratio is None or ratio < required:
                 shown = "not timed" if ratio is None else f"{ratio:.3f}x"
-                print(f"  miss  {name}: {cell}: {shown}")
+                clock = (clocks or {}).get((name, cell))
+                print(f"  miss  {name}: {cell}: {shown}" + (f" ({clock})" if clock else ""))
         met = sum(r is not None and r >= required for r in cells.values())
         print(f"{os.path.basename(path)}: {name}: {met} of {len(cells)} cells")
 
@@ -80,8 +89,9 @@ def main(argv) -> int:
         return 2
     runs = {}
     for p in paths:
-        runs[p] = ratios(p)
-        check(p, runs[p])
+        clocks = {}
+        runs[p] = ratios(p, clocks)
+        check(p, runs[p], clocks)
     if "--across" in argv:
         across(runs)
     return 0

@@ -617,6 +617,8 @@ def test_targets_across_runs_tell_a_shared_miss_from_a_single_runs(tmp_path, cap
     flash = second["cells"][0]["modes"]["fwd"]["samples"]["sdpa-flash"]
     second["cells"][0]["modes"]["fwd"]["samples"]["sdpa-flash"] = [
         [x * 1.4 / 1.1 for x in sweep] for sweep in flash]
+    second["cells"][1]["modes"]["fwd"]["clock"] = {"+defer+seqpar+splitq": [[1805, 690]],
+                                                   "sdpa-flash": [[1910, 689]]}
     paths = []
     for i, run in enumerate((first, second)):
         paths.append(tmp_path / f"run{i}.json")
@@ -625,6 +627,9 @@ def test_targets_across_runs_tell_a_shared_miss_from_a_single_runs(tmp_path, cap
     out = capsys.readouterr().out
     assert "run0.json: fwd >= 1.3x, seqlen >= 1k: 0 of 2 cells" in out
     assert "run1.json: fwd >= 1.3x, seqlen >= 1k: 1 of 2 cells" in out
+    # a miss of a run with clock samples says at which clocks the two were timed
+    assert "causal: 1.13" in out and "(FA2 at 1805 MHz, sdpa-flash at 1910 MHz)" in out
+    assert out.count("sdpa-flash at") == 1  # the other run has no clock samples
     across = out[out.index("across 2 runs"):]
     assert "seqlen 4096, d=64, bfloat16, full: met in 1 of 2 runs (1.13" in across
     assert "seqlen 4096, d=64, bfloat16, causal: met in 0 of 2 runs (1.13" in across
