@@ -6,9 +6,10 @@ For every file and every mode it holds, FA2 (all three changes on) against torch
 backend in the same run, cell by cell: forward >= 1.3x at seqlen >= 1k and >= 1.5x at
 head_dim 128, seqlen >= 4k; forward + backward >= 1.2x at seqlen >= 1k. Prints each miss and a
 count per target; where the run sampled clocks (fa2check.clocks), a miss shows FA2's and
-sdpa-flash's SM clock while they were timed. --across: then, per target, every cell that missed in some run, with its
-ratio in each run that timed it, to tell a miss every run shares from one a single run had
-(two runs of the same kernels and tiles differ by a few percent a cell).
+sdpa-flash's SM clock while they were timed. --across: then, per target, every cell that
+missed in some run, with its ratio in each run that timed it, to tell a miss every run shares
+from one a single run had (two runs of the same kernels and tiles differ by a few percent a
+cell).
 """
 import os
 import sys

@@ -251,7 +251,8 @@ def backends_table(view: str, triton: dict, gluon: dict) -> Grid:
 
 CLOCK_CAPTION = ("MHz / W: SM clock and board power, medians of the nvidia-smi samples taken "
                  "during that contender's timing in this seqlen's cells (fa2check.clocks); at "
-                 "the 700 W cap the faster kernel runs at the lower clock.")
+                 "the H200's 700 W cap the clock falls, more for the kernel that does more "
+                 "work a second (ablations/NOTES.md, tenth session).")
 
 
 def versus_sdpa_table(mode: str, data: dict) -> Grid:

@@ -226,9 +226,17 @@ def tune(key, cell, candidates, device, settings, precompiled) -> dict:
     final = {id(t): [] for t in finalists}
     for _ in range(tuning.FINAL_ROUNDS):
         for t in finalists:
-            final[id(t)] += samples_of(t["fields"])
+            if t["error"] is None:
+                try:
+                    final[id(t)] += samples_of(t["fields"])
+                except Exception as e:  # noqa: BLE001 - dropped, as in the first pass
+                    t["error"] = f"final rounds: {type(e).__name__}: {e}"[:500]
     for t in finalists:
-        t["final_median_ms"] = float(np.median(final[id(t)]))
+        if t["error"] is None:
+            t["final_median_ms"] = float(np.median(final[id(t)]))
+    finalists = [t for t in finalists if t["error"] is None]
+    if not finalists:
+        return {**record, "fields": None, "source": "tuning failed: every finalist raised"}
     best = min(finalists, key=lambda t: t["final_median_ms"])
     return {**record, "fields": best["fields"],
             "source": f"tuned on {cell} ({len(timed)} of {len(tried)} candidates ran; the "

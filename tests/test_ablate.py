@@ -283,6 +283,20 @@ def test_tuning_keeps_the_finalist_fastest_in_interleaved_rounds(monkeypatch):
     finals = {c["fields"]["block_m"]: c.get("final_median_ms") for c in record["candidates"]}
     assert finals == {16: 1.10, 32: 1.00, 48: 1.05, 64: None}
 
+    # a finalist that raises in the final rounds is dropped, as in the first pass
+    def flaky(config, **kwargs):
+        if config.block_m == 32 and timed.count(32) >= 1:
+            timed.append(32)
+            raise RuntimeError("out of resources")
+        return bench(config, **kwargs)
+
+    timed.clear()
+    monkeypatch.setattr(sweep, "bench", flaky)
+    record = sweep.tune(key, cell, mine, "cpu", sweep.Settings(backends=()), {})
+    assert record["fields"]["block_m"] == 48
+    dropped = next(c for c in record["candidates"] if c["fields"]["block_m"] == 32)
+    assert "final rounds: RuntimeError" in dropped["error"] and "final_median_ms" not in dropped
+
 
 def test_precompile_runs_each_distinct_job_once_in_workers(device):
     """The worker pool runs each distinct job and returns its error or None (without CUDA
