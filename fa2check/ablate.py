@@ -23,6 +23,7 @@ import sys
 import time
 
 from .grids import GRIDS, MODES, custom_grid, filter_grid, parse_modes
+from .sdpa_backends import BACKENDS
 
 CELL_OPTIONS = ("grid", "seqlen", "head_dim", "batch", "heads", "heads_kv", "causal", "dtype", "mode")
 H200_WORKERS = 15  # the device machine's 16 cores, one left to the main process
@@ -93,6 +94,9 @@ def parse_args(argv):
         for path in paths:
             if not os.path.isfile(path):
                 p.error(f"{option} {path}: no such file")
+    unknown = [b for b in args.backends.split(",") if b and b not in BACKENDS]
+    if unknown:
+        p.error(f"--backends {','.join(unknown)}: not one of {','.join(BACKENDS)}")
     return args
 
 
