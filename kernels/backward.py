@@ -53,12 +53,14 @@ def _load_rows(X, off_b, off_h, rows, offs_d, seqlen, stride_b, stride_h, stride
 
 
 @triton.jit
-def _attn_bwd_preprocess(O, DO, DLSE, DELTA,
+def _attn_bwd_preprocess(O, O_RES, DO, DLSE, DELTA,
                          stride_ob, stride_oh, stride_om, stride_od,
                          stride_dob, stride_doh, stride_dom, stride_dod,
                          heads_q, seqlen_q,
-                         HAS_DLSE: tl.constexpr, BLOCK_M: tl.constexpr, HEAD_DIM: tl.constexpr):
-    """DELTA = rowsum(dO * O) - dlse, float32 (B, H, Sq) contiguous."""
+                         HAS_DLSE: tl.constexpr, HAS_O_RES: tl.constexpr,
+                         BLOCK_M: tl.constexpr, HEAD_DIM: tl.constexpr):
+    """DELTA = rowsum(dO * O) - dlse, float32 (B, H, Sq) contiguous. HAS_O_RES: O is the stored
+    output plus its rounding residual O_RES (same strides), about float32's precision."""
     off_bh = tl.program_id(1)
     off_b = off_bh // heads_q
     off_h = off_bh % heads_q
@@ -67,6 +69,9 @@ def _attn_bwd_preprocess(O, DO, DLSE, DELTA,
     row_ok = offs_m < seqlen_q
     o = _load_rows(O, off_b, off_h, offs_m, offs_d, seqlen_q,
                    stride_ob, stride_oh, stride_om, stride_od).to(tl.float32)
+    if HAS_O_RES:
+        o += _load_rows(O_RES, off_b, off_h, offs_m, offs_d, seqlen_q,
+                        stride_ob, stride_oh, stride_om, stride_od).to(tl.float32)
     do = _load_rows(DO, off_b, off_h, offs_m, offs_d, seqlen_q,
                     stride_dob, stride_doh, stride_dom, stride_dod).to(tl.float32)
     delta = tl.sum(o * do, 1)
@@ -347,8 +352,9 @@ def _attn_bwd(Q, K, V, DO, DQ, DK, DV, STAT, L, DELTA,
                                        INPUT_PRECISION)
 
 
-def attn_bwd(q, k, v, o, stats, do, dlse, causal, softmax_scale, variant, config):
-    """dq, dk, dv for flash_attention's forward saved tensors; stats as attn_fwd returned them."""
+def attn_bwd(q, k, v, o, stats, do, dlse, causal, softmax_scale, variant, config, o_res=None):
+    """dq, dk, dv for flash_attention's forward saved tensors; stats and o_res as attn_fwd
+    returned them (o_res: None, or o's rounding residual, which makes Delta about exact)."""
     import torch
 
     batch, heads_q, seqlen_q, head_dim = q.shape
@@ -356,8 +362,9 @@ def attn_bwd(q, k, v, o, stats, do, dlse, causal, softmax_scale, variant, config
     delta = torch.empty((batch, heads_q, seqlen_q), device=q.device, dtype=torch.float32)
     dlse_c = dlse.float().contiguous() if dlse is not None else delta
     _attn_bwd_preprocess[(triton.cdiv(seqlen_q, config.bwd_block_m), batch * heads_q)](
-        o, do, dlse_c, delta, *o.stride(), *do.stride(), heads_q, seqlen_q,
-        HAS_DLSE=dlse is not None, BLOCK_M=config.bwd_block_m, HEAD_DIM=head_dim)
+        o, o if o_res is None else o_res, do, dlse_c, delta, *o.stride(), *do.stride(), heads_q,
+        seqlen_q, HAS_DLSE=dlse is not None, HAS_O_RES=o_res is not None,
+        BLOCK_M=config.bwd_block_m, HEAD_DIM=head_dim)
 
     shape = (batch, heads_q, seqlen_q, head_dim)  # dQ is written contiguous
     if config.bwd_dq_pass:  # every dQ row written once, by one program

@@ -193,7 +193,7 @@ def _online_softmax_step(m_i, l_i, acc, q, K_tile_ptrs, V_tile_ptrs, KD, VD, off
 
 
 @triton.jit
-def _attn_fwd_row_block(Q, K, V, O, LSE, M, L, FLAGS, KD, VD, block_index, start_m, off_b, off_h,
+def _attn_fwd_row_block(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, block_index, start_m, off_b, off_h,
                         off_hkv,
                         stride_qb, stride_qh, stride_qm, stride_qd,
                         stride_kb, stride_kh, stride_kn, stride_kd,
@@ -204,10 +204,12 @@ def _attn_fwd_row_block(Q, K, V, O, LSE, M, L, FLAGS, KD, VD, block_index, start
                         IS_CAUSAL: tl.constexpr, DEFER_NORM: tl.constexpr, SPLIT_Q: tl.constexpr,
                         KEY_SLICES: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                         HEAD_DIM: tl.constexpr, INPUT_PRECISION: tl.constexpr,
-                        REPAIR: tl.constexpr, TMA: tl.constexpr):
+                        REPAIR: tl.constexpr, TMA: tl.constexpr, STORE_O_RES: tl.constexpr):
     """Attention for query rows start_m .. start_m + BLOCK_M of one (batch, head).
     REPAIR: V sanitised in the masked tiles (see the module docstring); otherwise a causal call
-    sets this row block's flag (block_index) iff its output holds a NaN."""
+    sets this row block's flag (block_index) iff its output holds a NaN.
+    STORE_O_RES: O_RES gets O's rounding residual, O - float(O as stored), in O's dtype (for
+    the backward's Delta)."""
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
@@ -252,13 +254,17 @@ def _attn_fwd_row_block(Q, K, V, O, LSE, M, L, FLAGS, KD, VD, block_index, start
         tl.store(L + stat, l_i, mask=row_ok)
     if IS_CAUSAL and not REPAIR:  # a NaN may be a hidden key's 0 * NaN: flag for REPAIR
         tl.store(FLAGS + block_index, tl.max((acc != acc).to(tl.int32)))
-    o_base = O + off_b.to(tl.int64) * stride_ob + off_h.to(tl.int64) * stride_oh
-    tl.store(o_base + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od,
-             acc.to(O.dtype.element_ty), mask=row_ok[:, None])
+    o_rows = (off_b.to(tl.int64) * stride_ob + off_h.to(tl.int64) * stride_oh
+              + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od)
+    o = acc.to(O.dtype.element_ty)
+    tl.store(O + o_rows, o, mask=row_ok[:, None])
+    if STORE_O_RES:
+        tl.store(O_RES + o_rows, (acc - o.to(tl.float32)).to(O.dtype.element_ty),
+                 mask=row_ok[:, None])
 
 
 @triton.jit
-def _attn_fwd(Q, K, V, O, LSE, M, L, FLAGS, KD, VD,
+def _attn_fwd(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD,
               stride_qb, stride_qh, stride_qm, stride_qd,
               stride_kb, stride_kh, stride_kn, stride_kd,
               stride_vb, stride_vh, stride_vn, stride_vd,
@@ -268,7 +274,8 @@ def _attn_fwd(Q, K, V, O, LSE, M, L, FLAGS, KD, VD,
               IS_CAUSAL: tl.constexpr, DEFER_NORM: tl.constexpr, SEQ_PARALLEL: tl.constexpr,
               SPLIT_Q: tl.constexpr, KEY_SLICES: tl.constexpr, BLOCK_M: tl.constexpr,
               BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, INPUT_PRECISION: tl.constexpr,
-              REPAIR: tl.constexpr, REPAIR_CHUNK: tl.constexpr, TMA: tl.constexpr):
+              REPAIR: tl.constexpr, REPAIR_CHUNK: tl.constexpr, TMA: tl.constexpr,
+              STORE_O_RES: tl.constexpr):
     row_blocks = tl.cdiv(seqlen_q, BLOCK_M)  # FLAGS: one per (batch, head, row block)
     if REPAIR:
         # A few programs, each checking REPAIR_CHUNK flags at once; one with a flag set
@@ -280,7 +287,7 @@ def _attn_fwd(Q, K, V, O, LSE, M, L, FLAGS, KD, VD,
                 off_bh = block // row_blocks
                 off_h = off_bh % heads_q
                 if tl.load(FLAGS + block) != 0:
-                    _attn_fwd_row_block(Q, K, V, O, LSE, M, L, FLAGS, KD, VD, block,
+                    _attn_fwd_row_block(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, block,
                                         (block % row_blocks) * BLOCK_M, off_bh // heads_q,
                                         off_h, off_h // group_size,
                                         stride_qb, stride_qh, stride_qm, stride_qd,
@@ -289,7 +296,7 @@ def _attn_fwd(Q, K, V, O, LSE, M, L, FLAGS, KD, VD,
                                         stride_ob, stride_oh, stride_om, stride_od, stride_lb,
                                         stride_lh, seqlen_q, seqlen_k, qk_scale, IS_CAUSAL,
                                         DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_M, BLOCK_N,
-                                        HEAD_DIM, INPUT_PRECISION, True, TMA)
+                                        HEAD_DIM, INPUT_PRECISION, True, TMA, STORE_O_RES)
         return
     if SEQ_PARALLEL:
         off_bh = tl.program_id(1)
@@ -301,31 +308,36 @@ def _attn_fwd(Q, K, V, O, LSE, M, L, FLAGS, KD, VD,
     first_block = off_bh * row_blocks
 
     if SEQ_PARALLEL:
-        _attn_fwd_row_block(Q, K, V, O, LSE, M, L, FLAGS, KD, VD, first_block + tl.program_id(0),
+        _attn_fwd_row_block(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, first_block + tl.program_id(0),
                             tl.program_id(0) * BLOCK_M, off_b, off_h, off_hkv,
                             stride_qb, stride_qh, stride_qm, stride_qd,
                             stride_kb, stride_kh, stride_kn, stride_kd,
                             stride_vb, stride_vh, stride_vn, stride_vd,
                             stride_ob, stride_oh, stride_om, stride_od, stride_lb, stride_lh,
                             seqlen_q, seqlen_k, qk_scale, IS_CAUSAL, DEFER_NORM, SPLIT_Q,
-                            KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM, INPUT_PRECISION, False, TMA)
+                            KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM, INPUT_PRECISION, False, TMA,
+                            STORE_O_RES)
     else:
         for start_m in range(0, seqlen_q, BLOCK_M):
-            _attn_fwd_row_block(Q, K, V, O, LSE, M, L, FLAGS, KD, VD,
+            _attn_fwd_row_block(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD,
                                 first_block + start_m // BLOCK_M, start_m, off_b, off_h, off_hkv,
                                 stride_qb, stride_qh, stride_qm, stride_qd,
                                 stride_kb, stride_kh, stride_kn, stride_kd,
                                 stride_vb, stride_vh, stride_vn, stride_vd,
                                 stride_ob, stride_oh, stride_om, stride_od, stride_lb, stride_lh,
                                 seqlen_q, seqlen_k, qk_scale, IS_CAUSAL, DEFER_NORM, SPLIT_Q,
-                                KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM, INPUT_PRECISION, False, TMA)
+                                KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM, INPUT_PRECISION, False, TMA,
+                                STORE_O_RES)
 
 
-def attn_fwd(q, k, v, causal, softmax_scale, variant, config):
+def attn_fwd(q, k, v, causal, softmax_scale, variant, config, o_residual=False):
     """Launch the forward kernel. q (B, Hq, Sq, D), k and v (B, Hkv, Sk, D), already validated.
 
-    Returns (o, stats): stats is (lse,) when variant.defer_norm, else (m, l), each float32
-    (B, Hq, Sq) with m in natural-log units.
+    Returns (o, stats, o_res): stats is (lse,) when variant.defer_norm, else (m, l), each
+    float32 (B, Hq, Sq) with m in natural-log units. o_res is None unless o_residual and o is
+    float16/bfloat16: then it is O - float(o) in o's dtype, O being the float32 output before
+    rounding, so the backward's Delta = rowsum(dO * O) need not take O from o alone (with
+    heavy-tailed values dP - Delta cancels and magnifies o's rounding).
     """
     import torch
 
@@ -340,6 +352,7 @@ def attn_fwd(q, k, v, causal, softmax_scale, variant, config):
         stats = tuple(torch.empty(stat_shape, device=q.device, dtype=torch.float32) for _ in range(2))
         m, l = stats
         lse = m  # not written
+    o_res = torch.empty_like(o) if o_residual and q.dtype != torch.float32 else None
     row_blocks = triton.cdiv(seqlen_q, config.block_m)
     n_flags = batch * heads_q * row_blocks
     # causal: one flag per row block, set by the main launch where the output holds a NaN
@@ -351,14 +364,16 @@ def attn_fwd(q, k, v, causal, softmax_scale, variant, config):
         # REPAIR rarely has work: pointer loads, no descriptors to encode on the host
         tma = config.tma and not repair
         _attn_fwd[repair_grid if repair else main_grid](
-            q, k, v, o, lse, m, l, flags, kd if tma else None, vd if tma else None,
+            q, k, v, o, o if o_res is None else o_res, lse, m, l, flags, kd if tma else None,
+            vd if tma else None,
             *q.stride(), *k.stride(), *v.stride(), *o.stride(), stats[0].stride(0),
             stats[0].stride(1), heads_q, heads_q // heads_kv, seqlen_q, seqlen_k,
             softmax_scale * LOG2E, n_flags,
             IS_CAUSAL=causal, DEFER_NORM=variant.defer_norm, SEQ_PARALLEL=variant.seq_parallel,
             SPLIT_Q=variant.split_q, KEY_SLICES=config.key_slices, BLOCK_M=config.block_m,
             BLOCK_N=config.block_n, HEAD_DIM=head_dim, INPUT_PRECISION=config.input_precision,
-            REPAIR=repair, REPAIR_CHUNK=REPAIR_CHUNK, TMA=tma, num_warps=config.num_warps,
+            REPAIR=repair, REPAIR_CHUNK=REPAIR_CHUNK, TMA=tma, STORE_O_RES=o_res is not None,
+            num_warps=config.num_warps,
             num_stages=config.num_stages,
         )
-    return o, stats
+    return o, stats, o_res

@@ -69,26 +69,31 @@ def lse_from_m_l(m, l):
     return torch.where(l > 0, m + torch.log(l), torch.full_like(m, float("-inf")))
 
 
-def _forward(q, k, v, causal, softmax_scale, variant, config, backend, return_lse):
-    """o, lse (None unless return_lse) and the statistics the backward needs."""
+def _forward(q, k, v, causal, softmax_scale, variant, config, backend, return_lse,
+             for_backward=False):
+    """o, lse (None unless return_lse), the statistics the backward needs, and (for_backward,
+    Triton backend) o's rounding residual for the backward's Delta (kernels/forward.py)."""
     if backend == "gluon":
-        from .gluon_forward import gluon_attn_fwd as attn_fwd
+        from .gluon_forward import gluon_attn_fwd
+
+        (o, stats), o_res = gluon_attn_fwd(q, k, v, causal, softmax_scale, variant, config), None
     else:
         from .forward import attn_fwd
 
-    o, stats = attn_fwd(q, k, v, causal, softmax_scale, variant, config)
+        o, stats, o_res = attn_fwd(q, k, v, causal, softmax_scale, variant, config,
+                                   o_residual=for_backward)
     lse = None
     if return_lse:
         lse = stats[0] if variant.defer_norm else lse_from_m_l(*stats)
-    return o, lse, stats
+    return o, lse, stats, o_res
 
 
 class _FlashAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, causal, softmax_scale, variant, config, backend, return_lse):
-        o, lse, stats = _forward(q, k, v, causal, softmax_scale, variant, config, backend,
-                                 return_lse)
-        ctx.save_for_backward(q, k, v, o, *stats)
+        o, lse, stats, o_res = _forward(q, k, v, causal, softmax_scale, variant, config,
+                                        backend, return_lse, for_backward=True)
+        ctx.save_for_backward(q, k, v, o, o_res, *stats)
         ctx.causal, ctx.softmax_scale, ctx.variant, ctx.config = causal, softmax_scale, variant, config
         ctx.set_materialize_grads(False)
         return o, lse
@@ -97,13 +102,13 @@ class _FlashAttention(torch.autograd.Function):
     def backward(ctx, do, dlse):
         from .backward import attn_bwd
 
-        q, k, v, o, *stats = ctx.saved_tensors
+        q, k, v, o, o_res, *stats = ctx.saved_tensors
         if do is None and dlse is None:
             return (None,) * 9
         if do is None:
             do = torch.zeros_like(o)
         dq, dk, dv = attn_bwd(q, k, v, o, stats, do, dlse, ctx.causal, ctx.softmax_scale,
-                              ctx.variant, ctx.config)
+                              ctx.variant, ctx.config, o_res)
         return dq, dk, dv, None, None, None, None, None, None
 
 
