@@ -60,8 +60,8 @@ def parse_args(argv=None):
     space.add_argument("--causal", choices=list(BOOLS), default=None)
     space.add_argument("--distribution", action="append", default=None)
     space.add_argument("--skip-distribution", action="append", default=[], metavar="NAME",
-                       help="leave a distribution out (e.g. heavy-tailed while its open "
-                            "gradient issue is known)")
+                       help="leave a distribution out (e.g. one whose known open issue would "
+                            "stop every worker)")
     space.add_argument("--layout", action="append", default=None)
     space.add_argument("--max-seqlen", type=int, default=None,
                        help="default: twice the largest tile, plus one")
