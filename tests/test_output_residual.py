@@ -1,0 +1,36 @@
+"""The forward's output residual (kernels/forward.py, o_residual): o + residual is the float32
+output before rounding, which the backward's Delta = rowsum(dO * O) is taken from. The corpus
+entries of tests/regressions/ that failed before it (bfloat16, heavy-tailed values) show the
+gradients' side; this shows the residual itself, for every variant."""
+import pytest
+import torch
+
+from fa2check.oracle import reference
+from kernels import Variant, default_config
+from kernels.forward import attn_fwd
+
+
+@pytest.mark.parametrize("variant", Variant.all(), ids=str)
+def test_output_plus_residual_is_the_float32_output(variant, device):
+    # q = 0: every visible score is 0, so P = 1 exactly (no bfloat16 rounding of P) and the
+    # kernel's float32 output is the mean of the visible V rows to float32's precision
+    gen = torch.Generator().manual_seed(5)
+    k, v = (torch.randn(1, 2, 48, 16, generator=gen).to(device, torch.bfloat16) for _ in range(2))
+    q = torch.zeros_like(k)
+    config = default_config(16, device == "cuda", variant, torch.bfloat16)
+    o, _, o_res = attn_fwd(q, k, v, True, 0.25, variant, config, o_residual=True)
+    exact = reference(q, k, v, causal=True, softmax_scale=0.25)[0]
+    rounded_error = (o.double() - exact).abs().max().item()
+    error = (o.double() + o_res.double() - exact).abs().max().item()
+    # o alone is off by bfloat16's rounding (2^-9 relative); o + residual by float32's sums and
+    # the residual's own rounding (2^-18 relative), far below it
+    assert rounded_error > 1e-4
+    assert error < rounded_error / 50
+
+
+def test_no_residual_without_a_backward_or_in_float32(device):
+    q = torch.randn(1, 1, 16, 16).to(device)
+    variant = Variant.all()[0]
+    config = default_config(16, device == "cuda", variant, torch.float32)
+    assert attn_fwd(q, q, q, False, 0.25, variant, config)[2] is None
+    assert attn_fwd(q, q, q, False, 0.25, variant, config, o_residual=True)[2] is None
