@@ -13,6 +13,7 @@ import torch
 from fa2check import contributions as C
 from fa2check.grids import Cell, custom_grid, paper_grid, parse_modes
 from kernels import Variant
+from saved_results import synthetic_results, two_runs
 
 PLAYERS = C.FLAGS
 
@@ -354,47 +355,11 @@ def test_gate_passes_the_kernel_and_rejects_test_doubles(device):
 
 # ----------------------------------------------------------------------------- saved results
 
-def _synthetic_results(date="2026-11-30T10:00:00+00:00", modes=("fwd", "bwd"), device="cuda",
-                       gluon=False, n_cells=2):
-    """A results file as fa2check.sweep.run writes it, with made-up timings; gluon: the fwd
-    mode also has Gluon kernels, whose split_q is worth less (0.1 instead of 0.3 on log time)."""
-    rng = np.random.default_rng(7)
-    effects = {"defer_norm": 0.03, "seq_parallel": 0.8, "split_q": 0.3}
-    gluon_effects = {**effects, "split_q": 0.1}
-    cells = [Cell(4, 32, 32, seqlen, 64, "bfloat16", c)
-             for seqlen in (4096, 8192)[:max(1, n_cells // 2)] for c in (False, True)]
-    entries = []
-    for cell in cells:
-        entry = {"cell": cell.as_dict(), "gate": {}, "skipped": {"sdpa-math": "skipped: test"},
-                 "modes": {}, "configs": {}}
-        for mode in modes:
-            players = C.players_for(mode)
-            samples = {}
-            backends = [("", effects)] + ([("gluon", gluon_effects)] if gluon and mode == "fwd" else [])
-            for prefix, sizes in backends:
-                for s in C.subsets(players):
-                    centre = 3.0 * math.exp(-sum(sizes[p] for p in s))
-                    samples[prefix + str(C.variant_for(s, players))] = [
-                        list(centre * (1 + rng.normal(0, 0.01, 30))) for _ in range(3)]
-            samples["sdpa-flash"] = [list(1.1 * (1 + rng.normal(0, 0.01, 30))) for _ in range(3)]
-            for name in samples:
-                entry["gate"][name] = {"passed": True, "worst_ratio": 0.3, "checks": [], "error": None}
-            entry["modes"][mode] = {"status": "timed", "timed": list(samples), "excluded": {},
-                                    "samples": samples, "errors": {}}
-        entries.append(entry)
-    return {"schema": "fa2check.ablate/1",
-            "provenance": {"device": device, "gpu": "Synthetic GPU", "sms": 132, "date": date,
-                           "git_commit": "abc123", "torch": "x", "triton": "y", "command": "test"},
-            "settings": {"modes": list(modes), "repeats": 3, "warmup_ms": 5, "rep_ms": 20},
-            "cells": entries, "configs": [], "repeats_done": 3, "stopped_by_budget": False,
-            "matmul": {"bfloat16": {"flops": 2 * 8192 ** 3, "samples": [[1.4] * 5] * 3}}}
-
-
 def test_render_from_saved_results_writes_tables_csv_and_plots(tmp_path):
     from fa2check import ablate
 
     path = tmp_path / "synthetic.json"
-    path.write_text(json.dumps(_synthetic_results()))
+    path.write_text(json.dumps(synthetic_results()))
     md = tmp_path / "tables.md"
     out = tmp_path / "out"
     assert ablate.main(["--from", str(path), "--out", str(out), "--markdown", str(md),
@@ -416,7 +381,7 @@ def test_gluon_kernels_get_their_own_contributions_beside_tritons(tmp_path):
     from fa2check import ablate
 
     path = tmp_path / "both.json"
-    path.write_text(json.dumps(_synthetic_results(modes=("fwd",), gluon=True)))
+    path.write_text(json.dumps(synthetic_results(modes=("fwd",), gluon=True)))
     md = tmp_path / "tables.md"
     assert ablate.main(["--from", str(path), "--markdown", str(md), "--bootstrap", "200"]) == 0
     text = md.read_text()
@@ -447,40 +412,23 @@ def test_without_a_gpu_the_newest_committed_results_are_chosen(tmp_path):
     for name, date, modes, device in [("old", "2026-11-01T00:00:00", ("fwd", "bwd"), "cuda"),
                                       ("new", "2026-11-02T00:00:00", ("fwd",), "cuda"),
                                       ("cpu", "2026-11-03T00:00:00", ("fwd", "bwd"), "cpu")]:
-        (tmp_path / f"{name}.json").write_text(json.dumps(_synthetic_results(date, modes, device)))
+        (tmp_path / f"{name}.json").write_text(json.dumps(synthetic_results(date, modes, device)))
     chosen = [(os.path.basename(p), m) for p, m in committed(str(tmp_path))]
     assert chosen == [("new.json", ["fwd"]), ("old.json", ["bwd"])]
     # a newer run on fewer cells with both kernel backends adds its Gluon view only
-    (tmp_path / "gluon.json").write_text(json.dumps(_synthetic_results(
+    (tmp_path / "gluon.json").write_text(json.dumps(synthetic_results(
         "2026-11-04T00:00:00", ("fwd",), "cuda", gluon=True, n_cells=1)))
-    (tmp_path / "new.json").write_text(json.dumps(_synthetic_results(
+    (tmp_path / "new.json").write_text(json.dumps(synthetic_results(
         "2026-11-02T00:00:00", ("fwd",), "cuda", n_cells=4)))
     chosen = [(os.path.basename(p), m) for p, m in committed(str(tmp_path))]
     assert chosen == [("new.json", ["fwd"]), ("old.json", ["bwd"]), ("gluon.json", ["fwd gluon"])]
-
-
-def _two_runs(tmp_path, **second):
-    """Two synthetic runs of the same code and cells, one sweep each; `second` edits the
-    second run's provenance."""
-    paths = []
-    for index, date in enumerate(("2026-11-30T10:00:00+00:00", "2026-11-30T11:00:00+00:00")):
-        run = _synthetic_results(date, ("fwd",))
-        run["repeats_done"] = 1
-        for entry in run["cells"]:
-            for data in entry["modes"].values():
-                data["samples"] = {n: [[float(index + 1)] * 4] for n in data["samples"]}
-        if index:
-            run["provenance"].update(second)
-        paths.append(tmp_path / f"run{index}.json")
-        paths[-1].write_text(json.dumps(run))
-    return paths
 
 
 def test_merged_runs_keep_every_sweep_and_each_runs_provenance(tmp_path):
     from fa2check import ablate
     from fa2check.results import committed
 
-    first, second = _two_runs(tmp_path)
+    first, second = two_runs(tmp_path)
     assert ablate.main(["--merge", str(first), "--merge", str(second), "--no-plots",
                         "--bootstrap", "20"]) == 0
     (path,) = tmp_path.glob("*-merged.json")
@@ -501,7 +449,7 @@ def test_merged_runs_keep_every_sweep_and_each_runs_provenance(tmp_path):
 def test_runs_of_different_code_are_not_merged(tmp_path):
     from fa2check import ablate
 
-    first, second = _two_runs(tmp_path, kernels_sha256="other")
+    first, second = two_runs(tmp_path, kernels_sha256="other")
     with pytest.raises(SystemExit, match="differs .* in provenance kernels_sha256"):
         ablate.main(["--merge", str(first), "--merge", str(second), "--no-plots"])
     run = json.loads(second.read_text())
@@ -627,7 +575,7 @@ def test_targets_across_runs_tell_a_shared_miss_from_a_single_runs(tmp_path, cap
     ratio. Synthetic runs: FA2 at about 0.97 ms, sdpa-flash 1.1 ms (1.13x, a miss) in both,
     but 1.4 ms (1.44x) in the second run's first cell."""
     targets = _ablations_script("targets")
-    first, second = _synthetic_results(modes=("fwd",)), _synthetic_results(modes=("fwd",))
+    first, second = synthetic_results(modes=("fwd",)), synthetic_results(modes=("fwd",))
     flash = second["cells"][0]["modes"]["fwd"]["samples"]["sdpa-flash"]
     second["cells"][0]["modes"]["fwd"]["samples"]["sdpa-flash"] = [
         [x * 1.4 / 1.1 for x in sweep] for sweep in flash]

@@ -7,7 +7,7 @@ from datetime import datetime
 
 from fa2check import clocks
 from fa2check.sweep import attribute_clocks
-from test_ablate import _synthetic_results, _two_runs
+from saved_results import synthetic_results, two_runs
 
 
 def _stamp(t: float) -> str:
@@ -76,7 +76,7 @@ def test_samples_are_credited_to_the_contender_whose_call_they_fall_in():
 def test_the_report_shows_each_side_s_clock_beside_the_ratios(tmp_path):
     from fa2check import ablate
 
-    results = _synthetic_results(modes=("fwd",))
+    results = synthetic_results(modes=("fwd",))
     for entry in results["cells"]:
         entry["modes"]["fwd"]["clock"] = {"+defer+seqpar+splitq": [[1800, 690], [1810, 692]],
                                           "sdpa-flash": [[1900, 688]]}
@@ -92,7 +92,7 @@ def test_the_report_shows_each_side_s_clock_beside_the_ratios(tmp_path):
     assert any(",+defer+seqpar+splitq,sm_mhz,1805" in r for r in rows)
     # without samples the table has no clock columns
     plain = tmp_path / "plain.json"
-    plain.write_text(json.dumps(_synthetic_results(modes=("fwd",))))
+    plain.write_text(json.dumps(synthetic_results(modes=("fwd",))))
     assert ablate.main(["--from", str(plain), "--out", str(tmp_path / "out2"), "--markdown",
                         str(md), "--bootstrap", "20", "--no-plots"]) == 0
     assert "MHz" not in md.read_text()
@@ -101,7 +101,7 @@ def test_the_report_shows_each_side_s_clock_beside_the_ratios(tmp_path):
 def test_merged_runs_pool_their_clock_samples(tmp_path):
     from fa2check import ablate
 
-    paths = _two_runs(tmp_path)
+    paths = two_runs(tmp_path)
     for index, p in enumerate(paths):
         run = json.loads(p.read_text())
         run["clock_log"] = {"samples": index + 1}
