@@ -1,7 +1,7 @@
 """SM clock and board power (fa2check.clocks: nvidia-smi every 50 ms) while FA2 calls run, to
 tell a kernel's speed from the clock the GPU gives it (the H200 caps the board at 700 W).
 
-    python3 ablations/clock_probe.py [--mode fwd|fwd+bwd] [--head-dim 64] [--seqlen 1024]
+    python3 ablations/clock_probe.py --mode fwd|fwd+bwd [--head-dim 64] [--seqlen 1024]
         [--causal] [--dtype bfloat16 --dtype float16] [--tile 64,64,4,3,tma]
         [--bwd-tile 32,128,4,3,dqpass] [--rep-ms 20 --rep-ms 100] [--loop-s 6]
         [--subject ours --subject sdpa-flash] [--json PATH]
@@ -63,7 +63,8 @@ def sampled(run):
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--mode", choices=("fwd", "fwd+bwd"), default="fwd+bwd")
+    # required: a default of fwd+bwd once timed forward tiles as fwd+bwd calls unnoticed
+    p.add_argument("--mode", choices=("fwd", "fwd+bwd"), required=True)
     p.add_argument("--head-dim", type=int, default=64)
     p.add_argument("--seqlen", type=int, default=16384)
     p.add_argument("--causal", action="store_true")
