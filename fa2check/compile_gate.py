@@ -102,8 +102,9 @@ def _forward_kernel():
     return _attn_fwd
 
 
-def _forward_specialization(fn, case: Case, repair: bool = False):
-    """Arguments of `kernels.forward.attn_fwd` for contiguous (B, H, S, D) q, k, v and o."""
+def _forward_specialization(fn, case: Case, repair: bool = False, o_residual: bool = False):
+    """Arguments of `kernels.forward.attn_fwd` for contiguous (B, H, S, D) q, k, v and o;
+    o_residual: as in a call that will be differentiated (float16/bfloat16)."""
     cfg, v = case.config, case.variant
     io = DTYPES[case.dtype]
     pointers = {"Q": io, "K": io, "V": io, "O": io, "O_RES": io, "LSE": "fp32", "M": "fp32",
@@ -119,8 +120,7 @@ def _forward_specialization(fn, case: Case, repair: bool = False):
                       SPLIT_Q=v.split_q, KEY_SLICES=cfg.key_slices, BLOCK_M=cfg.block_m,
                       BLOCK_N=cfg.block_n, HEAD_DIM=case.head_dim,
                       INPUT_PRECISION=cfg.input_precision, REPAIR=repair,
-                      REPAIR_CHUNK=REPAIR_CHUNK, TMA=tma,
-                      STORE_O_RES=False)  # as a forward-only call (the one timed in fwd mode)
+                      REPAIR_CHUNK=REPAIR_CHUNK, TMA=tma, STORE_O_RES=o_residual)
     box = _row_box(io, cfg.block_n, case.head_dim) if tma else None
     return runtime_specialization(fn, pointers, constexprs, floats=("qk_scale",), unit=unit,
                                   div16=div16, descriptors={"KD": box, "VD": box})
@@ -190,6 +190,10 @@ SPECS = {spec.name: spec for spec in [
     KernelSpec("attn_fwd_repair", _forward_kernel,
                lambda fn, case: _forward_specialization(fn, case, repair=True),
                _forward_tiles, causal_only=True),
+    # the forward of a call that will be differentiated: also stores o's rounding residual
+    KernelSpec("attn_fwd_grad", _forward_kernel,
+               lambda fn, case: _forward_specialization(fn, case, o_residual=True),
+               _forward_tiles, supports=lambda dtype, head_dim: dtype != "float32"),
     KernelSpec("attn_bwd", _backward_kernel, _backward_specialization,
                lambda c: dict(block_m=c.bwd_block_m, block_n=c.bwd_block_n,
                               num_warps=c.bwd_num_warps, num_stages=c.bwd_num_stages,
