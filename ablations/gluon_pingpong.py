@@ -1,0 +1,275 @@
+"""DRAFT, compiled for sm_90 on the CPU, never run: a FlashAttention-3-style forward in Gluon
+(Hopper wgmma + TMA + warp specialisation), the lever ablations/NOTES.md ("Next GPU session
+(after the eleventh)", item 2) names for the d=64 misses of issue 7.
+
+One program computes 2 * BLOCK_M query rows of one (batch, head) with three partitions:
+- a producer warp: TMA loads of both consumers' Q rows once, then K_j and V_j into a ring of
+  STAGES slots (ready/empty mbarriers; a slot is empty once both consumers released it);
+- two consumer warpgroups (the default partition and a 4-warp worker), each owning BLOCK_M rows
+  with its own m_i, l_i and O accumulator, so no softmax statistic crosses a warpgroup (split-Q).
+
+The consumers take turns at the tensor cores (a pair of mbarriers, `turn`): in its turn a
+consumer issues S_j = Q K_j^T and O += P_{j-1} V_{j-1} (the product of the previous tile, as
+FA3 overlaps within a warpgroup), waits for both, hands the turn over, and then does tile j's
+softmax while the other consumer's products run. Deferred normalisation: one division by l_i
+at the end, and L_i = m_i c + log2 l_i stored (natural log) as the Triton kernels do.
+
+Not done (so not comparable with kernels/ yet): causal masking, GQA, seqlen not a multiple of
+2 * BLOCK_M and BLOCK_N (K/V are read through a descriptor over the flattened (B*H*S, D) rows,
+so a partial last tile would read the next head's rows), non-finite V semantics. Checked
+here only that it compiles for sm_90 (registers, spills, shared memory):
+
+    env -u TRITON_INTERPRET python3 ablations/gluon_pingpong.py --compile
+
+On the GPU, `python3 ablations/gluon_pingpong.py --check` compares it with the float64 oracle
+and times it beside kernels.flash_attention on one non-causal cell.
+"""
+import argparse
+import sys
+from pathlib import Path
+
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from kernels.forward import LN2 as _LN2, LOG2E  # noqa: E402
+
+LN2 = gl.constexpr(_LN2)
+
+
+@gluon.constexpr_function
+def mma_layout(n):
+    """wgmma accumulator layout of one warpgroup: M = 64 rows (16 per warp), N = n."""
+    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, n, 16])
+
+
+@gluon.jit
+def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, kv_ready, kv_empty, turn,
+              O, LSE, q_row, kv_row, out_row, n_tiles, qk_scale, CONSUMER: gl.constexpr):
+    # the tile sizes come from the descriptors and buffers: constexprs do not survive the
+    # argument tuple of a warp-specialised partition
+    BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
+    BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
+    HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
+    STAGES: gl.constexpr = k_smem.type.shape[0]
+    mbarrier.expect(q_bar, 2 * q_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(q_desc, [q_row, 0], q_bar, q_smem.index(0))
+    tma.async_copy_global_to_shared(q_desc, [q_row + BLOCK_M, 0], q_bar, q_smem.index(1))
+    for j in range(n_tiles):
+        slot = j % STAGES
+        phase = (j // STAGES) & 1
+        mbarrier.wait(kv_empty.index(slot), phase ^ 1)  # mbarriers start with phase 1 complete
+        ready = kv_ready.index(slot)
+        mbarrier.expect(ready, k_desc.block_type.nbytes + v_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(k_desc, [kv_row + j * BLOCK_N, 0], ready, k_smem.index(slot))
+        tma.async_copy_global_to_shared(v_desc, [kv_row + j * BLOCK_N, 0], ready, v_smem.index(slot))
+
+
+@gluon.jit
+def _consumer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, kv_ready, kv_empty, turn,
+              O, LSE, q_row, kv_row, out_row, n_tiles, qk_scale, CONSUMER: gl.constexpr):
+    # the tile sizes come from the descriptors and buffers: constexprs do not survive the
+    # argument tuple of a warp-specialised partition
+    BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
+    BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
+    HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
+    STAGES: gl.constexpr = k_smem.type.shape[0]
+    s_layout: gl.constexpr = mma_layout(BLOCK_N)
+    o_layout: gl.constexpr = mma_layout(HEAD_DIM)
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
+    orow_layout: gl.constexpr = gl.SliceLayout(1, o_layout)
+    dtype: gl.constexpr = q_desc.dtype
+
+    mbarrier.wait(q_bar, 0)
+    q = q_smem.index(CONSUMER)
+    m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, row_layout)
+    l_i = gl.zeros([BLOCK_M], gl.float32, row_layout)
+    acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, o_layout)
+    s_zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
+    p = gl.zeros([BLOCK_M, BLOCK_N], dtype, p_layout)
+    for j in range(n_tiles):
+        slot = j % STAGES
+        mbarrier.wait(kv_ready.index(slot), (j // STAGES) & 1)
+        # my turn at the tensor cores: consumer 0 goes first (its first wait is on the phase the
+        # barrier starts complete with), then they alternate
+        mbarrier.wait(turn.index(CONSUMER), (j & 1) ^ (1 - CONSUMER))
+        s_async = warpgroup_mma(q, k_smem.index(slot).permute((1, 0)), s_zero, use_acc=False,
+                                is_async=True)
+        prev = (j + STAGES - 1) % STAGES
+        if j > 0:  # (not a zero P against slot `prev`: unwritten shared memory may hold NaN)
+            acc_async = warpgroup_mma(p, v_smem.index(prev), acc, is_async=True)
+            s, acc = warpgroup_mma_wait(num_outstanding=0, deps=(s_async, acc_async))
+        else:
+            s = warpgroup_mma_wait(num_outstanding=0, deps=(s_async,))
+        mbarrier.arrive(turn.index(1 - CONSUMER), count=1)
+        mbarrier.arrive(kv_empty.index(prev), count=1, pred=j > 0)  # V_{j-1} used by me
+
+        # tile j's online softmax, in raw units then scaled (see kernels/forward.py)
+        m_new = gl.maximum(m_i, gl.max(s, 1))
+        p32 = gl.exp2((s - m_new[:, None]) * qk_scale)
+        alpha = gl.exp2((m_i - m_new) * qk_scale)
+        l_i = l_i * alpha + gl.sum(p32, 1)
+        m_i = m_new
+        acc = acc * gl.convert_layout(alpha, orow_layout)[:, None]
+        p = gl.convert_layout(p32.to(dtype), p_layout)
+
+    last = (n_tiles + STAGES - 1) % STAGES
+    acc_async = warpgroup_mma(p, v_smem.index(last), acc, is_async=True)
+    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc_async,))
+    mbarrier.arrive(kv_empty.index(last), count=1)
+
+    # the one deferred division, and L = m c + log2 l (natural log)
+    acc = acc / gl.convert_layout(l_i, orow_layout)[:, None]
+    lse = (m_i * qk_scale + gl.log2(l_i)) * LN2
+    rows = out_row + CONSUMER * BLOCK_M + gl.arange(0, BLOCK_M, layout=orow_layout)
+    dims = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
+    gl.store(O + rows.to(gl.int64)[:, None] * HEAD_DIM + dims[None, :], acc.to(dtype))
+    gl.store(LSE + rows, gl.convert_layout(lse, orow_layout))
+
+
+@gluon.jit
+def _consumer0(args):
+    _consumer(*args, CONSUMER=0)
+
+
+@gluon.jit
+def _worker_consumer1(args):
+    _consumer(*args, CONSUMER=1)
+
+
+@gluon.jit
+def _worker_producer(args):
+    _producer(*args, CONSUMER=0)
+
+
+@gluon.jit
+def pingpong_fwd(q_desc, k_desc, v_desc, O, LSE, seqlen, heads_q, group_size, qk_scale,
+                 BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
+                 STAGES: gl.constexpr):
+    """q_desc: (B*Hq*S, D) rows in 2 * BLOCK_M... boxes of BLOCK_M rows; k_desc, v_desc: (B*Hkv*S,
+    D) in boxes of BLOCK_N rows. O (B*Hq*S, D) and LSE (B*Hq*S,) contiguous."""
+    off_bh = gl.program_id(1)
+    kv_bh = (off_bh // heads_q) * (heads_q // group_size) + (off_bh % heads_q) // group_size
+    q_row = off_bh * seqlen + gl.program_id(0) * (2 * BLOCK_M)
+    kv_row = kv_bh * seqlen
+    n_tiles = gl.cdiv(seqlen, BLOCK_N)
+
+    q_smem = gl.allocate_shared_memory(q_desc.dtype, [2] + q_desc.block_type.shape, q_desc.layout)
+    k_smem = gl.allocate_shared_memory(k_desc.dtype, [STAGES] + k_desc.block_type.shape,
+                                       k_desc.layout)
+    v_smem = gl.allocate_shared_memory(v_desc.dtype, [STAGES] + v_desc.block_type.shape,
+                                       v_desc.layout)
+    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    kv_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    kv_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(q_bar, count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(kv_ready.index(i), count=1)
+        mbarrier.init(kv_empty.index(i), count=2)  # released by both consumers
+    for i in gl.static_range(2):
+        mbarrier.init(turn.index(i), count=1)
+
+    args = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, kv_ready, kv_empty, turn,
+            O, LSE, q_row, kv_row, q_row, n_tiles, qk_scale)
+    gl.warp_specialize([(_consumer0, (args,)), (_worker_consumer1, (args,)),
+                        (_worker_producer, (args,))], [4, 1], [232, 24])
+
+
+def descriptors(q, k, v, block_m: int, block_n: int):
+    """TMA descriptors over the flattened (B*H*S, D) rows of contiguous q, k, v."""
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    dtype = {"torch.bfloat16": gl.bfloat16, "torch.float16": gl.float16}[str(q.dtype)]
+    out = []
+    for t, rows in ((q, block_m), (k, block_n), (v, block_n)):
+        flat = t.reshape(-1, t.shape[-1])
+        layout = gl.NVMMASharedLayout.get_default_for([rows, t.shape[-1]], dtype)
+        out.append(TensorDescriptor.from_tensor(flat, [rows, t.shape[-1]], layout))
+    return out
+
+
+def pingpong_attention(q, k, v, block_m=64, block_n=128, stages=2, softmax_scale=None):
+    """Non-causal attention of contiguous (B, H, S, D) q, k, v; S a multiple of 2 * block_m
+    and of block_n. Returns (o, lse)."""
+    import torch
+
+    batch, heads_q, seqlen, head_dim = q.shape
+    if seqlen % (2 * block_m) or seqlen % block_n:
+        raise ValueError(f"seqlen {seqlen} must be a multiple of {2 * block_m} and {block_n}")
+    scale = head_dim ** -0.5 if softmax_scale is None else softmax_scale
+    o = torch.empty_like(q)
+    lse = torch.empty(q.shape[:3], device=q.device, dtype=torch.float32)
+    q_desc, k_desc, v_desc = descriptors(q, k, v, block_m, block_n)
+    grid = (seqlen // (2 * block_m), batch * heads_q)
+    pingpong_fwd[grid](q_desc, k_desc, v_desc, o, lse, seqlen, heads_q, heads_q // k.shape[1],
+                       scale * LOG2E, BLOCK_M=block_m, BLOCK_N=block_n, HEAD_DIM=head_dim,
+                       STAGES=stages, num_warps=4)
+    return o, lse
+
+
+def compile_for_sm90(dtype="bf16", block_m=64, block_n=128, head_dim=64, stages=2):
+    """triton.compile for sm_90 without a GPU; returns the CompiledKernel."""
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    gl_dtype = {"bf16": gl.bfloat16, "fp16": gl.float16}[dtype]
+
+    def desc(rows):
+        layout = gl.NVMMASharedLayout.get_default_for([rows, head_dim], gl_dtype)
+        return f"tensordesc<{dtype}[{rows},{head_dim}],{layout!r}>"
+
+    signature = {"q_desc": desc(block_m), "k_desc": desc(block_n), "v_desc": desc(block_n),
+                 "O": f"*{dtype}", "LSE": "*fp32", "seqlen": "i32", "heads_q": "i32",
+                 "group_size": "i32", "qk_scale": "fp32", "BLOCK_M": "constexpr",
+                 "BLOCK_N": "constexpr", "HEAD_DIM": "constexpr", "STAGES": "constexpr"}
+    constexprs = {"BLOCK_M": block_m, "BLOCK_N": block_n, "HEAD_DIM": head_dim, "STAGES": stages}
+    source = GluonASTSource(pingpong_fwd, signature, constexprs, {})
+    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--compile", action="store_true", help="compile for sm_90 (no GPU needed)")
+    p.add_argument("--check", action="store_true", help="GPU: oracle check and timing")
+    p.add_argument("--head-dim", type=int, default=64)
+    p.add_argument("--block-n", type=int, default=128)
+    p.add_argument("--stages", type=int, default=2)
+    args = p.parse_args(argv)
+    if args.compile:
+        compiled = compile_for_sm90(block_n=args.block_n, head_dim=args.head_dim,
+                                    stages=args.stages)
+        from fa2check.compile_gate import ptxas_usage, rerun_ptxas
+
+        ptx = compiled.asm["ptx"]
+        print(f"ptxas: {ptxas_usage(rerun_ptxas(ptx))}")
+        print(f"compiled: shared {compiled.metadata.shared} bytes, wgmma "
+              f"{ptx.count('wgmma.mma_async')}, setmaxnreg {ptx.count('setmaxnreg')}, "
+              f"mbarrier waits {ptx.count('mbarrier.try_wait')}")
+    if args.check:
+        import torch
+        from triton.testing import do_bench
+
+        from fa2check.oracle import reference
+        from kernels import flash_attention
+
+        d, n = args.head_dim, 1024
+        q, k, v = (torch.randn(16, 2048 // d, n, d, device="cuda", dtype=torch.bfloat16)
+                   for _ in range(3))
+        o, lse = pingpong_attention(q, k, v, block_n=args.block_n, stages=args.stages)
+        o_ref, lse_ref = reference(q[:1], k[:1], v[:1])
+        print("max |o - oracle| (batch 0):", (o[:1].double() - o_ref).abs().max().item(),
+              " max |lse - oracle|:", (lse[:1].double() - lse_ref).abs().max().item())
+        for name, fn in (("pingpong", lambda: pingpong_attention(q, k, v, block_n=args.block_n,
+                                                                  stages=args.stages)),
+                         ("flash_attention", lambda: flash_attention(q, k, v))):
+            print(name, f"{do_bench(fn, warmup=5, rep=20):.4f} ms")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
