@@ -53,7 +53,6 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, kv_ready, k
     # argument tuple of a warp-specialised partition
     BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
     BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
-    HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
     STAGES: gl.constexpr = k_smem.type.shape[0]
     mbarrier.expect(q_bar, 2 * q_desc.block_type.nbytes)
     tma.async_copy_global_to_shared(q_desc, [q_row, 0], q_bar, q_smem.index(0))
@@ -143,15 +142,16 @@ def _worker_consumer1(args):
 
 @gluon.jit
 def _worker_producer(args):
-    _producer(*args, CONSUMER=0)
+    _producer(*args, CONSUMER=0)  # CONSUMER unused: the partitions share one argument list
 
 
 @gluon.jit
 def pingpong_fwd(q_desc, k_desc, v_desc, O, LSE, seqlen, heads_q, group_size, qk_scale,
                  BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
                  STAGES: gl.constexpr):
-    """q_desc: (B*Hq*S, D) rows in 2 * BLOCK_M... boxes of BLOCK_M rows; k_desc, v_desc: (B*Hkv*S,
-    D) in boxes of BLOCK_N rows. O (B*Hq*S, D) and LSE (B*Hq*S,) contiguous."""
+    """q_desc: the (B*Hq*S, D) rows of q in boxes of BLOCK_M rows; k_desc, v_desc: the
+    (B*Hkv*S, D) rows in boxes of BLOCK_N. O (B*Hq*S, D) and LSE (B*Hq*S,) contiguous. Grid
+    (S / (2 * BLOCK_M), B * Hq)."""
     off_bh = gl.program_id(1)
     kv_bh = (off_bh // heads_q) * (heads_q // group_size) + (off_bh % heads_q) // group_size
     q_row = off_bh * seqlen + gl.program_id(0) * (2 * BLOCK_M)
