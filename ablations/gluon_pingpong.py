@@ -49,22 +49,20 @@ def mma_layout(n):
 @gluon.jit
 def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, kv_ready, kv_empty, turn,
               O, LSE, q_row, kv_row, out_row, n_tiles, qk_scale, CONSUMER: gl.constexpr):
-    # the tile sizes come from the descriptors and buffers: constexprs do not survive the
-    # argument tuple of a warp-specialised partition
-    BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
-    BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
-    STAGES: gl.constexpr = k_smem.type.shape[0]
+    STAGES: gl.constexpr = k_smem.type.shape[0]  # tile sizes: see _consumer
     mbarrier.expect(q_bar, 2 * q_desc.block_type.nbytes)
     tma.async_copy_global_to_shared(q_desc, [q_row, 0], q_bar, q_smem.index(0))
-    tma.async_copy_global_to_shared(q_desc, [q_row + BLOCK_M, 0], q_bar, q_smem.index(1))
+    tma.async_copy_global_to_shared(q_desc, [q_row + q_desc.block_type.shape[0], 0], q_bar,
+                                    q_smem.index(1))
     for j in range(n_tiles):
         slot = j % STAGES
         phase = (j // STAGES) & 1
         mbarrier.wait(kv_empty.index(slot), phase ^ 1)  # mbarriers start with phase 1 complete
         ready = kv_ready.index(slot)
         mbarrier.expect(ready, k_desc.block_type.nbytes + v_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(k_desc, [kv_row + j * BLOCK_N, 0], ready, k_smem.index(slot))
-        tma.async_copy_global_to_shared(v_desc, [kv_row + j * BLOCK_N, 0], ready, v_smem.index(slot))
+        row = kv_row + j * k_desc.block_type.shape[0]
+        tma.async_copy_global_to_shared(k_desc, [row, 0], ready, k_smem.index(slot))
+        tma.async_copy_global_to_shared(v_desc, [row, 0], ready, v_smem.index(slot))
 
 
 @gluon.jit
