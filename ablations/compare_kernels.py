@@ -79,6 +79,8 @@ def main():
     parser.add_argument("--warmup-ms", type=float, default=5.0)
     parser.add_argument("--rep-ms", type=float, default=20.0)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--commit", help="git commit to record: the device's copy of the tree "
+                                         "may carry a stale .git (as fa2check.ablate --commit)")
     args = parser.parse_args()
     from triton.testing import do_bench
 
@@ -121,7 +123,10 @@ def main():
                   f"max|diff| to the first {rows[-1]['max_abs_diff']:.2e}",
                   flush=True)
     if args.json:
-        args.json.write_text(json.dumps({"environment": describe_environment("cuda"),
+        environment = describe_environment("cuda")
+        if args.commit:
+            environment["git_commit"] = args.commit
+        args.json.write_text(json.dumps({"environment": environment,
                                          "command": " ".join(sys.argv),
                                          "warmup_ms": args.warmup_ms, "rep_ms": args.rep_ms,
                                          "rows": rows}, indent=1))
