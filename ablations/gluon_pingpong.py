@@ -237,6 +237,7 @@ def main(argv=None) -> int:
     p.add_argument("--head-dim", type=int, default=64)
     p.add_argument("--block-n", type=int, default=128)
     p.add_argument("--stages", type=int, default=2)
+    p.add_argument("--seqlen", type=int, default=1024)
     args = p.parse_args(argv)
     if args.compile:
         compiled = compile_for_sm90(block_n=args.block_n, head_dim=args.head_dim,
@@ -250,22 +251,34 @@ def main(argv=None) -> int:
               f"mbarrier waits {ptx.count('mbarrier.try_wait')}")
     if args.check:
         import torch
+        from torch.nn.attention import SDPBackend, sdpa_kernel
         from triton.testing import do_bench
 
         from fa2check.oracle import reference
         from kernels import flash_attention
 
-        d, n = args.head_dim, 1024
-        q, k, v = (torch.randn(16, 2048 // d, n, d, device="cuda", dtype=torch.bfloat16)
+        d, n = args.head_dim, args.seqlen
+        batch, heads = 16384 // n, 2048 // d  # the paper grid's shapes
+        q, k, v = (torch.randn(batch, heads, n, d, device="cuda", dtype=torch.bfloat16)
                    for _ in range(3))
         o, lse = pingpong_attention(q, k, v, block_n=args.block_n, stages=args.stages)
+        torch.cuda.synchronize()
         o_ref, lse_ref = reference(q[:1], k[:1], v[:1])
-        print("max |o - oracle| (batch 0):", (o[:1].double() - o_ref).abs().max().item(),
-              " max |lse - oracle|:", (lse[:1].double() - lse_ref).abs().max().item())
+        print(f"d={d} n={n} block_n={args.block_n} stages={args.stages}: max |o - oracle| "
+              f"(batch 0) {(o[:1].double() - o_ref).abs().max().item():.3e}, max |lse - oracle| "
+              f"{(lse[:1].double() - lse_ref).abs().max().item():.3e}", flush=True)
+
+        def sdpa_flash():
+            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                return torch.nn.functional.scaled_dot_product_attention(q, k, v)
+
+        flops = 4 * batch * heads * n * n * d
         for name, fn in (("pingpong", lambda: pingpong_attention(q, k, v, block_n=args.block_n,
                                                                   stages=args.stages)),
-                         ("flash_attention", lambda: flash_attention(q, k, v))):
-            print(name, f"{do_bench(fn, warmup=5, rep=20):.4f} ms")
+                         ("flash_attention", lambda: flash_attention(q, k, v)),
+                         ("sdpa_flash", sdpa_flash)):
+            ms = do_bench(fn, warmup=25, rep=100)
+            print(f"  {name:16s} {ms:.4f} ms {flops / ms / 1e9:6.0f} TFLOP/s", flush=True)
     return 0
 
 
