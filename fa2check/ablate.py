@@ -24,6 +24,7 @@ import time
 
 from .grids import GRIDS, MODES, custom_grid, filter_grid, parse_modes
 from .sdpa_backends import BACKENDS
+from .results import resolve
 
 CELL_OPTIONS = ("grid", "seqlen", "head_dim", "batch", "heads", "heads_kv", "causal", "dtype", "mode")
 H200_WORKERS = 15  # the device machine's 16 cores, one left to the main process
@@ -92,7 +93,7 @@ def parse_args(argv):
     for option, paths in (("--configs-from", args.configs_from), ("--from", args.sources or []),
                           ("--merge", args.merge or [])):
         for path in paths:
-            if not os.path.isfile(path):
+            if not os.path.isfile(resolve(path)):
                 p.error(f"{option} {path}: no such file")
     unknown = [b for b in args.backends.split(",") if b and b not in BACKENDS]
     if unknown:
@@ -220,7 +221,7 @@ def render_files(sources, args, console) -> int:
     """Render saved results (each file's selected views); optional markdown / README."""
     from . import report
     from .analysis import analyse_results
-    from .results import load
+    from .results import base_name, load
 
     parts = []
     for path, views in sources:
@@ -230,7 +231,7 @@ def render_files(sources, args, console) -> int:
             analysis["same_run"] = analysis["modes"]
             analysis["modes"] = {m: d for m, d in analysis["modes"].items() if m in views}
         report.render(results, analysis, console, source=os.path.relpath(path))
-        base = path[:-len(".json")]
+        base = base_name(path)
         images = [(alt, os.path.relpath(base + suffix, os.path.dirname(README)))
                   for suffix, alt in (("-tflops.png", "TFLOP/s by seqlen"),
                                       ("-contributions.png", "Shapley contributions"))

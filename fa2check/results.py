@@ -3,6 +3,7 @@ results (ablations/results/) to render on a machine without a GPU."""
 from __future__ import annotations
 
 import glob
+import gzip
 import json
 import os
 import re
@@ -33,9 +34,28 @@ def save(results: dict, path: str):
     os.replace(tmp, path)  # a run killed while writing keeps the previous sweep's file
 
 
+def resolve(path) -> str:
+    """path, or its compressed copy path + ".gz" when only that exists (older results files
+    are committed gzip-compressed, under the name they were written with plus .gz)."""
+    path = os.fspath(path)
+    if not os.path.exists(path) and os.path.exists(path + ".gz"):
+        return path + ".gz"
+    return path
+
+
+def read_json(path: str):
+    path = resolve(path)
+    with (gzip.open if path.endswith(".gz") else open)(path, "rt") as f:
+        return json.load(f)
+
+
+def base_name(path: str) -> str:
+    """The path without .json or .json.gz (the stem the run's other files share)."""
+    return re.sub(r"\.json(\.gz)?$", "", path)
+
+
 def load(path: str) -> dict:
-    with open(path) as f:
-        data = json.load(f)
+    data = read_json(path)
     if not isinstance(data, dict) or not str(data.get("schema", "")).startswith("fa2check.ablate/"):
         raise ValueError(f"{path} is not a fa2check.ablate results file")
     return data
@@ -49,7 +69,8 @@ def committed(results_dir: str = RESULTS_DIR) -> list[tuple[str, list[str]]]:
     from .analysis import views
 
     found = []
-    for path in glob.glob(os.path.join(results_dir, "*.json")):
+    for path in glob.glob(os.path.join(results_dir, "*.json")) + glob.glob(
+            os.path.join(results_dir, "*.json.gz")):
         try:
             data = load(path)
         except (ValueError, OSError, json.JSONDecodeError):

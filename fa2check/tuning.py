@@ -204,12 +204,11 @@ def representative(cells, key: TuneKey, tune_seqlen: int = TUNE_SEQLEN):
 
 def load_configs(paths) -> dict[TuneKey, dict]:
     """Config records from earlier results JSON files (later files win)."""
-    import json
+    from .results import read_json
 
     found = {}
     for path in paths:
-        with open(path) as f:
-            data = json.load(f)
+        data = read_json(path)
         for record in data.get("configs", []):
             key = TuneKey(**_with_band(record["key"]))
             found[key] = {**record, "key": key.as_dict(),

@@ -12,7 +12,6 @@ Tiers: quick (the default without a GPU: tiny problems for Triton's CPU interpre
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import sys
@@ -51,10 +50,10 @@ def parse_args(argv=None):
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.from_path:
+        from .results import read_json
         from .verdicts import markdown
 
-        with open(args.from_path) as f:
-            print(markdown(json.load(f)))
+        print(markdown(read_json(args.from_path)))  # X.json or its compressed X.json.gz
         return 0
     device = select_device()  # sets TRITON_INTERPRET before triton is imported
     from rich.console import Console

@@ -625,3 +625,24 @@ def test_an_unknown_backend_is_named_before_any_work(capsys):
     with pytest.raises(SystemExit):
         ablate.main(["--backends", "sdpa-flash,flash", "--plan"])
     assert "--backends flash: not one of sdpa-flash," in capsys.readouterr().err
+
+
+def test_a_compressed_results_file_is_read_under_its_first_name(tmp_path):
+    """Older results are committed as X.json.gz; --from/--configs-from X.json, tuning's config
+    loader and the committed-results finder read them as if they were X.json."""
+    import gzip
+
+    from fa2check import ablate, tuning
+    from fa2check.results import committed, load
+
+    data = synthetic_results("2026-11-02T00:00:00", ("fwd",), "cuda")
+    data["configs"] = [{"key": {"part": "fwd", "variant": "+defer+seqpar+splitq",
+                                "head_dim": 64, "causal": False}, "config": {}}]
+    with gzip.open(tmp_path / "old.json.gz", "wt") as f:
+        json.dump(data, f)
+    plain = str(tmp_path / "old.json")
+    assert load(plain)["provenance"] == data["provenance"]
+    assert len(tuning.load_configs([plain])) == 1
+    assert ablate.parse_args(["--configs-from", plain, "--plan"]).configs_from == [plain]
+    assert [(os.path.basename(p), m) for p, m in committed(str(tmp_path))] == [
+        ("old.json.gz", ["fwd"])]

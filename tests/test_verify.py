@@ -1,6 +1,7 @@
 """python -m fa2check.verify: columns, cases, the exit status, the JSON report, reproduce
 commands, worker processes, and torch SDPA's adapters (on the CPU: flash and math run, cuDNN
 and efficient are reported unsupported)."""
+import gzip
 import json
 import shlex
 
@@ -63,6 +64,12 @@ def test_failures_exit_nonzero_and_reproduce(tmp_path, capsys):
     row = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| lse_b")]
     worst = max(r["ratio"] for r in failed)
     assert row == [f"| lse_bounds | FAIL {worst:.2f} {len(failed)}/{len(failed)} |"]
+    with gzip.open(str(report) + ".gz", "wt") as f:  # committed older verdicts are compressed
+        f.write(report.read_text())
+    report.unlink()
+    assert verify.main(["--from", str(report)]) == 0
+    assert row == [line for line in capsys.readouterr().out.splitlines()
+                   if line.startswith("| lse_b")]
     rerun = json.loads(again.read_text())["results"]
     assert [r["case"]["id"] for r in rerun] == [failed[0]["case"]["id"]]
 
