@@ -48,12 +48,13 @@ def mma_layout(n):
 
 @gluon.jit
 def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, kv_ready, kv_empty, turn,
-              O, LSE, q_row, kv_row, out_row, n_tiles, qk_scale, CONSUMER: gl.constexpr):
+              O, LSE, q_row, kv_row, q_end, n_tiles, qk_scale, CONSUMER: gl.constexpr):
     STAGES: gl.constexpr = k_smem.type.shape[0]  # tile sizes: see _consumer
-    mbarrier.expect(q_bar, 2 * q_desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(q_desc, [q_row, 0], q_bar, q_smem.index(0))
-    tma.async_copy_global_to_shared(q_desc, [q_row + q_desc.block_type.shape[0], 0], q_bar,
-                                    q_smem.index(1))
+    CONSUMERS: gl.constexpr = q_smem.type.shape[0]
+    mbarrier.expect(q_bar, CONSUMERS * q_desc.block_type.nbytes)
+    for c in gl.static_range(CONSUMERS):
+        tma.async_copy_global_to_shared(q_desc, [q_row + c * q_desc.block_type.shape[0], 0],
+                                        q_bar, q_smem.index(c))
     for j in range(n_tiles):
         slot = j % STAGES
         phase = (j // STAGES) & 1
@@ -66,14 +67,28 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, kv_ready, k
 
 
 @gluon.jit
+def _online_softmax(s, m_i, l_i, qk_scale):
+    """One tile of the online softmax, in raw units then scaled (see kernels/forward.py):
+    returns the new m_i and l_i, the unnormalised P in float32, and alpha, the factor that takes
+    the accumulator from the old max to the new one."""
+    m_new = gl.maximum(m_i, gl.max(s, 1))
+    p32 = gl.exp2((s - m_new[:, None]) * qk_scale)
+    alpha = gl.exp2((m_i - m_new) * qk_scale)
+    return m_new, l_i * alpha + gl.sum(p32, 1), p32, alpha
+
+
+@gluon.jit
 def _consumer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, kv_ready, kv_empty, turn,
-              O, LSE, q_row, kv_row, out_row, n_tiles, qk_scale, CONSUMER: gl.constexpr):
+              O, LSE, q_row, kv_row, q_end, n_tiles, qk_scale, CONSUMER: gl.constexpr):
     # the tile sizes come from the descriptors and buffers: constexprs do not survive the
     # argument tuple of a warp-specialised partition
     BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
     BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[1]
     STAGES: gl.constexpr = k_smem.type.shape[0]
+    CONSUMERS: gl.constexpr = q_smem.type.shape[0]
+    NEXT: gl.constexpr = (CONSUMER + 1) % CONSUMERS  # whose turn at the tensor cores is next
+    FIRST: gl.constexpr = 1 if CONSUMER == 0 else 0  # the parity of my first turn
     s_layout: gl.constexpr = mma_layout(BLOCK_N)
     o_layout: gl.constexpr = mma_layout(HEAD_DIM)
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
@@ -87,30 +102,34 @@ def _consumer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, kv_ready, k
     l_i = gl.zeros([BLOCK_M], gl.float32, row_layout)
     acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, o_layout)
     s_zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
-    p = gl.zeros([BLOCK_M, BLOCK_N], dtype, p_layout)
-    for j in range(n_tiles):
+
+    # tile 0 (peeled: there is no P V product to issue beside S_0)
+    mbarrier.wait(kv_ready.index(0), 0)
+    # consumer 0 goes first: a fresh mbarrier counts its phase of parity 1 as complete
+    mbarrier.wait(turn.index(CONSUMER), FIRST)
+    s_async = warpgroup_mma(q, k_smem.index(0).permute((1, 0)), s_zero, use_acc=False,
+                            is_async=True)
+    mbarrier.arrive(turn.index(NEXT), count=1)
+    s = warpgroup_mma_wait(num_outstanding=0, deps=(s_async,))
+    m_i, l_i, p32, alpha = _online_softmax(s, m_i, l_i, qk_scale)
+    p = gl.convert_layout(p32.to(dtype), p_layout)
+    for j in range(1, n_tiles):
         slot = j % STAGES
+        prev = (j + STAGES - 1) % STAGES
         mbarrier.wait(kv_ready.index(slot), (j // STAGES) & 1)
-        # my turn at the tensor cores: consumer 0 goes first (its first wait is on the phase the
-        # barrier starts complete with), then they alternate
-        mbarrier.wait(turn.index(CONSUMER), (j & 1) ^ (1 - CONSUMER))
+        # my turn at the tensor cores (the consumers go round in order); it passes on as soon
+        # as my two products are issued, so the next consumer's queue up behind them
+        mbarrier.wait(turn.index(CONSUMER), (j & 1) ^ FIRST)
         s_async = warpgroup_mma(q, k_smem.index(slot).permute((1, 0)), s_zero, use_acc=False,
                                 is_async=True)
-        prev = (j + STAGES - 1) % STAGES
-        if j > 0:  # (not a zero P against slot `prev`: unwritten shared memory may hold NaN)
-            acc_async = warpgroup_mma(p, v_smem.index(prev), acc, is_async=True)
-            s, acc = warpgroup_mma_wait(num_outstanding=0, deps=(s_async, acc_async))
-        else:
-            s = warpgroup_mma_wait(num_outstanding=0, deps=(s_async,))
-        mbarrier.arrive(turn.index(1 - CONSUMER), count=1)
-        mbarrier.arrive(kv_empty.index(prev), count=1, pred=j > 0)  # V_{j-1} used by me
-
-        # tile j's online softmax, in raw units then scaled (see kernels/forward.py)
-        m_new = gl.maximum(m_i, gl.max(s, 1))
-        p32 = gl.exp2((s - m_new[:, None]) * qk_scale)
-        alpha = gl.exp2((m_i - m_new) * qk_scale)
-        l_i = l_i * alpha + gl.sum(p32, 1)
-        m_i = m_new
+        acc_async = warpgroup_mma(p, v_smem.index(prev), acc, is_async=True)
+        mbarrier.arrive(turn.index(NEXT), count=1)
+        # S_j is done first (wgmma groups retire in order): its softmax runs while P_{j-1} V_{j-1}
+        # is still on the tensor cores
+        s = warpgroup_mma_wait(num_outstanding=1, deps=(s_async,))
+        m_i, l_i, p32, alpha = _online_softmax(s, m_i, l_i, qk_scale)
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc_async,))
+        mbarrier.arrive(kv_empty.index(prev), count=1)  # V_{j-1} used by me
         acc = acc * gl.convert_layout(alpha, orow_layout)[:, None]
         p = gl.convert_layout(p32.to(dtype), p_layout)
 
@@ -122,10 +141,13 @@ def _consumer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, kv_ready, k
     # the one deferred division, and L = m c + log2 l (natural log)
     acc = acc / gl.convert_layout(l_i, orow_layout)[:, None]
     lse = (m_i * qk_scale + gl.log2(l_i)) * LN2
-    rows = out_row + CONSUMER * BLOCK_M + gl.arange(0, BLOCK_M, layout=orow_layout)
+    # rows past this head's last (the next head's, read through the flattened descriptor) are
+    # computed and dropped
+    rows = q_row + CONSUMER * BLOCK_M + gl.arange(0, BLOCK_M, layout=orow_layout)
     dims = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
-    gl.store(O + rows.to(gl.int64)[:, None] * HEAD_DIM + dims[None, :], acc.to(dtype))
-    gl.store(LSE + rows, gl.convert_layout(lse, orow_layout))
+    gl.store(O + rows.to(gl.int64)[:, None] * HEAD_DIM + dims[None, :], acc.to(dtype),
+             mask=(rows < q_end)[:, None])
+    gl.store(LSE + rows, gl.convert_layout(lse, orow_layout), mask=rows < q_end)
 
 
 @gluon.jit
@@ -139,6 +161,11 @@ def _worker_consumer1(args):
 
 
 @gluon.jit
+def _worker_consumer2(args):
+    _consumer(*args, CONSUMER=2)
+
+
+@gluon.jit
 def _worker_producer(args):
     _producer(*args, CONSUMER=0)  # CONSUMER unused: the partitions share one argument list
 
@@ -146,17 +173,18 @@ def _worker_producer(args):
 @gluon.jit
 def pingpong_fwd(q_desc, k_desc, v_desc, O, LSE, seqlen, heads_q, group_size, qk_scale,
                  BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
-                 STAGES: gl.constexpr):
+                 STAGES: gl.constexpr, CONSUMERS: gl.constexpr):
     """q_desc: the (B*Hq*S, D) rows of q in boxes of BLOCK_M rows; k_desc, v_desc: the
     (B*Hkv*S, D) rows in boxes of BLOCK_N. O (B*Hq*S, D) and LSE (B*Hq*S,) contiguous. Grid
-    (S / (2 * BLOCK_M), B * Hq)."""
+    (cdiv(S, CONSUMERS * BLOCK_M), B * Hq)."""
     off_bh = gl.program_id(1)
     kv_bh = (off_bh // heads_q) * (heads_q // group_size) + (off_bh % heads_q) // group_size
-    q_row = off_bh * seqlen + gl.program_id(0) * (2 * BLOCK_M)
+    q_row = off_bh * seqlen + gl.program_id(0) * (CONSUMERS * BLOCK_M)
     kv_row = kv_bh * seqlen
     n_tiles = gl.cdiv(seqlen, BLOCK_N)
 
-    q_smem = gl.allocate_shared_memory(q_desc.dtype, [2] + q_desc.block_type.shape, q_desc.layout)
+    q_smem = gl.allocate_shared_memory(q_desc.dtype, [CONSUMERS] + q_desc.block_type.shape,
+                                       q_desc.layout)
     k_smem = gl.allocate_shared_memory(k_desc.dtype, [STAGES] + k_desc.block_type.shape,
                                        k_desc.layout)
     v_smem = gl.allocate_shared_memory(v_desc.dtype, [STAGES] + v_desc.block_type.shape,
@@ -164,18 +192,23 @@ def pingpong_fwd(q_desc, k_desc, v_desc, O, LSE, seqlen, heads_q, group_size, qk
     q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     kv_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     kv_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    turn = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout())
     mbarrier.init(q_bar, count=1)
     for i in gl.static_range(STAGES):
         mbarrier.init(kv_ready.index(i), count=1)
-        mbarrier.init(kv_empty.index(i), count=2)  # released by both consumers
-    for i in gl.static_range(2):
+        mbarrier.init(kv_empty.index(i), count=CONSUMERS)  # released by every consumer
+    for i in gl.static_range(CONSUMERS):
         mbarrier.init(turn.index(i), count=1)
 
     args = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, kv_ready, kv_empty, turn,
-            O, LSE, q_row, kv_row, q_row, n_tiles, qk_scale)
-    gl.warp_specialize([(_consumer0, (args,)), (_worker_consumer1, (args,)),
-                        (_worker_producer, (args,))], [4, 1], [232, 24])
+            O, LSE, q_row, kv_row, off_bh * seqlen + seqlen, n_tiles, qk_scale)
+    if CONSUMERS == 2:
+        gl.warp_specialize([(_consumer0, (args,)), (_worker_consumer1, (args,)),
+                            (_worker_producer, (args,))], [4, 1], [232, 24])
+    else:
+        gl.warp_specialize([(_consumer0, (args,)), (_worker_consumer1, (args,)),
+                            (_worker_consumer2, (args,)), (_worker_producer, (args,))],
+                           [4, 4, 1], [160, 160, 24])
 
 
 def descriptors(q, k, v, block_m: int, block_n: int):
@@ -191,26 +224,30 @@ def descriptors(q, k, v, block_m: int, block_n: int):
     return out
 
 
-def pingpong_attention(q, k, v, block_m=64, block_n=128, stages=2, softmax_scale=None):
-    """Non-causal attention of contiguous (B, H, S, D) q, k, v; S a multiple of 2 * block_m
-    and of block_n. Returns (o, lse)."""
+def pingpong_attention(q, k, v, block_m=64, block_n=128, stages=2, consumers=2,
+                       softmax_scale=None):
+    """Non-causal attention of contiguous (B, H, S, D) q, k, v; S a multiple of block_n.
+    Returns (o, lse)."""
     import torch
 
     batch, heads_q, seqlen, head_dim = q.shape
-    if seqlen % (2 * block_m) or seqlen % block_n:
-        raise ValueError(f"seqlen {seqlen} must be a multiple of {2 * block_m} and {block_n}")
+    if seqlen % block_n:
+        raise ValueError(f"seqlen {seqlen} must be a multiple of block_n {block_n}")
+    if consumers not in (2, 3):
+        raise ValueError(f"consumers must be 2 or 3, got {consumers}")
     scale = head_dim ** -0.5 if softmax_scale is None else softmax_scale
     o = torch.empty_like(q)
     lse = torch.empty(q.shape[:3], device=q.device, dtype=torch.float32)
     q_desc, k_desc, v_desc = descriptors(q, k, v, block_m, block_n)
-    grid = (seqlen // (2 * block_m), batch * heads_q)
+    grid = (triton.cdiv(seqlen, consumers * block_m), batch * heads_q)
     pingpong_fwd[grid](q_desc, k_desc, v_desc, o, lse, seqlen, heads_q, heads_q // k.shape[1],
                        scale * LOG2E, BLOCK_M=block_m, BLOCK_N=block_n, HEAD_DIM=head_dim,
-                       STAGES=stages, num_warps=4)
+                       STAGES=stages, CONSUMERS=consumers, num_warps=4)
     return o, lse
 
 
-def compile_for_sm90(dtype="bf16", block_m=64, block_n=128, head_dim=64, stages=2):
+def compile_for_sm90(dtype="bf16", block_m=64, block_n=128, head_dim=64, stages=2,
+                     consumers=2):
     """triton.compile for sm_90 without a GPU; returns the CompiledKernel."""
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
@@ -224,10 +261,25 @@ def compile_for_sm90(dtype="bf16", block_m=64, block_n=128, head_dim=64, stages=
     signature = {"q_desc": desc(block_m), "k_desc": desc(block_n), "v_desc": desc(block_n),
                  "O": f"*{dtype}", "LSE": "*fp32", "seqlen": "i32", "heads_q": "i32",
                  "group_size": "i32", "qk_scale": "fp32", "BLOCK_M": "constexpr",
-                 "BLOCK_N": "constexpr", "HEAD_DIM": "constexpr", "STAGES": "constexpr"}
-    constexprs = {"BLOCK_M": block_m, "BLOCK_N": block_n, "HEAD_DIM": head_dim, "STAGES": stages}
+                 "BLOCK_N": "constexpr", "HEAD_DIM": "constexpr", "STAGES": "constexpr",
+                 "CONSUMERS": "constexpr"}
+    constexprs = {"BLOCK_M": block_m, "BLOCK_N": block_n, "HEAD_DIM": head_dim, "STAGES": stages,
+                  "CONSUMERS": consumers}
     source = GluonASTSource(pingpong_fwd, signature, constexprs, {})
     return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))
+
+
+def tuned_config(path, seqlen, head_dim):
+    """The FA2 variant's tiles of that run's bf16 non-causal cell."""
+    from fa2check.results import load
+    from kernels.config import TileConfig
+
+    for cell in load(path)["cells"]:
+        c = cell["cell"]
+        if (c["seqlen"], c["head_dim"], c["dtype"], c["causal"]) == (
+                seqlen, head_dim, "bfloat16", False):
+            return TileConfig(**cell["configs"]["+defer+seqpar+splitq"])
+    raise ValueError(f"{path} has no bf16 non-causal cell at seqlen {seqlen}, d={head_dim}")
 
 
 def main(argv=None) -> int:
@@ -237,11 +289,14 @@ def main(argv=None) -> int:
     p.add_argument("--head-dim", type=int, default=64)
     p.add_argument("--block-n", type=int, default=128)
     p.add_argument("--stages", type=int, default=2)
+    p.add_argument("--consumers", type=int, default=2, help="consumer warpgroups (2 or 3)")
     p.add_argument("--seqlen", type=int, default=1024)
+    p.add_argument("--tuned-from", default="ablations/results/20261201-033057-nvidia-h200-paper-"
+                   "fwd.json", help="time kernels.flash_attention with this run's FA2 tiles")
     args = p.parse_args(argv)
     if args.compile:
         compiled = compile_for_sm90(block_n=args.block_n, head_dim=args.head_dim,
-                                    stages=args.stages)
+                                    stages=args.stages, consumers=args.consumers)
         from fa2check.compile_gate import ptxas_usage, rerun_ptxas
 
         ptx = compiled.asm["ptx"]
@@ -261,21 +316,26 @@ def main(argv=None) -> int:
         batch, heads = 16384 // n, 2048 // d  # the paper grid's shapes
         q, k, v = (torch.randn(batch, heads, n, d, device="cuda", dtype=torch.bfloat16)
                    for _ in range(3))
-        o, lse = pingpong_attention(q, k, v, block_n=args.block_n, stages=args.stages)
+        def pingpong():
+            return pingpong_attention(q, k, v, block_n=args.block_n, stages=args.stages,
+                                      consumers=args.consumers)
+
+        o, lse = pingpong()
         torch.cuda.synchronize()
         o_ref, lse_ref = reference(q[:1], k[:1], v[:1])
-        print(f"d={d} n={n} block_n={args.block_n} stages={args.stages}: max |o - oracle| "
-              f"(batch 0) {(o[:1].double() - o_ref).abs().max().item():.3e}, max |lse - oracle| "
+        print(f"d={d} n={n} block_n={args.block_n} stages={args.stages} consumers="
+              f"{args.consumers}: max |o - oracle| (batch 0) "
+              f"{(o[:1].double() - o_ref).abs().max().item():.3e}, max |lse - oracle| "
               f"{(lse[:1].double() - lse_ref).abs().max().item():.3e}", flush=True)
 
         def sdpa_flash():
             with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
                 return torch.nn.functional.scaled_dot_product_attention(q, k, v)
 
+        tuned = tuned_config(args.tuned_from, n, d)
         flops = 4 * batch * heads * n * n * d
-        for name, fn in (("pingpong", lambda: pingpong_attention(q, k, v, block_n=args.block_n,
-                                                                  stages=args.stages)),
-                         ("flash_attention", lambda: flash_attention(q, k, v)),
+        for name, fn in (("pingpong", pingpong),
+                         ("flash_attention", lambda: flash_attention(q, k, v, config=tuned)),
                          ("sdpa_flash", sdpa_flash)):
             ms = do_bench(fn, warmup=25, rep=100)
             print(f"  {name:16s} {ms:.4f} ms {flops / ms / 1e9:6.0f} TFLOP/s", flush=True)
