@@ -47,23 +47,47 @@ def mma_layout(n):
 
 
 @gluon.jit
-def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, kv_ready, kv_empty, turn,
-              O, LSE, q_row, kv_row, q_end, n_tiles, qk_scale, CONSUMER: gl.constexpr):
-    STAGES: gl.constexpr = k_smem.type.shape[0]  # tile sizes: see _consumer
+def _work(tile, seqlen, heads_q, group_size, ROWS: gl.constexpr):
+    """Work item `tile` -> its first q row, its kv head's first row, and the row past its head's
+    last, in the flattened (B*H*S, D) rows. Consecutive items are row blocks of one head, so
+    programs running side by side share K/V in L2."""
+    n_blocks = gl.cdiv(seqlen, ROWS)
+    bh = tile // n_blocks
+    kv_bh = (bh // heads_q) * (heads_q // group_size) + (bh % heads_q) // group_size
+    return bh * seqlen + (tile % n_blocks) * ROWS, kv_bh * seqlen, bh * seqlen + seqlen
+
+
+@gluon.jit
+def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, kv_ready,
+              kv_empty, turn, O, LSE, seqlen, heads_q, group_size, n_work, qk_scale,
+              CONSUMER: gl.constexpr):
+    BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]  # tile sizes: see _consumer
+    BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
+    STAGES: gl.constexpr = k_smem.type.shape[0]
     CONSUMERS: gl.constexpr = q_smem.type.shape[0]
-    mbarrier.expect(q_bar, CONSUMERS * q_desc.block_type.nbytes)
-    for c in gl.static_range(CONSUMERS):
-        tma.async_copy_global_to_shared(q_desc, [q_row + c * q_desc.block_type.shape[0], 0],
-                                        q_bar, q_smem.index(c))
-    for j in range(n_tiles):
-        slot = j % STAGES
-        phase = (j // STAGES) & 1
-        mbarrier.wait(kv_empty.index(slot), phase ^ 1)  # mbarriers start with phase 1 complete
-        ready = kv_ready.index(slot)
-        mbarrier.expect(ready, k_desc.block_type.nbytes + v_desc.block_type.nbytes)
-        row = kv_row + j * k_desc.block_type.shape[0]
-        tma.async_copy_global_to_shared(k_desc, [row, 0], ready, k_smem.index(slot))
-        tma.async_copy_global_to_shared(v_desc, [row, 0], ready, v_smem.index(slot))
+    n_tiles = gl.cdiv(seqlen, BLOCK_N)
+    i = 0  # work items done by this program
+    g = 0  # K/V tiles loaded by this program: the ring's position
+    for tile in range(gl.program_id(0), n_work, gl.num_programs(0)):
+        q_row, kv_row, q_end = _work(tile, seqlen, heads_q, group_size, CONSUMERS * BLOCK_M)
+        # the next item's Q is loaded once every consumer has issued its last S of this one
+        # (mbarriers start with their phase of parity 1 complete)
+        mbarrier.wait(q_empty, (i & 1) ^ 1)
+        mbarrier.expect(q_ready, CONSUMERS * q_desc.block_type.nbytes)
+        for c in gl.static_range(CONSUMERS):
+            tma.async_copy_global_to_shared(q_desc, [q_row + c * BLOCK_M, 0], q_ready,
+                                            q_smem.index(c))
+        for j in range(n_tiles):
+            slot = g % STAGES
+            mbarrier.wait(kv_empty.index(slot), ((g // STAGES) & 1) ^ 1)
+            ready = kv_ready.index(slot)
+            mbarrier.expect(ready, k_desc.block_type.nbytes + v_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(k_desc, [kv_row + j * BLOCK_N, 0], ready,
+                                            k_smem.index(slot))
+            tma.async_copy_global_to_shared(v_desc, [kv_row + j * BLOCK_N, 0], ready,
+                                            v_smem.index(slot))
+            g += 1
+        i += 1
 
 
 @gluon.jit
@@ -78,8 +102,9 @@ def _online_softmax(s, m_i, l_i, qk_scale):
 
 
 @gluon.jit
-def _consumer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, kv_ready, kv_empty, turn,
-              O, LSE, q_row, kv_row, q_end, n_tiles, qk_scale, CONSUMER: gl.constexpr):
+def _consumer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, kv_ready,
+              kv_empty, turn, O, LSE, seqlen, heads_q, group_size, n_work, qk_scale,
+              CONSUMER: gl.constexpr):
     # the tile sizes come from the descriptors and buffers: constexprs do not survive the
     # argument tuple of a warp-specialised partition
     BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
@@ -96,58 +121,65 @@ def _consumer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, kv_ready, k
     orow_layout: gl.constexpr = gl.SliceLayout(1, o_layout)
     dtype: gl.constexpr = q_desc.dtype
 
-    mbarrier.wait(q_bar, 0)
+    n_tiles = gl.cdiv(seqlen, BLOCK_N)
     q = q_smem.index(CONSUMER)
-    m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, row_layout)
-    l_i = gl.zeros([BLOCK_M], gl.float32, row_layout)
-    acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, o_layout)
     s_zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
+    i = 0  # work items done by this program
+    g = 0  # K/V tiles consumed: the ring's position, and my turns at the tensor cores so far
+    for tile in range(gl.program_id(0), n_work, gl.num_programs(0)):
+        q_row, kv_row, q_end = _work(tile, seqlen, heads_q, group_size, CONSUMERS * BLOCK_M)
+        m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, row_layout)
+        l_i = gl.zeros([BLOCK_M], gl.float32, row_layout)
+        acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, o_layout)
+        mbarrier.wait(q_ready, i & 1)
 
-    # tile 0 (peeled: there is no P V product to issue beside S_0)
-    mbarrier.wait(kv_ready.index(0), 0)
-    # consumer 0 goes first: a fresh mbarrier counts its phase of parity 1 as complete
-    mbarrier.wait(turn.index(CONSUMER), FIRST)
-    s_async = warpgroup_mma(q, k_smem.index(0).permute((1, 0)), s_zero, use_acc=False,
-                            is_async=True)
-    mbarrier.arrive(turn.index(NEXT), count=1)
-    s = warpgroup_mma_wait(num_outstanding=0, deps=(s_async,))
-    m_i, l_i, p32, alpha = _online_softmax(s, m_i, l_i, qk_scale)
-    p = gl.convert_layout(p32.to(dtype), p_layout)
-    for j in range(1, n_tiles):
-        slot = j % STAGES
-        prev = (j + STAGES - 1) % STAGES
-        mbarrier.wait(kv_ready.index(slot), (j // STAGES) & 1)
-        # my turn at the tensor cores (the consumers go round in order); it passes on as soon
-        # as my two products are issued, so the next consumer's queue up behind them
-        mbarrier.wait(turn.index(CONSUMER), (j & 1) ^ FIRST)
+        # K/V tile 0 (peeled: there is no P V product to issue beside S_0). Every turn: wait
+        # for mine (the consumers go round in order; consumer 0's first wait passes at once),
+        # issue, and pass it on as soon as my products are issued, so the next consumer's
+        # queue up behind them on the tensor cores.
+        slot = g % STAGES
+        mbarrier.wait(kv_ready.index(slot), (g // STAGES) & 1)
+        mbarrier.wait(turn.index(CONSUMER), (g & 1) ^ FIRST)
         s_async = warpgroup_mma(q, k_smem.index(slot).permute((1, 0)), s_zero, use_acc=False,
                                 is_async=True)
-        acc_async = warpgroup_mma(p, v_smem.index(prev), acc, is_async=True)
         mbarrier.arrive(turn.index(NEXT), count=1)
-        # S_j is done first (wgmma groups retire in order): its softmax runs while P_{j-1} V_{j-1}
-        # is still on the tensor cores
-        s = warpgroup_mma_wait(num_outstanding=1, deps=(s_async,))
+        s = warpgroup_mma_wait(num_outstanding=0, deps=(s_async,))
         m_i, l_i, p32, alpha = _online_softmax(s, m_i, l_i, qk_scale)
-        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc_async,))
-        mbarrier.arrive(kv_empty.index(prev), count=1)  # V_{j-1} used by me
-        acc = acc * gl.convert_layout(alpha, orow_layout)[:, None]
         p = gl.convert_layout(p32.to(dtype), p_layout)
+        for j in range(1, n_tiles):
+            prev = slot
+            slot = (g + j) % STAGES
+            mbarrier.wait(kv_ready.index(slot), ((g + j) // STAGES) & 1)
+            mbarrier.wait(turn.index(CONSUMER), ((g + j) & 1) ^ FIRST)
+            s_async = warpgroup_mma(q, k_smem.index(slot).permute((1, 0)), s_zero,
+                                    use_acc=False, is_async=True)
+            acc_async = warpgroup_mma(p, v_smem.index(prev), acc, is_async=True)
+            mbarrier.arrive(turn.index(NEXT), count=1)
+            # S_j is done first (wgmma groups retire in order): its softmax runs while
+            # P_{j-1} V_{j-1} is still on the tensor cores
+            s = warpgroup_mma_wait(num_outstanding=1, deps=(s_async,))
+            m_i, l_i, p32, alpha = _online_softmax(s, m_i, l_i, qk_scale)
+            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc_async,))
+            mbarrier.arrive(kv_empty.index(prev), count=1)  # V_{j-1} used by me
+            acc = acc * gl.convert_layout(alpha, orow_layout)[:, None]
+            p = gl.convert_layout(p32.to(dtype), p_layout)
+        mbarrier.arrive(q_empty, count=1)  # my last S is done: Q may be overwritten
 
-    last = (n_tiles + STAGES - 1) % STAGES
-    acc_async = warpgroup_mma(p, v_smem.index(last), acc, is_async=True)
-    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc_async,))
-    mbarrier.arrive(kv_empty.index(last), count=1)
+        acc_async = warpgroup_mma(p, v_smem.index(slot), acc, is_async=True)
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc_async,))
+        mbarrier.arrive(kv_empty.index(slot), count=1)
+        g += n_tiles
+        i += 1
 
-    # the one deferred division, and L = m c + log2 l (natural log)
-    acc = acc / gl.convert_layout(l_i, orow_layout)[:, None]
-    lse = (m_i * qk_scale + gl.log2(l_i)) * LN2
-    # rows past this head's last (the next head's, read through the flattened descriptor) are
-    # computed and dropped
-    rows = q_row + CONSUMER * BLOCK_M + gl.arange(0, BLOCK_M, layout=orow_layout)
-    dims = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
-    gl.store(O + rows.to(gl.int64)[:, None] * HEAD_DIM + dims[None, :], acc.to(dtype),
-             mask=(rows < q_end)[:, None])
-    gl.store(LSE + rows, gl.convert_layout(lse, orow_layout), mask=rows < q_end)
+        # the one deferred division, and L = m c + log2 l (natural log); rows past this head's
+        # last (the next head's, read through the flattened descriptor) are dropped
+        acc = acc / gl.convert_layout(l_i, orow_layout)[:, None]
+        lse = (m_i * qk_scale + gl.log2(l_i)) * LN2
+        rows = q_row + CONSUMER * BLOCK_M + gl.arange(0, BLOCK_M, layout=orow_layout)
+        dims = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
+        gl.store(O + rows.to(gl.int64)[:, None] * HEAD_DIM + dims[None, :], acc.to(dtype),
+                 mask=(rows < q_end)[:, None])
+        gl.store(LSE + rows, gl.convert_layout(lse, orow_layout), mask=rows < q_end)
 
 
 @gluon.jit
@@ -171,37 +203,34 @@ def _worker_producer(args):
 
 
 @gluon.jit
-def pingpong_fwd(q_desc, k_desc, v_desc, O, LSE, seqlen, heads_q, group_size, qk_scale,
+def pingpong_fwd(q_desc, k_desc, v_desc, O, LSE, seqlen, heads_q, group_size, n_work, qk_scale,
                  BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
                  STAGES: gl.constexpr, CONSUMERS: gl.constexpr):
     """q_desc: the (B*Hq*S, D) rows of q in boxes of BLOCK_M rows; k_desc, v_desc: the
-    (B*Hkv*S, D) rows in boxes of BLOCK_N. O (B*Hq*S, D) and LSE (B*Hq*S,) contiguous. Grid
-    (cdiv(S, CONSUMERS * BLOCK_M), B * Hq)."""
-    off_bh = gl.program_id(1)
-    kv_bh = (off_bh // heads_q) * (heads_q // group_size) + (off_bh % heads_q) // group_size
-    q_row = off_bh * seqlen + gl.program_id(0) * (CONSUMERS * BLOCK_M)
-    kv_row = kv_bh * seqlen
-    n_tiles = gl.cdiv(seqlen, BLOCK_N)
-
+    (B*Hkv*S, D) rows in boxes of BLOCK_N. O (B*Hq*S, D) and LSE (B*Hq*S,) contiguous. n_work =
+    B * Hq * cdiv(S, CONSUMERS * BLOCK_M) work items; a 1-D grid of any size walks them
+    (n_work programs: one item each; fewer: persistent programs)."""
     q_smem = gl.allocate_shared_memory(q_desc.dtype, [CONSUMERS] + q_desc.block_type.shape,
                                        q_desc.layout)
     k_smem = gl.allocate_shared_memory(k_desc.dtype, [STAGES] + k_desc.block_type.shape,
                                        k_desc.layout)
     v_smem = gl.allocate_shared_memory(v_desc.dtype, [STAGES] + v_desc.block_type.shape,
                                        v_desc.layout)
-    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    q_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    q_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     kv_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     kv_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     turn = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout())
-    mbarrier.init(q_bar, count=1)
+    mbarrier.init(q_ready, count=1)
+    mbarrier.init(q_empty, count=CONSUMERS)
     for i in gl.static_range(STAGES):
         mbarrier.init(kv_ready.index(i), count=1)
         mbarrier.init(kv_empty.index(i), count=CONSUMERS)  # released by every consumer
     for i in gl.static_range(CONSUMERS):
         mbarrier.init(turn.index(i), count=1)
 
-    args = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, kv_ready, kv_empty, turn,
-            O, LSE, q_row, kv_row, off_bh * seqlen + seqlen, n_tiles, qk_scale)
+    args = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, kv_ready,
+            kv_empty, turn, O, LSE, seqlen, heads_q, group_size, n_work, qk_scale)
     if CONSUMERS == 2:
         gl.warp_specialize([(_consumer0, (args,)), (_worker_consumer1, (args,)),
                             (_worker_producer, (args,))], [4, 1], [232, 24])
@@ -224,10 +253,10 @@ def descriptors(q, k, v, block_m: int, block_n: int):
     return out
 
 
-def pingpong_attention(q, k, v, block_m=64, block_n=128, stages=2, consumers=2,
+def pingpong_attention(q, k, v, block_m=64, block_n=128, stages=2, consumers=2, programs=0,
                        softmax_scale=None):
     """Non-causal attention of contiguous (B, H, S, D) q, k, v; S a multiple of block_n.
-    Returns (o, lse)."""
+    programs: 0 for one per work item, else that many persistent programs. Returns (o, lse)."""
     import torch
 
     batch, heads_q, seqlen, head_dim = q.shape
@@ -239,9 +268,10 @@ def pingpong_attention(q, k, v, block_m=64, block_n=128, stages=2, consumers=2,
     o = torch.empty_like(q)
     lse = torch.empty(q.shape[:3], device=q.device, dtype=torch.float32)
     q_desc, k_desc, v_desc = descriptors(q, k, v, block_m, block_n)
-    grid = (triton.cdiv(seqlen, consumers * block_m), batch * heads_q)
+    n_work = triton.cdiv(seqlen, consumers * block_m) * batch * heads_q
+    grid = (min(programs, n_work) if programs else n_work,)
     pingpong_fwd[grid](q_desc, k_desc, v_desc, o, lse, seqlen, heads_q, heads_q // k.shape[1],
-                       scale * LOG2E, BLOCK_M=block_m, BLOCK_N=block_n, HEAD_DIM=head_dim,
+                       n_work, scale * LOG2E, BLOCK_M=block_m, BLOCK_N=block_n, HEAD_DIM=head_dim,
                        STAGES=stages, CONSUMERS=consumers, num_warps=4)
     return o, lse
 
@@ -260,7 +290,7 @@ def compile_for_sm90(dtype="bf16", block_m=64, block_n=128, head_dim=64, stages=
 
     signature = {"q_desc": desc(block_m), "k_desc": desc(block_n), "v_desc": desc(block_n),
                  "O": f"*{dtype}", "LSE": "*fp32", "seqlen": "i32", "heads_q": "i32",
-                 "group_size": "i32", "qk_scale": "fp32", "BLOCK_M": "constexpr",
+                 "group_size": "i32", "n_work": "i32", "qk_scale": "fp32", "BLOCK_M": "constexpr",
                  "BLOCK_N": "constexpr", "HEAD_DIM": "constexpr", "STAGES": "constexpr",
                  "CONSUMERS": "constexpr"}
     constexprs = {"BLOCK_M": block_m, "BLOCK_N": block_n, "HEAD_DIM": head_dim, "STAGES": stages,
@@ -291,6 +321,8 @@ def main(argv=None) -> int:
     p.add_argument("--stages", type=int, default=2)
     p.add_argument("--consumers", type=int, default=2, help="consumer warpgroups (2 or 3)")
     p.add_argument("--seqlen", type=int, default=1024)
+    p.add_argument("--programs", default="0", help="comma-separated program counts to time (0: "
+                   "one per work item; else persistent programs)")
     p.add_argument("--tuned-from", default="ablations/results/20261201-033057-nvidia-h200-paper-"
                    "fwd.json", help="time kernels.flash_attention with this run's FA2 tiles")
     args = p.parse_args(argv)
@@ -316,17 +348,20 @@ def main(argv=None) -> int:
         batch, heads = 16384 // n, 2048 // d  # the paper grid's shapes
         q, k, v = (torch.randn(batch, heads, n, d, device="cuda", dtype=torch.bfloat16)
                    for _ in range(3))
-        def pingpong():
+        def pingpong(programs):
             return pingpong_attention(q, k, v, block_n=args.block_n, stages=args.stages,
-                                      consumers=args.consumers)
+                                      consumers=args.consumers, programs=programs)
 
-        o, lse = pingpong()
-        torch.cuda.synchronize()
         o_ref, lse_ref = reference(q[:1], k[:1], v[:1])
-        print(f"d={d} n={n} block_n={args.block_n} stages={args.stages} consumers="
-              f"{args.consumers}: max |o - oracle| (batch 0) "
-              f"{(o[:1].double() - o_ref).abs().max().item():.3e}, max |lse - oracle| "
-              f"{(lse[:1].double() - lse_ref).abs().max().item():.3e}", flush=True)
+        runs = []
+        for programs in map(int, args.programs.split(",")):
+            o, lse = pingpong(programs)
+            torch.cuda.synchronize()
+            print(f"d={d} n={n} block_n={args.block_n} stages={args.stages} consumers="
+                  f"{args.consumers} programs={programs}: max |o - oracle| (batch 0) "
+                  f"{(o[:1].double() - o_ref).abs().max().item():.3e}, max |lse - oracle| "
+                  f"{(lse[:1].double() - lse_ref).abs().max().item():.3e}", flush=True)
+            runs.append((f"pingpong/{programs}", lambda programs=programs: pingpong(programs)))
 
         def sdpa_flash():
             with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
@@ -334,9 +369,8 @@ def main(argv=None) -> int:
 
         tuned = tuned_config(args.tuned_from, n, d)
         flops = 4 * batch * heads * n * n * d
-        for name, fn in (("pingpong", pingpong),
-                         ("flash_attention", lambda: flash_attention(q, k, v, config=tuned)),
-                         ("sdpa_flash", sdpa_flash)):
+        for name, fn in runs + [("flash_attention", lambda: flash_attention(q, k, v, config=tuned)),
+                                ("sdpa_flash", sdpa_flash)]:
             ms = do_bench(fn, warmup=25, rep=100)
             print(f"  {name:16s} {ms:.4f} ms {flops / ms / 1e9:6.0f} TFLOP/s", flush=True)
     return 0
