@@ -47,29 +47,33 @@ def mma_layout(n):
 
 
 @gluon.jit
-def _work(tile, seqlen, heads_q, group_size, ROWS: gl.constexpr):
-    """Work item `tile` -> its first q row, its kv head's first row, and the row past its head's
-    last, in the flattened (B*H*S, D) rows. Consecutive items are row blocks of one head, so
-    programs running side by side share K/V in L2."""
+def _work(tile, seqlen, heads_q, group_size, causal, ROWS: gl.constexpr, BLOCK_N: gl.constexpr):
+    """Work item `tile` -> the first row of its row block within the head, that row and its kv
+    head's first row in the flattened (B*H*S, D) rows, the row past its head's last, and its
+    number of K/V tiles (causal: up to the block's last row). Consecutive items are row blocks
+    of one head, so programs running side by side share K/V in L2; the last row blocks come
+    first, which are the longest when causal."""
     n_blocks = gl.cdiv(seqlen, ROWS)
     bh = tile // n_blocks
     kv_bh = (bh // heads_q) * (heads_q // group_size) + (bh % heads_q) // group_size
-    return bh * seqlen + (tile % n_blocks) * ROWS, kv_bh * seqlen, bh * seqlen + seqlen
+    start = (n_blocks - 1 - tile % n_blocks) * ROWS
+    n_kv = gl.cdiv(gl.minimum(start + ROWS, seqlen) if causal else seqlen, BLOCK_N)
+    return start, bh * seqlen + start, kv_bh * seqlen, bh * seqlen + seqlen, n_kv
 
 
 @gluon.jit
 def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, kv_ready,
-              kv_empty, turn, O, LSE, seqlen, heads_q, group_size, n_work, qk_scale,
+              kv_empty, turn, O, LSE, seqlen, heads_q, group_size, n_work, causal, qk_scale,
               CONSUMER: gl.constexpr):
     BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]  # tile sizes: see _consumer
     BLOCK_N: gl.constexpr = k_desc.block_type.shape[0]
     STAGES: gl.constexpr = k_smem.type.shape[0]
     CONSUMERS: gl.constexpr = q_smem.type.shape[0]
-    n_tiles = gl.cdiv(seqlen, BLOCK_N)
     i = 0  # work items done by this program
     g = 0  # K/V tiles loaded by this program: the ring's position
     for tile in range(gl.program_id(0), n_work, gl.num_programs(0)):
-        q_row, kv_row, q_end = _work(tile, seqlen, heads_q, group_size, CONSUMERS * BLOCK_M)
+        _, q_row, kv_row, _, n_tiles = _work(tile, seqlen, heads_q, group_size, causal,
+                                             CONSUMERS * BLOCK_M, BLOCK_N)
         # the next item's Q is loaded once every consumer has issued its last S of this one
         # (mbarriers start with their phase of parity 1 complete)
         mbarrier.wait(q_empty, (i & 1) ^ 1)
@@ -91,6 +95,17 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
 
 
 @gluon.jit
+def _causal_mask(s, rows, j, first_masked):
+    """S_j with the keys after each row's own position at -inf, from K/V tile first_masked on
+    (the tiles before it are below the diagonal for all of these rows)."""
+    if j >= first_masked:
+        BLOCK_N: gl.constexpr = s.type.shape[1]
+        keys = j * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s.type.layout))
+        s = gl.where(keys[None, :] <= rows[:, None], s, float("-inf"))
+    return s
+
+
+@gluon.jit
 def _online_softmax(s, m_i, l_i, qk_scale):
     """One tile of the online softmax, in raw units then scaled (see kernels/forward.py):
     returns the new m_i and l_i, the unnormalised P in float32, and alpha, the factor that takes
@@ -103,7 +118,7 @@ def _online_softmax(s, m_i, l_i, qk_scale):
 
 @gluon.jit
 def _consumer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, kv_ready,
-              kv_empty, turn, O, LSE, seqlen, heads_q, group_size, n_work, qk_scale,
+              kv_empty, turn, O, LSE, seqlen, heads_q, group_size, n_work, causal, qk_scale,
               CONSUMER: gl.constexpr):
     # the tile sizes come from the descriptors and buffers: constexprs do not survive the
     # argument tuple of a warp-specialised partition
@@ -121,13 +136,17 @@ def _consumer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
     orow_layout: gl.constexpr = gl.SliceLayout(1, o_layout)
     dtype: gl.constexpr = q_desc.dtype
 
-    n_tiles = gl.cdiv(seqlen, BLOCK_N)
     q = q_smem.index(CONSUMER)
     s_zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
     i = 0  # work items done by this program
     g = 0  # K/V tiles consumed: the ring's position, and my turns at the tensor cores so far
     for tile in range(gl.program_id(0), n_work, gl.num_programs(0)):
-        q_row, kv_row, q_end = _work(tile, seqlen, heads_q, group_size, CONSUMERS * BLOCK_M)
+        start, q_row, kv_row, q_end, n_tiles = _work(tile, seqlen, heads_q, group_size, causal,
+                                                     CONSUMERS * BLOCK_M, BLOCK_N)
+        # causal: my rows' positions, and the first K/V tile that reaches past the first one
+        # (every consumer takes the block's tiles, so they all have as many turns)
+        my_rows = start + CONSUMER * BLOCK_M + gl.arange(0, BLOCK_M, layout=row_layout)
+        first_masked = (start + CONSUMER * BLOCK_M + 1) // BLOCK_N if causal else n_tiles
         m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, row_layout)
         l_i = gl.zeros([BLOCK_M], gl.float32, row_layout)
         acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, o_layout)
@@ -144,6 +163,7 @@ def _consumer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
                                 is_async=True)
         mbarrier.arrive(turn.index(NEXT), count=1)
         s = warpgroup_mma_wait(num_outstanding=0, deps=(s_async,))
+        s = _causal_mask(s, my_rows, 0, first_masked)
         m_i, l_i, p32, alpha = _online_softmax(s, m_i, l_i, qk_scale)
         p = gl.convert_layout(p32.to(dtype), p_layout)
         for j in range(1, n_tiles):
@@ -158,6 +178,7 @@ def _consumer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
             # S_j is done first (wgmma groups retire in order): its softmax runs while
             # P_{j-1} V_{j-1} is still on the tensor cores
             s = warpgroup_mma_wait(num_outstanding=1, deps=(s_async,))
+            s = _causal_mask(s, my_rows, j, first_masked)
             m_i, l_i, p32, alpha = _online_softmax(s, m_i, l_i, qk_scale)
             acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc_async,))
             mbarrier.arrive(kv_empty.index(prev), count=1)  # V_{j-1} used by me
@@ -203,7 +224,8 @@ def _worker_producer(args):
 
 
 @gluon.jit
-def pingpong_fwd(q_desc, k_desc, v_desc, O, LSE, seqlen, heads_q, group_size, n_work, qk_scale,
+def pingpong_fwd(q_desc, k_desc, v_desc, O, LSE, seqlen, heads_q, group_size, n_work, causal,
+                 qk_scale,
                  BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
                  STAGES: gl.constexpr, CONSUMERS: gl.constexpr):
     """q_desc: the (B*Hq*S, D) rows of q in boxes of BLOCK_M rows; k_desc, v_desc: the
@@ -230,7 +252,7 @@ def pingpong_fwd(q_desc, k_desc, v_desc, O, LSE, seqlen, heads_q, group_size, n_
         mbarrier.init(turn.index(i), count=1)
 
     args = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, kv_ready,
-            kv_empty, turn, O, LSE, seqlen, heads_q, group_size, n_work, qk_scale)
+            kv_empty, turn, O, LSE, seqlen, heads_q, group_size, n_work, causal, qk_scale)
     if CONSUMERS == 2:
         gl.warp_specialize([(_consumer0, (args,)), (_worker_consumer1, (args,)),
                             (_worker_producer, (args,))], [4, 1], [232, 24])
@@ -253,9 +275,10 @@ def descriptors(q, k, v, block_m: int, block_n: int):
     return out
 
 
-def pingpong_attention(q, k, v, block_m=64, block_n=128, stages=2, consumers=2, programs=0,
-                       softmax_scale=None):
-    """Non-causal attention of contiguous (B, H, S, D) q, k, v; S a multiple of block_n.
+def pingpong_attention(q, k, v, causal=False, block_m=64, block_n=128, stages=2, consumers=2,
+                       programs=0, softmax_scale=None):
+    """Attention of contiguous (B, H, S, D) q, k, v (as many keys as queries); S a multiple of
+    block_n.
     programs: 0 for one per work item, else that many persistent programs. Returns (o, lse)."""
     import torch
 
@@ -271,7 +294,7 @@ def pingpong_attention(q, k, v, block_m=64, block_n=128, stages=2, consumers=2, 
     n_work = triton.cdiv(seqlen, consumers * block_m) * batch * heads_q
     grid = (min(programs, n_work) if programs else n_work,)
     pingpong_fwd[grid](q_desc, k_desc, v_desc, o, lse, seqlen, heads_q, heads_q // k.shape[1],
-                       n_work, scale * LOG2E, BLOCK_M=block_m, BLOCK_N=block_n, HEAD_DIM=head_dim,
+                       n_work, int(causal), scale * LOG2E, BLOCK_M=block_m, BLOCK_N=block_n, HEAD_DIM=head_dim,
                        STAGES=stages, CONSUMERS=consumers, num_warps=4)
     return o, lse
 
@@ -290,7 +313,7 @@ def compile_for_sm90(dtype="bf16", block_m=64, block_n=128, head_dim=64, stages=
 
     signature = {"q_desc": desc(block_m), "k_desc": desc(block_n), "v_desc": desc(block_n),
                  "O": f"*{dtype}", "LSE": "*fp32", "seqlen": "i32", "heads_q": "i32",
-                 "group_size": "i32", "n_work": "i32", "qk_scale": "fp32", "BLOCK_M": "constexpr",
+                 "group_size": "i32", "n_work": "i32", "causal": "i32", "qk_scale": "fp32", "BLOCK_M": "constexpr",
                  "BLOCK_N": "constexpr", "HEAD_DIM": "constexpr", "STAGES": "constexpr",
                  "CONSUMERS": "constexpr"}
     constexprs = {"BLOCK_M": block_m, "BLOCK_N": block_n, "HEAD_DIM": head_dim, "STAGES": stages,
@@ -299,17 +322,18 @@ def compile_for_sm90(dtype="bf16", block_m=64, block_n=128, head_dim=64, stages=
     return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))
 
 
-def tuned_config(path, seqlen, head_dim):
-    """The FA2 variant's tiles of that run's bf16 non-causal cell."""
+def tuned_config(path, seqlen, head_dim, causal, dtype):
+    """The FA2 variant's tiles of that run's cell."""
     from fa2check.results import load
     from kernels.config import TileConfig
 
     for cell in load(path)["cells"]:
         c = cell["cell"]
         if (c["seqlen"], c["head_dim"], c["dtype"], c["causal"]) == (
-                seqlen, head_dim, "bfloat16", False):
+                seqlen, head_dim, dtype, causal):
             return TileConfig(**cell["configs"]["+defer+seqpar+splitq"])
-    raise ValueError(f"{path} has no bf16 non-causal cell at seqlen {seqlen}, d={head_dim}")
+    raise ValueError(f"{path} has no {dtype} cell at seqlen {seqlen}, d={head_dim}, "
+                     f"causal={causal}")
 
 
 def main(argv=None) -> int:
@@ -321,6 +345,8 @@ def main(argv=None) -> int:
     p.add_argument("--stages", type=int, default=2)
     p.add_argument("--consumers", type=int, default=2, help="consumer warpgroups (2 or 3)")
     p.add_argument("--seqlen", type=int, default=1024)
+    p.add_argument("--causal", action="store_true")
+    p.add_argument("--dtype", choices=("bfloat16", "float16"), default="bfloat16")
     p.add_argument("--programs", default="0", help="comma-separated program counts to time (0: "
                    "one per work item; else persistent programs)")
     p.add_argument("--tuned-from", default="ablations/results/20261201-033057-nvidia-h200-paper-"
@@ -346,18 +372,20 @@ def main(argv=None) -> int:
 
         d, n = args.head_dim, args.seqlen
         batch, heads = 16384 // n, 2048 // d  # the paper grid's shapes
-        q, k, v = (torch.randn(batch, heads, n, d, device="cuda", dtype=torch.bfloat16)
+        q, k, v = (torch.randn(batch, heads, n, d, device="cuda",
+                               dtype=getattr(torch, args.dtype))
                    for _ in range(3))
         def pingpong(programs):
-            return pingpong_attention(q, k, v, block_n=args.block_n, stages=args.stages,
-                                      consumers=args.consumers, programs=programs)
+            return pingpong_attention(q, k, v, args.causal, block_n=args.block_n,
+                                      stages=args.stages, consumers=args.consumers,
+                                      programs=programs)
 
-        o_ref, lse_ref = reference(q[:1], k[:1], v[:1])
+        o_ref, lse_ref = reference(q[:1], k[:1], v[:1], causal=args.causal)
         runs = []
         for programs in map(int, args.programs.split(",")):
             o, lse = pingpong(programs)
             torch.cuda.synchronize()
-            print(f"d={d} n={n} block_n={args.block_n} stages={args.stages} consumers="
+            print(f"{args.dtype} d={d} n={n} causal={args.causal} block_n={args.block_n} stages={args.stages} consumers="
                   f"{args.consumers} programs={programs}: max |o - oracle| (batch 0) "
                   f"{(o[:1].double() - o_ref).abs().max().item():.3e}, max |lse - oracle| "
                   f"{(lse[:1].double() - lse_ref).abs().max().item():.3e}", flush=True)
@@ -365,11 +393,13 @@ def main(argv=None) -> int:
 
         def sdpa_flash():
             with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-                return torch.nn.functional.scaled_dot_product_attention(q, k, v)
+                return torch.nn.functional.scaled_dot_product_attention(q, k, v,
+                                                                        is_causal=args.causal)
 
-        tuned = tuned_config(args.tuned_from, n, d)
-        flops = 4 * batch * heads * n * n * d
-        for name, fn in runs + [("flash_attention", lambda: flash_attention(q, k, v, config=tuned)),
+        tuned = tuned_config(args.tuned_from, n, d, args.causal, args.dtype)
+        flops = 4 * batch * heads * n * n * d // (2 if args.causal else 1)
+        for name, fn in runs + [("flash_attention", lambda: flash_attention(q, k, v, causal=args.causal,
+                                                                        config=tuned)),
                                 ("sdpa_flash", sdpa_flash)]:
             ms = do_bench(fn, warmup=25, rep=100)
             print(f"  {name:16s} {ms:.4f} ms {flops / ms / 1e9:6.0f} TFLOP/s", flush=True)
