@@ -1,28 +1,32 @@
-"""DRAFT, compiled for sm_90 on the CPU, never run: a FlashAttention-3-style forward in Gluon
-(Hopper wgmma + TMA + warp specialisation), the lever ablations/NOTES.md ("Next GPU session
-(after the eleventh)", item 2) names for the d=64 misses of issue 7.
+"""An experiment, not a backend: a FlashAttention-3-style forward in Gluon (Hopper wgmma + TMA
++ warp specialisation), the lever ablations/NOTES.md names for the d=64 misses of issue 7.
+Measured on the H200 in the twelfth session (NOTES.md, "Twelfth session"): it beats the Triton
+kernel's tuned tiles only at d=64 non-causal 1k, with persistent programs.
 
-One program computes 2 * BLOCK_M query rows of one (batch, head) with three partitions:
-- a producer warp: TMA loads of both consumers' Q rows once, then K_j and V_j into a ring of
-  STAGES slots (ready/empty mbarriers; a slot is empty once both consumers released it);
-- two consumer warpgroups (the default partition and a 4-warp worker), each owning BLOCK_M rows
-  with its own m_i, l_i and O accumulator, so no softmax statistic crosses a warpgroup (split-Q).
+A program walks work items of CONSUMERS * BLOCK_M query rows of one (batch, head) with
+CONSUMERS + 1 partitions:
+- a producer warp: per item, TMA loads of every consumer's Q rows (once the consumers have
+  released the previous item's), then K_j and V_j into a ring of STAGES slots (ready/empty
+  mbarriers; a slot is empty once every consumer has released it);
+- 2 or 3 consumer warpgroups (the default partition and 4-warp workers), each owning BLOCK_M
+  rows with its own m_i, l_i and O accumulator, so no softmax statistic crosses a warpgroup
+  (split-Q).
 
-The consumers take turns at the tensor cores (a pair of mbarriers, `turn`): in its turn a
-consumer issues S_j = Q K_j^T and O += P_{j-1} V_{j-1} (the product of the previous tile, as
-FA3 overlaps within a warpgroup), waits for both, hands the turn over, and then does tile j's
-softmax while the other consumer's products run. Deferred normalisation: one division by l_i
-at the end, and L_i = m_i c + log2 l_i stored (natural log) as the Triton kernels do.
+The consumers take turns at the tensor cores (one mbarrier each, `turn`): in its turn a
+consumer issues S_j = Q K_j^T and O += P_{j-1} V_{j-1}, passes the turn on, waits for S_j
+and does its softmax while P_{j-1} V_{j-1} still runs. Deferred normalisation: one division
+by l_i at the end, and L_i = m_i c + log2 l_i stored (natural log) as the Triton kernels do.
 
-Not done (so not comparable with kernels/ yet): causal masking, GQA, seqlen not a multiple of
-2 * BLOCK_M and BLOCK_N (K/V are read through a descriptor over the flattened (B*H*S, D) rows,
-so a partial last tile would read the next head's rows), non-finite V semantics. Checked
-here only that it compiles for sm_90 (registers, spills, shared memory):
+Its domain is narrow: float16/bfloat16, contiguous, as many keys as queries, seqlen a
+multiple of BLOCK_N (K/V are read through a descriptor over the flattened (B*H*S, D) rows, so
+a partial last tile would read the next head's keys), causal or not, GQA by the head mapping;
+no non-finite V semantics, no backward. None of the verify cases fits it.
 
-    env -u TRITON_INTERPRET python3 ablations/gluon_pingpong.py --compile
+    env -u TRITON_INTERPRET python3 ablations/gluon_pingpong.py --compile   # sm_90, no GPU
+    python3 ablations/gluon_pingpong.py --check [--causal] --programs 0,132  # on the GPU
 
-On the GPU, `python3 ablations/gluon_pingpong.py --check` compares it with the float64 oracle
-and times it beside kernels.flash_attention on one non-causal cell.
+--check compares batch 0 with the float64 oracle and times it beside kernels.flash_attention
+(with the FA2 tiles of a saved forward run) and sdpa flash on one cell of the paper's grid.
 """
 import argparse
 import sys
@@ -337,7 +341,9 @@ def tuned_config(path, seqlen, head_dim, causal, dtype):
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description="A FlashAttention-3-style forward in Gluon (an "
+                                "experiment): compile it for sm_90, or check and time it on "
+                                "the GPU")
     p.add_argument("--compile", action="store_true", help="compile for sm_90 (no GPU needed)")
     p.add_argument("--check", action="store_true", help="GPU: oracle check and timing")
     p.add_argument("--head-dim", type=int, default=64)
