@@ -41,6 +41,8 @@ def parse_args(argv=None):
     parser.add_argument("--jobs", type=int, default=None,
                         help="worker processes (default: one per CPU core, up to 16)")
     parser.add_argument("--json", dest="json_path", default=None, help="write every case here")
+    parser.add_argument("--commit", help="git commit to record in --json where the checkout has "
+                        "no .git or a stale one (as fa2check.ablate --commit)")
     parser.add_argument("--list", action="store_true", help="list the tier's cases and exit")
     parser.add_argument("--from", dest="from_path", default=None, metavar="REPORT",
                         help="print a saved --json report's verdict table as markdown and exit")
@@ -106,8 +108,11 @@ def main(argv=None) -> int:
               for status in ("pass", "fail", "error", "unsupported")}
     console.print(", ".join(f"{n} {s}" for s, n in counts.items() if n) + f" ({elapsed:.0f} s)")
     if args.json_path:
+        environment = describe_environment(device)
+        if args.commit:
+            environment["git_commit"] = args.commit
         verdicts.write_json(args.json_path, {
-            "environment": describe_environment(device), "tier": tier, "seed": args.seed,
+            "environment": environment, "tier": tier, "seed": args.seed,
             "command": " ".join([os.path.basename(sys.executable), "-m", "fa2check.verify",
                                  *(sys.argv[1:] if argv is None else argv)]),
             "jobs": jobs, "seconds": elapsed, "columns": [c.__dict__ for c in columns],

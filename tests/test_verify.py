@@ -48,10 +48,11 @@ def test_plan_selects_cases_and_refuses_unknown_ones():
 def test_failures_exit_nonzero_and_reproduce(tmp_path, capsys):
     report = tmp_path / "report.json"
     status = verify.main(["--impl", "doubles:lse_log2", "--property", "lse_bounds", "--jobs", "1",
-                          "--tier", "quick", "--json", str(report)])
+                          "--tier", "quick", "--json", str(report), "--commit", "abc1234"])
     assert status == 1
     data = json.loads(report.read_text())
     assert data["environment"]["device"] == DEVICE and data["tier"] == "quick"
+    assert data["environment"]["git_commit"] == "abc1234"  # the device's .git may be stale
     failed = [r for r in data["results"] if r["status"] == "fail"]
     assert len(failed) == len(PROPERTIES["lse_bounds"].CASES["quick"])
     assert all(c["numbers"] for c in failed[0]["checks"])
