@@ -1,0 +1,36 @@
+"""ablations/gluon_pingpong.py (the FlashAttention-3-style Gluon forward, an experiment) still
+compiles for sm_90 with Triton's Gluon as installed: warp-specialised (setmaxnreg), wgmma, no
+register spills. Triton's interpreter cannot run Gluon, so this is all the CPU can check; its
+results are checked against the oracle on the GPU (`--check`, ablations/NOTES.md)."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from compile_cli import ROOT
+
+PROBE = """
+import json, sys
+sys.path.insert(0, "ablations")
+import gluon_pingpong
+from fa2check.compile_gate import ptxas_usage, rerun_ptxas
+k = gluon_pingpong.compile_for_sm90(head_dim={d}, block_n=128, consumers={c})
+ptx = k.asm["ptx"]
+print(json.dumps(dict(ptxas_usage(rerun_ptxas(ptx)), shared=k.metadata.shared,
+                      wgmma=ptx.count("wgmma.mma_async"), setmaxnreg=ptx.count("setmaxnreg"))))
+"""
+
+
+@pytest.mark.parametrize("head_dim,consumers", [(64, 2), (64, 3)])
+def test_pingpong_compiles_warp_specialised_without_spills(head_dim, consumers):
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    proc = subprocess.run([sys.executable, "-c", PROBE.format(d=head_dim, c=consumers)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    usage = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert usage["spill_stores"] == 0 and usage["spill_loads"] == 0, usage
+    assert usage["setmaxnreg"] > 0 and usage["wgmma"] > 0, usage
+    assert usage["registers"] <= 65536 // (32 * 4 * (consumers + 1)), usage  # one program an SM
