@@ -23,8 +23,8 @@ import sys
 import time
 
 from .grids import GRIDS, MODES, custom_grid, filter_grid, parse_modes
-from .sdpa_backends import BACKENDS
 from .results import resolve
+from .sdpa_backends import BACKENDS
 
 CELL_OPTIONS = ("grid", "seqlen", "head_dim", "batch", "heads", "heads_kv", "causal", "dtype", "mode")
 H200_WORKERS = 15  # the device machine's 16 cores, one left to the main process

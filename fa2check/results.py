@@ -43,7 +43,8 @@ def resolve(path) -> str:
     return path
 
 
-def read_json(path: str):
+def read_json(path):
+    """The JSON at path, or at its compressed copy (see resolve)."""
     path = resolve(path)
     with (gzip.open if path.endswith(".gz") else open)(path, "rt") as f:
         return json.load(f)
