@@ -33,12 +33,12 @@ def describe(c: dict) -> str:
             f"{'causal' if c['causal'] else 'full'}")
 
 
-def ratios(path: str, clocks: dict | None = None) -> dict:
-    """{target name: {cell description: FA2 / sdpa-flash or None}} for the targets whose
-    mode the file holds; `clocks`, when given, gets {(target name, cell description): text}
-    for the cells whose run has clock samples of both."""
+def ratios(path: str) -> tuple[dict, dict]:
+    """({target name: {cell description: FA2 / sdpa-flash or None}} for the targets whose mode
+    the file holds, {(target name, cell description): clock text} for the cells whose run has
+    clock samples of both)."""
     analysis = analyse_results(load(path), n_draws=10, seed=0)  # ratios only: no bootstrap
-    found = {}
+    found, clocks = {}, {}
     for mode, name, wanted, _ in TARGETS:
         if mode in analysis["modes"]:
             rows = [row for row in analysis["modes"][mode]["cells"] if wanted(row["cell"])]
@@ -46,13 +46,13 @@ def ratios(path: str, clocks: dict | None = None) -> dict:
                            for row in rows}
             for row in rows:
                 mhz = [row["stats"].get(n, {}).get("sm_mhz") for n in (FA2, "sdpa-flash")]
-                if clocks is not None and None not in mhz:
+                if None not in mhz:
                     clocks[name, describe(row["cell"])] = (f"FA2 at {mhz[0]:.0f} MHz, "
                                                            f"sdpa-flash at {mhz[1]:.0f} MHz")
-    return found
+    return found, clocks
 
 
-def check(path: str, found: dict, clocks: dict | None = None) -> None:
+def check(path: str, found: dict, clocks: dict) -> None:
     for _, name, _, required in TARGETS:
         cells = found.get(name)
         if cells is None:
@@ -60,14 +60,14 @@ def check(path: str, found: dict, clocks: dict | None = None) -> None:
         for cell, ratio in cells.items():
             if ratio is None or ratio < required:
                 shown = "not timed" if ratio is None else f"{ratio:.3f}x"
-                clock = (clocks or {}).get((name, cell))
+                clock = clocks.get((name, cell))
                 print(f"  miss  {name}: {cell}: {shown}" + (f" ({clock})" if clock else ""))
         met = sum(r is not None and r >= required for r in cells.values())
         print(f"{os.path.basename(path)}: {name}: {met} of {len(cells)} cells")
 
 
 def across(runs: dict) -> None:
-    """runs: {path: ratios(path)}."""
+    """runs: {path: ratios(path)[0]}."""
     for _, name, _, required in TARGETS:
         per_run = {p: r[name] for p, r in runs.items() if name in r}
         if len(per_run) < 2:
@@ -90,8 +90,7 @@ def main(argv) -> int:
         return 2
     runs = {}
     for p in paths:
-        clocks = {}
-        runs[p] = ratios(p, clocks)
+        runs[p], clocks = ratios(p)
         check(p, runs[p], clocks)
     if "--across" in argv:
         across(runs)
