@@ -496,7 +496,22 @@ def summarize(console, reports, failed: int, started: float, json_path: str | No
 
 @contextlib.contextmanager
 def compile_progress(console, total: int):
-    """A progress bar over `total` compiles; yields advance(description)."""
+    """A progress bar over `total` compiles; yields advance(description). Where the console is
+    not a terminal (a log file, a device call), where a bar would print nothing until the end,
+    a line at each tenth of the cases instead."""
+    if not console.is_terminal:
+        start, done = time.perf_counter(), 0
+
+        def advance(description):
+            nonlocal done
+            done += 1
+            if done * 10 // total > (done - 1) * 10 // total:
+                console.print(f"compiling for sm_90: {done}/{total} in "
+                              f"{time.perf_counter() - start:.0f} s (last: {description})",
+                              highlight=False, markup=False)
+
+        yield advance
+        return
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     with Progress(TextColumn("compiling for sm_90"), BarColumn(), MofNCompleteColumn(),

@@ -7,6 +7,8 @@ are not JITFunctions and cannot be compiled. With an empty Triton cache this fil
 """
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from compile_cli import run_cli
@@ -135,3 +137,13 @@ def test_dq_atomics_in_the_loop_are_relaxed(tmp_path):
     atomics = {r["variant"]: r["atomics"] for r in reports}
     assert atomics == {"+defer+seqpar+splitq": "relaxed",
                        "-defer-seqpar+splitq": ""}  # one program owns a head's rows: no atomics
+
+
+def test_a_run_into_a_log_shows_its_progress(fa2_all_shapes):
+    """Not a terminal (CI, a device call): a line at each tenth of the cases, the last at N/N,
+    where a progress bar would print nothing until the end."""
+    proc, cases = fa2_all_shapes
+    counts = [tuple(map(int, m.groups())) for m in
+              re.finditer(r"compiling for sm_90: (\d+)/(\d+) in \d+ s", proc.stdout)]
+    assert counts[-1] == (len(cases), len(cases)), proc.stdout[:2000]
+    assert len(counts) == min(10, len(cases)) and counts == sorted(counts)
