@@ -147,8 +147,8 @@ def _consumer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
     for tile in range(gl.program_id(0), n_work, gl.num_programs(0)):
         start, q_row, kv_row, q_end, n_tiles = _work(tile, seqlen, heads_q, group_size, causal,
                                                      CONSUMERS * BLOCK_M, BLOCK_N)
-        # causal: my rows' positions, and the first K/V tile that reaches past the first one
-        # (every consumer takes the block's tiles, so they all have as many turns)
+        # causal: my rows' positions, and the first K/V tile with a key past my first row
+        # (every consumer takes all of the block's tiles, so they all have as many turns)
         my_rows = start + CONSUMER * BLOCK_M + gl.arange(0, BLOCK_M, layout=row_layout)
         first_masked = (start + CONSUMER * BLOCK_M + 1) // BLOCK_N if causal else n_tiles
         m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, row_layout)
