@@ -123,9 +123,7 @@ def main():
                   f"max|diff| to the first {rows[-1]['max_abs_diff']:.2e}",
                   flush=True)
     if args.json:
-        environment = describe_environment("cuda")
-        if args.commit:
-            environment["git_commit"] = args.commit
+        environment = describe_environment("cuda", commit=args.commit)
         args.json.write_text(json.dumps({"environment": environment,
                                          "command": " ".join(sys.argv),
                                          "warmup_ms": args.warmup_ms, "rep_ms": args.rep_ms,

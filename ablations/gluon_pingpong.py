@@ -298,8 +298,8 @@ def pingpong_attention(q, k, v, causal=False, block_m=64, block_n=128, stages=2,
     n_work = triton.cdiv(seqlen, consumers * block_m) * batch * heads_q
     grid = (min(programs, n_work) if programs else n_work,)
     pingpong_fwd[grid](q_desc, k_desc, v_desc, o, lse, seqlen, heads_q, heads_q // k.shape[1],
-                       n_work, int(causal), scale * LOG2E, BLOCK_M=block_m, BLOCK_N=block_n, HEAD_DIM=head_dim,
-                       STAGES=stages, CONSUMERS=consumers, num_warps=4)
+                       n_work, int(causal), scale * LOG2E, BLOCK_M=block_m, BLOCK_N=block_n,
+                       HEAD_DIM=head_dim, STAGES=stages, CONSUMERS=consumers, num_warps=4)
     return o, lse
 
 
@@ -317,9 +317,9 @@ def compile_for_sm90(dtype="bf16", block_m=64, block_n=128, head_dim=64, stages=
 
     signature = {"q_desc": desc(block_m), "k_desc": desc(block_n), "v_desc": desc(block_n),
                  "O": f"*{dtype}", "LSE": "*fp32", "seqlen": "i32", "heads_q": "i32",
-                 "group_size": "i32", "n_work": "i32", "causal": "i32", "qk_scale": "fp32", "BLOCK_M": "constexpr",
-                 "BLOCK_N": "constexpr", "HEAD_DIM": "constexpr", "STAGES": "constexpr",
-                 "CONSUMERS": "constexpr"}
+                 "group_size": "i32", "n_work": "i32", "causal": "i32", "qk_scale": "fp32",
+                 "BLOCK_M": "constexpr", "BLOCK_N": "constexpr", "HEAD_DIM": "constexpr",
+                 "STAGES": "constexpr", "CONSUMERS": "constexpr"}
     constexprs = {"BLOCK_M": block_m, "BLOCK_N": block_n, "HEAD_DIM": head_dim, "STAGES": stages,
                   "CONSUMERS": consumers}
     source = GluonASTSource(pingpong_fwd, signature, constexprs, {})
@@ -338,6 +338,65 @@ def tuned_config(path, seqlen, head_dim, causal, dtype):
             return TileConfig(**cell["configs"]["+defer+seqpar+splitq"])
     raise ValueError(f"{path} has no {dtype} cell at seqlen {seqlen}, d={head_dim}, "
                      f"causal={causal}")
+
+
+def compile_report(**options) -> dict:
+    """compile_for_sm90(**options): ptxas's registers and spills, shared memory, and the PTX's
+    wgmma, setmaxnreg and mbarrier-wait counts."""
+    from fa2check.compile_gate import ptxas_usage, rerun_ptxas
+
+    compiled = compile_for_sm90(**options)
+    ptx = compiled.asm["ptx"]
+    return dict(ptxas_usage(rerun_ptxas(ptx)), shared=compiled.metadata.shared,
+                wgmma=ptx.count("wgmma.mma_async"), setmaxnreg=ptx.count("setmaxnreg"),
+                mbarrier_waits=ptx.count("mbarrier.try_wait"))
+
+
+def check(args):
+    """On the GPU: batch 0 against the float64 oracle, then TFLOP/s beside kernels.flash_attention
+    (with a saved run's FA2 tiles) and sdpa flash, on the paper grid's cell."""
+    import torch
+    from triton.testing import do_bench
+
+    from fa2check.grids import Cell, paper_batch, paper_heads
+    from fa2check.oracle import reference
+    from fa2check.sdpa_backends import forced, sdpa
+    from fa2check.timing import tflops
+    from kernels import flash_attention
+
+    n, d = args.seqlen, args.head_dim
+    cell = Cell(paper_batch(n), paper_heads(d), paper_heads(d), n, d, args.dtype, args.causal)
+    q, k, v = (torch.randn(cell.batch, cell.heads_q, n, d, device="cuda",
+                           dtype=cell.torch_dtype) for _ in range(3))
+
+    def pingpong(programs):
+        return pingpong_attention(q, k, v, args.causal, block_n=args.block_n,
+                                  stages=args.stages, consumers=args.consumers,
+                                  programs=programs)
+
+    def sdpa_flash():
+        with forced("sdpa-flash"):
+            return sdpa(q, k, v, args.causal)
+
+    o_ref, lse_ref = reference(q[:1], k[:1], v[:1], causal=args.causal)
+    runs = []
+    for programs in map(int, args.programs.split(",")):
+        o, lse = pingpong(programs)
+        torch.cuda.synchronize()
+        print(f"{args.dtype} d={d} n={n} causal={args.causal} block_n={args.block_n} "
+              f"stages={args.stages} consumers={args.consumers} programs={programs}: "
+              f"max |o - oracle| (batch 0) {(o[:1].double() - o_ref).abs().max().item():.3e}, "
+              f"max |lse - oracle| {(lse[:1].double() - lse_ref).abs().max().item():.3e}",
+              flush=True)
+        runs.append((f"pingpong/{programs}", lambda programs=programs: pingpong(programs)))
+    tuned = tuned_config(args.tuned_from, n, d, args.causal, args.dtype)
+    runs += [("flash_attention", lambda: flash_attention(q, k, v, causal=args.causal,
+                                                         config=tuned)),
+             ("sdpa_flash", sdpa_flash)]
+    for name, fn in runs:
+        ms = do_bench(fn, warmup=25, rep=100)
+        print(f"  {name:16s} {ms:.4f} ms {tflops(cell.flops('fwd'), ms):6.0f} TFLOP/s",
+              flush=True)
 
 
 def main(argv=None) -> int:
@@ -359,56 +418,10 @@ def main(argv=None) -> int:
                    "fwd.json", help="time kernels.flash_attention with this run's FA2 tiles")
     args = p.parse_args(argv)
     if args.compile:
-        compiled = compile_for_sm90(block_n=args.block_n, head_dim=args.head_dim,
-                                    stages=args.stages, consumers=args.consumers)
-        from fa2check.compile_gate import ptxas_usage, rerun_ptxas
-
-        ptx = compiled.asm["ptx"]
-        print(f"ptxas: {ptxas_usage(rerun_ptxas(ptx))}")
-        print(f"compiled: shared {compiled.metadata.shared} bytes, wgmma "
-              f"{ptx.count('wgmma.mma_async')}, setmaxnreg {ptx.count('setmaxnreg')}, "
-              f"mbarrier waits {ptx.count('mbarrier.try_wait')}")
+        print(compile_report(block_n=args.block_n, head_dim=args.head_dim, stages=args.stages,
+                             consumers=args.consumers))
     if args.check:
-        import torch
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-        from triton.testing import do_bench
-
-        from fa2check.oracle import reference
-        from kernels import flash_attention
-
-        d, n = args.head_dim, args.seqlen
-        batch, heads = 16384 // n, 2048 // d  # the paper grid's shapes
-        q, k, v = (torch.randn(batch, heads, n, d, device="cuda",
-                               dtype=getattr(torch, args.dtype))
-                   for _ in range(3))
-        def pingpong(programs):
-            return pingpong_attention(q, k, v, args.causal, block_n=args.block_n,
-                                      stages=args.stages, consumers=args.consumers,
-                                      programs=programs)
-
-        o_ref, lse_ref = reference(q[:1], k[:1], v[:1], causal=args.causal)
-        runs = []
-        for programs in map(int, args.programs.split(",")):
-            o, lse = pingpong(programs)
-            torch.cuda.synchronize()
-            print(f"{args.dtype} d={d} n={n} causal={args.causal} block_n={args.block_n} stages={args.stages} consumers="
-                  f"{args.consumers} programs={programs}: max |o - oracle| (batch 0) "
-                  f"{(o[:1].double() - o_ref).abs().max().item():.3e}, max |lse - oracle| "
-                  f"{(lse[:1].double() - lse_ref).abs().max().item():.3e}", flush=True)
-            runs.append((f"pingpong/{programs}", lambda programs=programs: pingpong(programs)))
-
-        def sdpa_flash():
-            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-                return torch.nn.functional.scaled_dot_product_attention(q, k, v,
-                                                                        is_causal=args.causal)
-
-        tuned = tuned_config(args.tuned_from, n, d, args.causal, args.dtype)
-        flops = 4 * batch * heads * n * n * d // (2 if args.causal else 1)
-        for name, fn in runs + [("flash_attention", lambda: flash_attention(q, k, v, causal=args.causal,
-                                                                        config=tuned)),
-                                ("sdpa_flash", sdpa_flash)]:
-            ms = do_bench(fn, warmup=25, rep=100)
-            print(f"  {name:16s} {ms:.4f} ms {flops / ms / 1e9:6.0f} TFLOP/s", flush=True)
+        check(args)
     return 0
 
 

@@ -43,7 +43,9 @@ def kernels_sha256() -> str:
     return digest.hexdigest()
 
 
-def describe_environment(device: str) -> dict:
+def describe_environment(device: str, commit: str | None = None) -> dict:
+    """The versions, device and code a result came from; `commit` is recorded instead of the
+    checkout's where its .git is absent or stale (the device's copy of the tree)."""
     import numpy
     import torch
     import triton
@@ -56,7 +58,7 @@ def describe_environment(device: str) -> dict:
         "numpy": numpy.__version__,
         "python": platform.python_version(),
         "host": platform.node(),
-        "git_commit": git_commit(),
+        "git_commit": commit or git_commit(),
         "kernels_sha256": kernels_sha256(),
         "triton_interpret": os.environ.get("TRITON_INTERPRET", ""),
     }

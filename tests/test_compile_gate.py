@@ -3,7 +3,7 @@
 The compiles run in a subprocess without TRITON_INTERPRET: under the interpreter the kernels
 are not JITFunctions and cannot be compiled. With an empty Triton cache this file takes about
 2 minutes on 2 cores (the split-K variants are the slow ones); with a warm ~/.triton/cache about
-40 s. The full gate (768 cases) takes tens of minutes cold, so the tests compile a subset.
+40 s. The full gate (768 cases) took 685 s here, so the tests compile a subset.
 """
 from __future__ import annotations
 

@@ -15,11 +15,7 @@ PROBE = """
 import json, sys
 sys.path.insert(0, "ablations")
 import gluon_pingpong
-from fa2check.compile_gate import ptxas_usage, rerun_ptxas
-k = gluon_pingpong.compile_for_sm90(head_dim={d}, block_n=128, consumers={c})
-ptx = k.asm["ptx"]
-print(json.dumps(dict(ptxas_usage(rerun_ptxas(ptx)), shared=k.metadata.shared,
-                      wgmma=ptx.count("wgmma.mma_async"), setmaxnreg=ptx.count("setmaxnreg"))))
+print(json.dumps(gluon_pingpong.compile_report(head_dim={d}, block_n=128, consumers={c})))
 """
 
 
