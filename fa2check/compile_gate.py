@@ -108,7 +108,7 @@ def _forward_specialization(fn, case: Case, repair: bool = False, o_residual: bo
     cfg, v = case.config, case.variant
     io = DTYPES[case.dtype]
     pointers = {"Q": io, "K": io, "V": io, "O": io, "O_RES": io, "LSE": "fp32", "M": "fp32",
-                "L": "fp32", "FLAGS": "i32"}
+                "L": "fp32"}
     # contiguous: stride_*d == 1; stride_*m/n, *h, *b are multiples of head_dim, hence of 16.
     # The stats strides (multiples of seqlen_q), heads_q and group_size stay plain i32: the
     # runtime would make group_size == 1 (plain MHA) a constexpr, which drops one division.
@@ -186,7 +186,7 @@ def _gluon_supports(dtype: str, head_dim: int) -> bool:
 SPECS = {spec.name: spec for spec in [
     KernelSpec("attn_fwd", _forward_kernel, _forward_specialization,
                _forward_tiles),
-    # the second launch of a causal forward: recomputes row blocks flagged with a NaN
+    # the second launch of a causal forward: recomputes row blocks whose first output row has a NaN
     KernelSpec("attn_fwd_repair", _forward_kernel,
                lambda fn, case: _forward_specialization(fn, case, repair=True),
                _forward_tiles, causal_only=True),

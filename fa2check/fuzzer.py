@@ -21,6 +21,8 @@ NaN-filled allocations (so a buffer it never writes shows as NaN), and applies t
     invisible_1e10       the same with K and V = 1e10 (inf in float16)
     invisible_nan        the same with K and V = NaN (a product P @ V over all of a tile's keys
                          lets 0 * NaN into rows that cannot see the key)
+    invisible_inf_values the same with V = +inf, K kept (rows that see the key get +inf, not
+                         NaN, where the others would get 0 * inf)
   not by default (`--check NAME`, or `--check all`):
     gqa_twin             the call against its MHA twin on repeated K/V: o and lse agree, dK/dV
                          are the group sums, every dK/dV head written (properties/gqa_reduction.py;
@@ -90,6 +92,7 @@ CHECKS = {
     "invisible_nan_keys": "causal: K = NaN at hidden keys leaves those rows bitwise equal",
     "invisible_nan": "causal: K = V = NaN at hidden keys leaves those rows bitwise equal",
     "invisible_1e10": "causal: K = V = 1e10 at hidden keys leaves those rows bitwise equal",
+    "invisible_inf_values": "causal: V = +inf at hidden keys leaves those rows bitwise equal",
     "gqa_twin": "GQA call vs its MHA twin: o/lse agree, dK/dV group sums, every head written",
     "determinism": "a second call: bitwise equal (dQ under atomics within a bound)",
     "variant_flips": "each switch flipped: seq_parallel bitwise, defer_norm/split_q within the "
@@ -103,7 +106,7 @@ RESULTS = {
     "variant_flips": ("seq_parallel_bitwise", "defer_norm_agree", "split_q_agree"),
 }
 DEFAULT_CHECKS = ("oracle", "lse_bounds", "rows_without_keys", "invisible_random",
-                  "invisible_nan_keys", "invisible_nan", "invisible_1e10")
+                  "invisible_nan_keys", "invisible_nan", "invisible_1e10", "invisible_inf_values")
 
 
 @dataclass(frozen=True)

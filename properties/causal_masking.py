@@ -8,11 +8,14 @@ Query i sees key j iff j <= i + (seqlen_k - seqlen_q). Checks, for seqlen_q <, =
   i + (seqlen_k - seqlen_q) < c cannot see keys >= c, so overwriting K and V there must leave
   those rows' o and lse bitwise unchanged: invisible_random (other random values),
   invisible_1e10 (K and V = 1e10; in float16 that rounds to inf), invisible_nan_keys (K = NaN:
-  a mask applied by adding a bias instead of selecting -inf lets NaN through) and
-  invisible_nan (K and V = NaN).
+  a mask applied by adding a bias instead of selecting -inf lets NaN through), invisible_nan
+  (K and V = NaN) and invisible_inf_values (V = +inf, K kept: the rows that see key c get +inf,
+  not NaN, so a kernel that looks for leaked NaN in a row that sees c misses the rows that
+  do not).
   A tiled kernel computes P @ V over a whole K/V tile; in a tile that crosses the diagonal a
-  hidden key's P is 0, and 0 * NaN (or 0 * inf) is NaN, so invisible_nan (and invisible_1e10 in
-  float16) fail unless the kernel keeps non-finite V of hidden keys out of the product.
+  hidden key's P is 0, and 0 * NaN (or 0 * inf) is NaN, so invisible_nan, invisible_inf_values
+  (and invisible_1e10 in float16) fail unless the kernel keeps non-finite V of hidden keys out of
+  the product.
 """
 from __future__ import annotations
 
@@ -33,6 +36,7 @@ FILLS = {
     "invisible_1e10": (1e10, 1e10),
     "invisible_nan_keys": (float("nan"), "keep"),
     "invisible_nan": (float("nan"), float("nan")),
+    "invisible_inf_values": ("keep", float("inf")),
 }
 
 CASES = {
