@@ -108,7 +108,7 @@ def _forward_specialization(fn, case: Case, repair: bool = False, o_residual: bo
     cfg, v = case.config, case.variant
     io = DTYPES[case.dtype]
     pointers = {"Q": io, "K": io, "V": io, "O": io, "O_RES": io, "LSE": "fp32", "M": "fp32",
-                "L": "fp32"}
+                "L": "fp32", "FLAGS": "i32"}
     # contiguous: stride_*d == 1; stride_*m/n, *h, *b are multiples of head_dim, hence of 16.
     # The stats strides (multiples of seqlen_q), heads_q and group_size stay plain i32: the
     # runtime would make group_size == 1 (plain MHA) a constexpr, which drops one division.
@@ -120,7 +120,8 @@ def _forward_specialization(fn, case: Case, repair: bool = False, o_residual: bo
                       SPLIT_Q=v.split_q, KEY_SLICES=cfg.key_slices, BLOCK_M=cfg.block_m,
                       BLOCK_N=cfg.block_n, HEAD_DIM=case.head_dim,
                       INPUT_PRECISION=cfg.input_precision, REPAIR=repair,
-                      REPAIR_CHUNK=REPAIR_CHUNK, TMA=tma, STORE_O_RES=o_residual)
+                      REPAIR_CHUNK=REPAIR_CHUNK, TMA=tma, STORE_O_RES=o_residual,
+                      NAN_FLAGS=cfg.nan_flags)
     box = _row_box(io, cfg.block_n, case.head_dim) if tma else None
     return runtime_specialization(fn, pointers, constexprs, floats=("qk_scale",), unit=unit,
                                   div16=div16, descriptors={"KD": box, "VD": box})
@@ -132,7 +133,8 @@ def _row_box(io: str, rows: int, head_dim: int) -> str:
 
 
 def _forward_tiles(c: TileConfig) -> dict:
-    choices = "tma" if c.tma else ""
+    choices = ",".join(name for name, on in (("tma", c.tma), ("no-nan-flags", not c.nan_flags))
+                       if on)
     return dict(block_m=c.block_m, block_n=c.block_n, num_warps=c.num_warps,
                 num_stages=c.num_stages, choices=choices)
 
@@ -186,7 +188,7 @@ def _gluon_supports(dtype: str, head_dim: int) -> bool:
 SPECS = {spec.name: spec for spec in [
     KernelSpec("attn_fwd", _forward_kernel, _forward_specialization,
                _forward_tiles),
-    # the second launch of a causal forward: recomputes row blocks whose first output row has a NaN
+    # the second launch of a causal forward: recomputes row blocks flagged with a NaN
     KernelSpec("attn_fwd_repair", _forward_kernel,
                lambda fn, case: _forward_specialization(fn, case, repair=True),
                _forward_tiles, causal_only=True),
@@ -522,7 +524,7 @@ def compile_progress(console, total: int):
 
 INT_OVERRIDES = ("block_m", "block_n", "num_warps", "num_stages", "key_slices", "bwd_block_m",
                  "bwd_block_n", "bwd_num_warps", "bwd_num_stages")
-BOOL_OVERRIDES = ("tma", "bwd_dq_pass")
+BOOL_OVERRIDES = ("tma", "nan_flags", "bwd_dq_pass")
 
 
 def parse_args(argv):
@@ -535,6 +537,9 @@ def parse_args(argv):
         p.add_argument("--" + field.replace("_", "-"), type=int, help="override the default config")
     p.add_argument("--tma", action=argparse.BooleanOptionalAction, default=None,
                    help="override the default config: K/V through tensor descriptors (forward)")
+    p.add_argument("--nan-flags", action=argparse.BooleanOptionalAction, default=None,
+                   help="override the default config: the causal forward's main launch flags "
+                        "row blocks with a NaN for REPAIR (off: REPAIR reads first output rows)")
     p.add_argument("--bwd-dq-pass", action=argparse.BooleanOptionalAction, default=None,
                    help="override the default config: dQ in its own pass (backward)")
     p.add_argument("--length-one", action="append", default=[], choices=("seqlen_q", "seqlen_k"),

@@ -292,8 +292,9 @@ def _geomean(values):
 
 
 TILE_FIELDS = ("block_m", "block_n", "num_warps", "num_stages")  # with a bwd_ prefix for bwd
-# tile choices shown when on
-CHOICES = {"tma": "TMA loads", "bwd_dq_pass": "dQ pass"}
+# tile choices shown when they differ from TileConfig's default: field -> (label, shown value)
+CHOICES = {"tma": ("TMA loads", True), "bwd_dq_pass": ("dQ pass", True),
+           "nan_flags": ("NaN check in REPAIR", False)}
 
 
 def configs_table(results: dict) -> Grid:
@@ -311,7 +312,8 @@ def configs_table(results: dict) -> Grid:
             seqlens = "all"
         prefix = "bwd_" if key["part"] == "bwd" else ""
         tiles = [fields.get(prefix + f, "") for f in TILE_FIELDS]
-        choices = ", ".join(label for f, label in CHOICES.items() if fields.get(f))
+        choices = ", ".join(label for f, (label, shown) in CHOICES.items()
+                            if f in fields and fields[f] == shown)
         grid.add(key["part"], key["variant"], key["head_dim"], "causal" if key["causal"] else "full",
                  seqlens, *tiles, choices, record.get("source", ""))
     return grid

@@ -162,7 +162,8 @@ def tuning_jobs(keys, cells, settings, on_gpu) -> list[tuple[tuning.TuneKey, obj
     for key in keys:
         kernel_backend, variant = parse_kernel_name(key.variant)
         cell = tuning.representative(cells, key, settings.tune_seqlen)
-        for fields in tuning.candidates(key.part, key.head_dim, variant, on_gpu, kernel_backend):
+        for fields in tuning.candidates(key.part, key.head_dim, variant, on_gpu, kernel_backend,
+                                        key.causal):
             config = tuning.build_config(key.head_dim, variant, on_gpu,
                                          fwd=fields if key.part == "fwd" else None,
                                          bwd=fields if key.part == "bwd" else None,

@@ -82,6 +82,14 @@ BWD_SPACE = {
           (16, 128, 8, 2, False), (32, 128, 8, 3, False), (16, 64, 4, 3, False)],
 }
 # Other head dims: small tiles that fit the registers and shared memory of any of them.
+# Causal keys also try these d=128 tiles with nan_flags off (kernels/forward.py: the REPAIR
+# launch finds the row blocks to recompute from their first output row, and the main launch's
+# epilogue checks nothing). An A/B on the H200 put the tuned FA2 tile 1-4% faster with it off;
+# at d=64 the tuned tile was 7-14% slower off (ptxas schedules its main loop differently; the
+# loop's PTX is the same) and no other d=64 tile with it off beat that one, so d=64 has none
+# (ablations/NOTES.md, thirteenth session).
+CAUSAL_FWD_NAN_FLAGS_OFF = {128: [(64, 64, 4, 3, True), (64, 64, 4, 4, True),
+                                  (128, 64, 8, 3, True), (64, 64, 4, 3)]}
 FWD_SPACE_OTHER = [(64, 64, 4, 2), (64, 32, 4, 2), (32, 64, 4, 2), (128, 64, 8, 2)]
 BWD_SPACE_OTHER = [(32, 32, 4, 2, False), (32, 64, 4, 2, False), (64, 64, 8, 2, False),
                    (32, 64, 4, 2, True), (16, 64, 4, 2, True)]
@@ -162,8 +170,8 @@ def fields_of(config, part: str) -> dict:
 
 
 def candidates(part: str, head_dim: int, variant, on_gpu: bool,
-               kernel_backend: str = "triton") -> list[dict]:
-    """The search space for one part and head_dim, less what `variant` cannot use."""
+               kernel_backend: str = "triton", causal: bool = False) -> list[dict]:
+    """The search space for one part, head_dim and mask, less what `variant` cannot use."""
     if kernel_backend == "gluon":
         from kernels.gluon_forward import bad_tiles
 
@@ -176,6 +184,9 @@ def candidates(part: str, head_dim: int, variant, on_gpu: bool,
     else:
         space = BWD_SPACE.get(head_dim, BWD_SPACE_OTHER)
     out = [dict(zip(PART_FIELDS[part], c)) for c in space]
+    if part == "fwd" and causal and on_gpu:
+        out += [{**dict(zip(FWD_FIELDS, c)), "nan_flags": False}
+                for c in CAUSAL_FWD_NAN_FLAGS_OFF.get(head_dim, [])]
     if part == "fwd" and not variant.split_q and on_gpu:
         out = [c for c in out if c["block_n"] >= SPLIT_K_MIN_BLOCK_N]
     return out

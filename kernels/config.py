@@ -16,6 +16,9 @@ class TileConfig:
     key_slices: int = 4  # split-K only: slices a K/V tile is cut into (FA1 used 4 warps)
     input_precision: str = "ieee"  # for float32 operands; "tf32" only when asked for
     tma: bool = False  # forward: K/V tiles through tensor descriptors (kernels/forward.py)
+    # causal forward: the main launch flags row blocks whose output holds a NaN, for the REPAIR
+    # launch (off: REPAIR reads each row block's first output row instead; kernels/forward.py)
+    nan_flags: bool = True
     # backward: one program per key/value column block of bwd_block_n keys
     bwd_block_m: int = 64
     bwd_block_n: int = 64

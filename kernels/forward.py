@@ -40,12 +40,16 @@ Non-finite V at hidden keys (causal): in a tile that crosses the diagonal a hidd
 but 0 * NaN and 0 * inf are NaN inside P V, so a NaN or inf in V at a key a row cannot see
 would reach the row. Keeping such V out of the product in every masked tile costs the fast path
 10-35% (V must pass through registers; ablations/NOTES.md), so it is done only where needed: a
-second launch (REPAIR) recomputes, with V sanitised in the masked tiles and NaN put back where a
-row does see a non-finite V, just the row blocks whose first output row holds a NaN. That one
-row is enough: every row of a block folds the same masked tiles, and a key hidden from some row
-is hidden from the block's first row too (query i sees key j iff j <= i + diag), whose P there
-is 0, so a leak of NaN or +-inf in V[:, d] always makes the first row's column d NaN (0 * NaN,
-0 * inf). The main launch pays nothing for the check.
+second launch (REPAIR) recomputes just the row blocks that may hold a leak, with V sanitised in
+the masked tiles and NaN put back where a row does see a non-finite V. Which blocks, two ways (a
+tile choice, `TileConfig.nan_flags`, since each is faster for some tiles; ablations/NOTES.md):
+  NAN_FLAGS: the main launch records, per row block, whether its output holds a NaN (one
+    reduction over the accumulator in the epilogue); REPAIR reads the flags.
+  otherwise: REPAIR reads each row block's first output row, and the main launch checks
+    nothing. That row is enough: every row of a block folds the same masked tiles, and a key
+    hidden from some row is hidden from the block's first row too (query i sees key j iff
+    j <= i + diag), whose P there is 0, so a leaked NaN or +-inf of V[:, d] always makes the
+    first row's column d NaN (0 * NaN, 0 * inf).
 """
 import triton
 import triton.language as tl
@@ -196,7 +200,8 @@ def _online_softmax_step(m_i, l_i, acc, q, K_tile_ptrs, V_tile_ptrs, KD, VD, off
 
 
 @triton.jit
-def _attn_fwd_row_block(Q, K, V, O, O_RES, LSE, M, L, KD, VD, start_m, off_b, off_h, off_hkv,
+def _attn_fwd_row_block(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, block_index, start_m, off_b, off_h,
+                        off_hkv,
                         stride_qb, stride_qh, stride_qm, stride_qd,
                         stride_kb, stride_kh, stride_kn, stride_kd,
                         stride_vb, stride_vh, stride_vn, stride_vd,
@@ -206,9 +211,11 @@ def _attn_fwd_row_block(Q, K, V, O, O_RES, LSE, M, L, KD, VD, start_m, off_b, of
                         IS_CAUSAL: tl.constexpr, DEFER_NORM: tl.constexpr, SPLIT_Q: tl.constexpr,
                         KEY_SLICES: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                         HEAD_DIM: tl.constexpr, INPUT_PRECISION: tl.constexpr,
-                        REPAIR: tl.constexpr, TMA: tl.constexpr, STORE_O_RES: tl.constexpr):
+                        REPAIR: tl.constexpr, TMA: tl.constexpr, STORE_O_RES: tl.constexpr,
+                        NAN_FLAGS: tl.constexpr):
     """Attention for query rows start_m .. start_m + BLOCK_M of one (batch, head).
-    REPAIR: V sanitised in the masked tiles (see the module docstring).
+    REPAIR: V sanitised in the masked tiles (see the module docstring); otherwise a causal call
+    with NAN_FLAGS sets this row block's flag (block_index) iff its output holds a NaN.
     STORE_O_RES: O_RES gets O's rounding residual, O - float(O as stored), in O's dtype (for
     the backward's Delta)."""
     offs_m = start_m + tl.arange(0, BLOCK_M)
@@ -253,6 +260,8 @@ def _attn_fwd_row_block(Q, K, V, O, O_RES, LSE, M, L, KD, VD, start_m, off_b, of
         stat = off_b * stride_lb + off_h * stride_lh + offs_m
         tl.store(M + stat, m_i * qk_scale * 0.6931471805599453, mask=row_ok)  # natural-log units
         tl.store(L + stat, l_i, mask=row_ok)
+    if IS_CAUSAL and not REPAIR and NAN_FLAGS:  # a NaN may be a hidden key's 0 * NaN
+        tl.store(FLAGS + block_index, tl.max((acc != acc).to(tl.int32)))
     o_rows = (off_b.to(tl.int64) * stride_ob + off_h.to(tl.int64) * stride_oh
               + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od)
     o = acc.to(O.dtype.element_ty)
@@ -263,18 +272,26 @@ def _attn_fwd_row_block(Q, K, V, O, O_RES, LSE, M, L, KD, VD, start_m, off_b, of
 
 
 @triton.jit
-def _first_output_row(O, block, row_blocks, heads_q, stride_ob, stride_oh, stride_om, stride_od,
-                      offs_d, BLOCK_M: tl.constexpr):
-    """Pointers to the first output row of row block `block` (numbered (batch, head, row block)
-    in order), one per offs_d."""
-    off_bh = block // row_blocks
-    return (O + (off_bh // heads_q).to(tl.int64) * stride_ob
-            + (off_bh % heads_q).to(tl.int64) * stride_oh
-            + ((block % row_blocks) * BLOCK_M).to(tl.int64) * stride_om + offs_d * stride_od)
+def _needs_repair(O, FLAGS, blocks, row_blocks, heads_q, n_blocks, stride_ob, stride_oh,
+                  stride_om, stride_od, BLOCK_M: tl.constexpr, HEAD_DIM: tl.constexpr,
+                  NAN_FLAGS: tl.constexpr):
+    """For each row block in `blocks` (numbered (batch, head, row block) in order), 1 if it may
+    hold a leaked NaN: its flag, or (not NAN_FLAGS) a NaN in its first output row."""
+    in_range = blocks < n_blocks
+    if NAN_FLAGS:
+        return tl.load(FLAGS + blocks, mask=in_range, other=0)
+    off_bh = blocks // row_blocks
+    first_rows = (O + (off_bh // heads_q).to(tl.int64) * stride_ob
+                  + (off_bh % heads_q).to(tl.int64) * stride_oh
+                  + ((blocks % row_blocks) * BLOCK_M).to(tl.int64) * stride_om)
+    offs_d = tl.arange(0, HEAD_DIM)
+    o = tl.load(first_rows[:, None] + offs_d[None, :] * stride_od, mask=in_range[:, None],
+                other=0.0).to(tl.float32)  # float32: the interpreter keeps bf16 as raw bits
+    return tl.max((o != o).to(tl.int32), 1)
 
 
 @triton.jit
-def _attn_fwd(Q, K, V, O, O_RES, LSE, M, L, KD, VD,
+def _attn_fwd(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD,
               stride_qb, stride_qh, stride_qm, stride_qd,
               stride_kb, stride_kh, stride_kn, stride_kd,
               stride_vb, stride_vh, stride_vn, stride_vd,
@@ -285,28 +302,21 @@ def _attn_fwd(Q, K, V, O, O_RES, LSE, M, L, KD, VD,
               SPLIT_Q: tl.constexpr, KEY_SLICES: tl.constexpr, BLOCK_M: tl.constexpr,
               BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, INPUT_PRECISION: tl.constexpr,
               REPAIR: tl.constexpr, REPAIR_CHUNK: tl.constexpr, TMA: tl.constexpr,
-              STORE_O_RES: tl.constexpr):
-    row_blocks = tl.cdiv(seqlen_q, BLOCK_M)
+              STORE_O_RES: tl.constexpr, NAN_FLAGS: tl.constexpr):
+    row_blocks = tl.cdiv(seqlen_q, BLOCK_M)  # FLAGS: one per (batch, head, row block)
     if REPAIR:
-        # A few programs, each checking the first output rows of REPAIR_CHUNK row blocks at
-        # once; one that finds a NaN recomputes those of its blocks that have one, in turn
-        # (rare: a NaN in the output).
+        # A few programs, each checking REPAIR_CHUNK row blocks at once; one that finds a
+        # possible leak recomputes those of its blocks in turn (rare: NaN in the output).
         first = tl.program_id(0) * REPAIR_CHUNK
-        chunk = first + tl.arange(0, REPAIR_CHUNK)
-        offs_d = tl.arange(0, HEAD_DIM)
-        o_first = tl.load(_first_output_row(O, chunk[:, None], row_blocks, heads_q, stride_ob,
-                                            stride_oh, stride_om, stride_od, offs_d[None, :],
-                                            BLOCK_M),
-                          mask=(chunk < n_blocks)[:, None], other=0.0).to(tl.float32)
-        if tl.max(tl.max((o_first != o_first).to(tl.int32), 1), 0) != 0:
+        chunk = tl.arange(0, REPAIR_CHUNK)
+        needs = _needs_repair(O, FLAGS, first + chunk, row_blocks, heads_q, n_blocks, stride_ob,
+                              stride_oh, stride_om, stride_od, BLOCK_M, HEAD_DIM, NAN_FLAGS)
+        if tl.max(needs) != 0:
             for block in range(first, tl.minimum(first + REPAIR_CHUNK, n_blocks)):
-                row = tl.load(_first_output_row(O, block, row_blocks, heads_q, stride_ob,
-                                                stride_oh, stride_om, stride_od, offs_d,
-                                                BLOCK_M)).to(tl.float32)
-                if tl.max((row != row).to(tl.int32), 0) != 0:
-                    off_bh = block // row_blocks
-                    off_h = off_bh % heads_q
-                    _attn_fwd_row_block(Q, K, V, O, O_RES, LSE, M, L, KD, VD,
+                off_bh = block // row_blocks
+                off_h = off_bh % heads_q
+                if tl.sum(tl.where(chunk == block - first, needs, 0)) != 0:
+                    _attn_fwd_row_block(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, block,
                                         (block % row_blocks) * BLOCK_M, off_bh // heads_q,
                                         off_h, off_h // group_size,
                                         stride_qb, stride_qh, stride_qm, stride_qd,
@@ -315,7 +325,8 @@ def _attn_fwd(Q, K, V, O, O_RES, LSE, M, L, KD, VD,
                                         stride_ob, stride_oh, stride_om, stride_od, stride_lb,
                                         stride_lh, seqlen_q, seqlen_k, qk_scale, IS_CAUSAL,
                                         DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_M, BLOCK_N,
-                                        HEAD_DIM, INPUT_PRECISION, True, TMA, STORE_O_RES)
+                                        HEAD_DIM, INPUT_PRECISION, True, TMA, STORE_O_RES,
+                                        NAN_FLAGS)
         return
     if SEQ_PARALLEL:
         off_bh = tl.program_id(1)
@@ -324,9 +335,10 @@ def _attn_fwd(Q, K, V, O, O_RES, LSE, M, L, KD, VD,
     off_b = off_bh // heads_q
     off_h = off_bh % heads_q
     off_hkv = off_h // group_size  # GQA/MQA: query head h reads kv head h // group_size
+    first_block = off_bh * row_blocks
 
     if SEQ_PARALLEL:
-        _attn_fwd_row_block(Q, K, V, O, O_RES, LSE, M, L, KD, VD,
+        _attn_fwd_row_block(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, first_block + tl.program_id(0),
                             tl.program_id(0) * BLOCK_M, off_b, off_h, off_hkv,
                             stride_qb, stride_qh, stride_qm, stride_qd,
                             stride_kb, stride_kh, stride_kn, stride_kd,
@@ -334,18 +346,18 @@ def _attn_fwd(Q, K, V, O, O_RES, LSE, M, L, KD, VD,
                             stride_ob, stride_oh, stride_om, stride_od, stride_lb, stride_lh,
                             seqlen_q, seqlen_k, qk_scale, IS_CAUSAL, DEFER_NORM, SPLIT_Q,
                             KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM, INPUT_PRECISION, False, TMA,
-                            STORE_O_RES)
+                            STORE_O_RES, NAN_FLAGS)
     else:
         for start_m in range(0, seqlen_q, BLOCK_M):
-            _attn_fwd_row_block(Q, K, V, O, O_RES, LSE, M, L, KD, VD, start_m, off_b, off_h,
-                                off_hkv,
+            _attn_fwd_row_block(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD,
+                                first_block + start_m // BLOCK_M, start_m, off_b, off_h, off_hkv,
                                 stride_qb, stride_qh, stride_qm, stride_qd,
                                 stride_kb, stride_kh, stride_kn, stride_kd,
                                 stride_vb, stride_vh, stride_vn, stride_vd,
                                 stride_ob, stride_oh, stride_om, stride_od, stride_lb, stride_lh,
                                 seqlen_q, seqlen_k, qk_scale, IS_CAUSAL, DEFER_NORM, SPLIT_Q,
                                 KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM, INPUT_PRECISION, False, TMA,
-                                STORE_O_RES)
+                                STORE_O_RES, NAN_FLAGS)
 
 
 def attn_fwd(q, k, v, causal, softmax_scale, variant, config, o_residual=False):
@@ -373,6 +385,10 @@ def attn_fwd(q, k, v, causal, softmax_scale, variant, config, o_residual=False):
     o_res = torch.empty_like(o) if o_residual and q.dtype != torch.float32 else None
     row_blocks = triton.cdiv(seqlen_q, config.block_m)
     n_blocks = batch * heads_q * row_blocks
+    # causal with nan_flags: one flag per row block, set by the main launch where the output
+    # holds a NaN
+    flags = torch.empty(n_blocks if causal and config.nan_flags else 1, device=q.device,
+                        dtype=torch.int32)
     main_grid = (row_blocks, batch * heads_q) if variant.seq_parallel else (batch * heads_q,)
     repair_grid = (triton.cdiv(n_blocks, REPAIR_CHUNK),)
     kd, vd = row_descriptors((k, v), config.block_n) if config.tma else (None, None)
@@ -380,7 +396,7 @@ def attn_fwd(q, k, v, causal, softmax_scale, variant, config, o_residual=False):
         # REPAIR rarely has work: pointer loads, no descriptors to encode on the host
         tma = config.tma and not repair
         _attn_fwd[repair_grid if repair else main_grid](
-            q, k, v, o, o if o_res is None else o_res, lse, m, l, kd if tma else None,
+            q, k, v, o, o if o_res is None else o_res, lse, m, l, flags, kd if tma else None,
             vd if tma else None,
             *q.stride(), *k.stride(), *v.stride(), *o.stride(), stats[0].stride(0),
             stats[0].stride(1), heads_q, heads_q // heads_kv, seqlen_q, seqlen_k,
@@ -389,6 +405,7 @@ def attn_fwd(q, k, v, causal, softmax_scale, variant, config, o_residual=False):
             SPLIT_Q=variant.split_q, KEY_SLICES=config.key_slices, BLOCK_M=config.block_m,
             BLOCK_N=config.block_n, HEAD_DIM=head_dim, INPUT_PRECISION=config.input_precision,
             REPAIR=repair, REPAIR_CHUNK=REPAIR_CHUNK, TMA=tma, STORE_O_RES=o_res is not None,
+            NAN_FLAGS=config.nan_flags,
             num_warps=config.num_warps,
             num_stages=config.num_stages,
         )

@@ -197,6 +197,28 @@ def test_tuning_space_keeps_split_k_honest():
     assert tuning.warm_seqlen(1) == 1 and tuning.warm_seqlen(100) == 100
 
 
+def test_causal_keys_alone_try_the_first_row_repair_check():
+    from fa2check import report, tuning
+
+    for d in (64, 128):
+        full = tuning.candidates("fwd", d, Variant(), on_gpu=True)
+        causal = tuning.candidates("fwd", d, Variant(), on_gpu=True, causal=True)
+        extra = [c for c in causal if c not in full]
+        assert all(c["nan_flags"] is False for c in extra) and "nan_flags" not in str(full)
+        assert len(extra) == len(tuning.CAUSAL_FWD_NAN_FLAGS_OFF.get(d, []))
+        # each is the twin of a tile of the space
+        assert all({k: v for k, v in c.items() if k != "nan_flags"} in full for c in extra)
+    assert extra  # d=128 has some
+    assert "nan_flags" not in str(tuning.candidates("fwd", 128, Variant(), on_gpu=False,
+                                                    causal=True))
+    records = [{"key": {"part": "fwd", "variant": "v", "head_dim": 128, "causal": True},
+                "fields": {**extra[0], "block_m": 64}},
+               {"key": {"part": "fwd", "variant": "v", "head_dim": 128, "causal": True},
+                "fields": {"block_m": 64, "tma": True}}]
+    choices = [row[9] for row in report.configs_table({"configs": records}).rows]
+    assert choices[0].endswith("NaN check in REPAIR") and choices[1] == "TMA loads"
+
+
 def test_each_seqlen_band_has_its_own_winner_tuned_on_its_cells():
     from fa2check import sweep, tuning
 

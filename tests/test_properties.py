@@ -114,24 +114,39 @@ MASKING_CHECKS = ("oracle", "rows_without_keys", "invisible_random", "invisible_
                   "invisible_1e10", "invisible_nan", "invisible_inf_values")
 
 
+def with_config(**fields):
+    """flash_attention on its default config with `fields` replaced, as tuning sets them."""
+    def impl(q, k, v, *, variant=FA2, **kwargs):
+        config = replace(default_config(q.shape[-1], q.is_cuda, variant, q.dtype), **fields)
+        return flash_attention(q, k, v, variant=variant, config=config, **kwargs)
+    return impl
+
+
+@pytest.mark.parametrize("nan_flags", [True, False], ids=["nan-flags", "first-rows"])
 @pytest.mark.parametrize("which", CAUSAL_CASES)
-def test_causal_masking_pass(which, device):
-    result = run("causal_masking", flash_attention, CAUSAL_CASES[which])
+def test_causal_masking_pass(which, nan_flags, device):
+    """Both ways the causal forward finds the row blocks REPAIR recomputes (TileConfig.nan_flags)
+    keep every hidden key out."""
+    result = run("causal_masking", with_config(nan_flags=nan_flags), CAUSAL_CASES[which])
     for name in MASKING_CHECKS:
         assert result.check(name).passed, str(result.check(name))
 
 
 @pytest.mark.filterwarnings("ignore:All-NaN slice:RuntimeWarning")  # the interpreter's row max
-@pytest.mark.parametrize("variant, tma", [(FA2, False), (FA2, True),
-                                          (Variant(False, False, False), False)],
-                         ids=["FA2", "FA2-tma", "-defer-seqpar-splitq"])
-def test_recomputed_row_blocks_keep_the_bits_of_their_other_rows(variant, tma, device, request):
+@pytest.mark.parametrize("variant, tma, nan_flags",
+                         [(FA2, False, True), (FA2, True, True), (FA2, True, False),
+                          (Variant(False, False, False), False, True)],
+                         ids=["FA2", "FA2-tma", "FA2-tma-first-rows", "-defer-seqpar-splitq"])
+def test_recomputed_row_blocks_keep_the_bits_of_their_other_rows(variant, tma, nan_flags, device,
+                                                                 request):
     """A NaN in a row block's first query row sends the block to the causal forward's REPAIR
-    launch; the recomputed block's other rows must come out bitwise as in a call without the NaN
-    (with config.tma the main launch loads K/V through descriptors, REPAIR through pointers)."""
+    launch (by its flag, or with nan_flags off by that first output row); the recomputed
+    block's other rows must come out bitwise as in a call without the NaN (with config.tma the
+    main launch loads K/V through descriptors, REPAIR through pointers)."""
     gen = torch.Generator().manual_seed(7)
     q, k, v = (torch.randn(1, 2, 45, 16, generator=gen).to(device) for _ in range(3))
-    config = replace(default_config(16, device == "cuda", variant, q.dtype), tma=tma)
+    config = replace(default_config(16, device == "cuda", variant, q.dtype), tma=tma,
+                     nan_flags=nan_flags)
     clean = flash_attention(q, k, v, causal=True, variant=variant, config=config)
     row = config.block_m if config.block_m < 45 else 0  # the second block's first row
     q[0, 1, row] = float("nan")
