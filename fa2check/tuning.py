@@ -81,15 +81,16 @@ BWD_SPACE = {
           (64, 64, 4, 2, True), (16, 128, 8, 3, True), (32, 128, 8, 2, False),
           (16, 128, 8, 2, False), (32, 128, 8, 3, False), (16, 64, 4, 3, False)],
 }
-# Other head dims: small tiles that fit the registers and shared memory of any of them.
 # Causal keys also try these d=128 tiles with nan_flags off (kernels/forward.py: the REPAIR
 # launch finds the row blocks to recompute from their first output row, and the main launch's
-# epilogue checks nothing). An A/B on the H200 put the tuned FA2 tile 1-4% faster with it off;
-# at d=64 the tuned tile was 7-14% slower off (ptxas schedules its main loop differently; the
-# loop's PTX is the same) and no other d=64 tile with it off beat that one, so d=64 has none
+# epilogue checks nothing). A/Bs on the H200 put the tuned FA2 tile 0.6-4.8% faster with it
+# off and the other TMA tiles here 2.8-11.7%; pointer-load tiles were slower off (d=128
+# (64, 64, 4, 3) by up to 8%, d=64's tuned tile by 5-14%), though the main loop's PTX is the
+# same: ptxas schedules it differently. No d=64 tile off beat d=64's best on, so d=64 has none
 # (ablations/NOTES.md, thirteenth session).
 CAUSAL_FWD_NAN_FLAGS_OFF = {128: [(64, 64, 4, 3, True), (64, 64, 4, 4, True),
-                                  (128, 64, 8, 3, True), (64, 64, 4, 3)]}
+                                  (128, 64, 8, 3, True)]}
+# Other head dims: small tiles that fit the registers and shared memory of any of them.
 FWD_SPACE_OTHER = [(64, 64, 4, 2), (64, 32, 4, 2), (32, 64, 4, 2), (128, 64, 8, 2)]
 BWD_SPACE_OTHER = [(32, 32, 4, 2, False), (32, 64, 4, 2, False), (64, 64, 8, 2, False),
                    (32, 64, 4, 2, True), (16, 64, 4, 2, True)]

@@ -139,6 +139,21 @@ def test_dq_atomics_in_the_loop_are_relaxed(tmp_path):
                        "-defer-seqpar+splitq": ""}  # one program owns a head's rows: no atomics
 
 
+def test_causal_forward_without_nan_flags_compiles_lean(tmp_path):
+    """nan_flags off: the main launch drops its epilogue's NaN reduction and REPAIR reads first
+    output rows; both launches must still build for sm_90, the main one without spills, for
+    the d=128 causal tiles tuning tries it on (tuning.CAUSAL_FWD_NAN_FLAGS_OFF)."""
+    args = ["--variant", "fa2", "--dtype", "bfloat16", "--head-dim", "128", "--causal",
+            "--block-m", "64", "--block-n", "64", "--num-warps", "4", "--num-stages", "3",
+            "--tma", "--no-nan-flags"]
+    proc, reports = gate(tmp_path, "--kernel", "attn_fwd", "--kernel", "attn_fwd_repair", *args)
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    found = {r["kernel"]: r for r in reports}
+    assert set(found) == {"attn_fwd", "attn_fwd_repair"}
+    assert found["attn_fwd"]["choices"] == "tma,no-nan-flags"
+    assert found["attn_fwd"]["spill_stores"] == 0
+
+
 def test_a_run_into_a_log_shows_its_progress(fa2_all_shapes):
     """Not a terminal (CI, a device call): a line at each tenth of the cases, the last at N/N,
     where a progress bar would print nothing until the end."""
