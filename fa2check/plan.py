@@ -29,6 +29,10 @@ PROGRAMS_PER_SM = 2
 # backward with the dQ pass (results/20261130-153348-*): FA2 bwd 246-392 TFLOP/s non-causal,
 # 145-358 causal; at 95/85 the plan predicted a 366 s bwd,fwd+bwd sweep where 197 s were measured.
 COMPILE_S = {"split_q": 3.2, "split_k": 15.0, "bwd": 4.0}
+# A causal forward compiles two kernels, the main launch and REPAIR (kernels/forward.py): the
+# thirteenth session's d=128 causal tuning precompiled 136 such jobs in about 190 s where one
+# kernel a job predicted 94 s.
+CAUSAL_FWD_KERNELS = 2
 WORKER_START_S = 15.0
 OVERHEAD_MS = 3.0  # host work around each measurement
 SPLIT_K_COST = 15.0
@@ -99,6 +103,7 @@ def estimate(cells, modes, contenders_for, settings, phase1: list, phase2: list,
             return 0.0
         cost = sum(COMPILE_S["bwd"] if j["part"] == "bwd"
                    else COMPILE_S["split_q" if "+splitq" in j["variant"] else "split_k"]
+                   * (CAUSAL_FWD_KERNELS if j["causal"] else 1)
                    for j in jobs)
         return WORKER_START_S + cost / max(1, workers)
 

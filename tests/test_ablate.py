@@ -541,6 +541,20 @@ def test_split_by_cost_balances_groups_and_keeps_order():
     assert split_by_cost([1.0], 3) == [[0], [], []]
 
 
+def test_plan_counts_the_repair_kernel_of_a_causal_forward():
+    from fa2check import plan
+    from fa2check.sweep import Settings
+
+    def precompile_s(*jobs):
+        return plan.estimate([], ["fwd"], lambda c, m: [], Settings(), list(jobs), [], [],
+                             1)["precompile_tuning_s"] - plan.WORKER_START_S
+
+    fwd = {"part": "fwd", "variant": "+defer+seqpar+splitq", "causal": False}
+    assert precompile_s({**fwd, "causal": True}) == 2 * precompile_s(fwd)
+    bwd = {**fwd, "part": "bwd"}
+    assert precompile_s({**bwd, "causal": True}) == precompile_s(bwd)
+
+
 def test_sharded_run_keeps_every_cell_in_grid_order(tmp_path, device, monkeypatch):
     if device != "cpu":
         pytest.skip("the GPU runs the real grid")
