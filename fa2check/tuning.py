@@ -277,12 +277,17 @@ def warm_job(job: dict) -> str | None:
     return None
 
 
+# forward config fields that change the compiled kernels besides FWD_FIELDS
+FWD_CODE_FIELDS = FWD_FIELDS + ("key_slices", "nan_flags")
+
+
 def job_key(job: dict) -> tuple:
-    fields = PART_FIELDS[job["part"]]
+    """What makes a job's compiled kernels distinct: jobs with equal keys share them."""
+    fields = FWD_CODE_FIELDS if job["part"] == "fwd" else PART_FIELDS[job["part"]]
     return (job["part"], job["variant"], job["dtype"], job["head_dim"], job["causal"],
             job["heads_q"], job["heads_kv"], warm_seqlen(job["seqlen"]),
-            tuple(job["config"][f] for f in fields + (("key_slices",) if job["part"] == "fwd" else ())),
-            tuple(job["config"][f] for f in FWD_FIELDS) if job["part"] == "bwd" else ())
+            tuple(job["config"][f] for f in fields),
+            tuple(job["config"][f] for f in FWD_CODE_FIELDS) if job["part"] == "bwd" else ())
 
 
 def make_job(part: str, name: str, config, cell) -> dict:

@@ -336,6 +336,27 @@ def test_precompile_runs_each_distinct_job_once_in_workers(device):
         assert (error is None) if device == "cuda" else ("CUDA" in error or "Torch" in error)
 
 
+def test_jobs_that_compile_different_kernels_have_different_keys():
+    """Precompiling runs one job per key: a tile choice that changes the forward's code
+    (nan_flags, key_slices) must change the key, or its kernels compile lazily while tuning
+    times them (the thirteenth session's nan_flags twins did); backward fields must not."""
+    from dataclasses import replace
+
+    from fa2check import tuning
+
+    cell = Cell(1, 2, 2, 64, 64, "bfloat16", True)
+    config = tuning.build_config(64, Variant(), on_gpu=True)
+    key = tuning.job_key(tuning.make_job("fwd", Variant(), config, cell))
+    for change in ({"nan_flags": False}, {"key_slices": 2}, {"tma": True}):
+        assert tuning.job_key(tuning.make_job("fwd", Variant(), replace(config, **change),
+                                              cell)) != key
+        bwd = [tuning.job_key(tuning.make_job("bwd", Variant(), c, cell))
+               for c in (config, replace(config, **change))]
+        assert bwd[0] != bwd[1]  # the backward's job runs that forward first
+    assert tuning.job_key(tuning.make_job("fwd", Variant(), replace(config, bwd_block_m=16),
+                                          cell)) == key
+
+
 # ----------------------------------------------------------------------------- the gate
 
 class _Double:
