@@ -277,8 +277,8 @@ def warm_job(job: dict) -> str | None:
     return None
 
 
-# forward config fields that change the compiled kernels besides FWD_FIELDS
-FWD_CODE_FIELDS = FWD_FIELDS + ("key_slices", "nan_flags")
+# the forward config fields that change its compiled kernels (the tuned ones and the rest)
+FWD_CODE_FIELDS = FWD_FIELDS + ("key_slices", "nan_flags", "input_precision")
 
 
 def job_key(job: dict) -> tuple:
