@@ -122,21 +122,18 @@ def with_config(**fields):
     return impl
 
 
-@pytest.mark.parametrize("nan_flags", [True, False], ids=["nan-flags", "first-rows"])
-@pytest.mark.parametrize("which", CAUSAL_CASES)
-def test_causal_masking_pass(which, nan_flags, device):
-    """Both ways the causal forward finds the row blocks REPAIR recomputes (TileConfig.nan_flags)
-    keep every hidden key out."""
-    result = run("causal_masking", with_config(nan_flags=nan_flags), CAUSAL_CASES[which])
-    for name in MASKING_CHECKS:
-        assert result.check(name).passed, str(result.check(name))
+# FA2 both ways the causal forward finds the row blocks REPAIR recomputes (TileConfig.nan_flags);
+# the other variants with nan_flags off (make verify runs them all with it on): split-K's merge
+# and FA1's per-tile normalisation must carry a leak into the first row as NaN too
+MASKING_RUNS = ([(which, flags, FA2) for which in CAUSAL_CASES for flags in (True, False)]
+                + [("q<k", False, v) for v in Variant.all() if v != FA2])
 
 
-@pytest.mark.parametrize("variant", [v for v in Variant.all() if v != FA2], ids=str)
-def test_causal_masking_pass_first_rows_every_variant(variant, device):
-    """nan_flags off for the other variants (make verify runs them all with it on): split-K's
-    merge and FA1's per-tile normalisation must carry a leak into the first row as NaN too."""
-    result = run("causal_masking", with_config(nan_flags=False), CAUSAL_CASES["q<k"], variant)
+@pytest.mark.parametrize("which, nan_flags, variant", MASKING_RUNS,
+                         ids=[f"{w}-{'nan-flags' if f else 'first-rows'}-{v}"
+                              for w, f, v in MASKING_RUNS])
+def test_causal_masking_pass(which, nan_flags, variant, device):
+    result = run("causal_masking", with_config(nan_flags=nan_flags), CAUSAL_CASES[which], variant)
     for name in MASKING_CHECKS:
         assert result.check(name).passed, str(result.check(name))
 
