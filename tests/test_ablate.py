@@ -704,3 +704,38 @@ def test_a_compressed_results_file_is_read_under_its_first_name(tmp_path):
     assert ablate.parse_args(["--configs-from", plain, "--plan"]).configs_from == [plain]
     assert [(os.path.basename(p), m) for p, m in committed(str(tmp_path))] == [
         ("old.json.gz", ["fwd"])]
+
+
+def test_sass_loops_reads_control_bits_and_keeps_the_innermost_loops():
+    """ablations/sass_loops.py's parsing, on made-up `cuobjdump -sass` lines: the stall cycles
+    and wait mask come from the high word's control bits, and of two nested loops that issue
+    HGMMA only the inner one is kept; a loop without HGMMA is dropped."""
+    sass_loops = _ablations_script("sass_loops")
+
+    def line(addr, text, stall, wait=0):
+        high = (stall << 41) | (wait << 52) | 0x0000000000000a00
+        return (f"        /*{addr:04x}*/                   {text} ;   /* 0x0000000000000000 */\n"
+                f"                                                 /* 0x{high:016x} */")
+
+    program = "\n".join([
+        "	code for sm_90a", "		Function : _attn_fwd",
+        line(0x00, "MOV R1, R2", 1),
+        line(0x10, "HGMMA.64x64x16.F32.BF16 R24, gdesc[UR4], R24", 2),  # outer loop start
+        line(0x20, "FADD R3, R4, R5", 4, wait=0b000010),  # inner loop start
+        line(0x30, "HGMMA.64x64x16.F32.BF16 R24, gdesc[UR8], R24", 1),
+        line(0x40, "@P0 BRA 0x20", 5),
+        line(0x50, "BRA 0x10", 3),
+        line(0x60, "IADD3 R6, R6, 0x1, RZ", 2),  # a loop without HGMMA
+        line(0x70, "@P1 BRA 0x60", 1),
+        line(0x80, "EXIT", 0),
+    ])
+    instrs = sass_loops.parse_sass(program)
+    assert [x.addr for x in instrs] == list(range(0, 0x90, 0x10))
+    assert [x.stall for x in instrs] == [1, 2, 4, 1, 5, 3, 2, 1, 0]
+    assert instrs[2].wait_mask == 0b000010 and instrs[2].opcode == "FADD"
+    assert instrs[4].opcode == "BRA"  # the predicate is not the opcode
+    loops = sass_loops.inner_loops(instrs)
+    assert loops == [(2, 4)]
+    summary = sass_loops.summarize(instrs, loops[0])
+    assert (summary["start"], summary["instructions"], summary["stall_cycles"],
+            summary["waiting"]) == (0x20, 3, 10, 1)

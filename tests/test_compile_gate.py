@@ -7,11 +7,12 @@ are not JITFunctions and cannot be compiled. With an empty Triton cache this fil
 """
 from __future__ import annotations
 
+import os
 import re
 
 import pytest
 
-from compile_cli import run_cli
+from compile_cli import ROOT, run_cli
 from fa2check.compile_gate import _forward_specialization, make_case, ptxas_usage
 from kernels import SUPPORTED_HEAD_DIMS, Variant
 from kernels.forward import _attn_fwd
@@ -162,3 +163,24 @@ def test_a_run_into_a_log_shows_its_progress(fa2_all_shapes):
               re.finditer(r"compiling for sm_90: (\d+)/(\d+) in \d+ s", proc.stdout)]
     assert counts[-1] == (len(cases), len(cases)), proc.stdout[:2000]
     assert len(counts) == min(10, len(cases)) and counts == sorted(counts)
+
+
+def test_sass_loops_finds_the_forwards_k_v_loops_in_real_sass():
+    """ablations/sass_loops.py on kernels compiled for sm_90: the forward's main launch has
+    two inner loops that issue HGMMA, the unmasked key tiles and then the masked ones (the
+    diagonal when causal, the ragged key tail either way), the masked one longer by its
+    compares and selects, and ptxas wrote stall cycles into both."""
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    tile = "block_m=64,block_n=64,num_warps=4,num_stages=2"
+    for mask in ([], ["--full"]):
+        proc = subprocess.run([sys.executable, "ablations/sass_loops.py", tile, *mask],
+                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        found = [(int(n), int(stall)) for n, stall in re.findall(
+            r"loop at 0x[0-9a-f]+: (\d+) instructions, (\d+) stall cycles", proc.stdout)]
+        assert len(found) == 2, proc.stdout
+        (unmasked, unmasked_stalls), (masked, masked_stalls) = found
+        assert masked > unmasked and unmasked_stalls > 0 and masked_stalls > 0, proc.stdout
