@@ -64,6 +64,8 @@ class KernelSpec:
     causal_only: bool = False  # launched for causal calls only
     backend: str = "triton"  # kernels.config.BACKENDS: "gluon" kernels are Gluon functions
     supports: Callable[[str, int], bool] = lambda dtype, head_dim: True
+    # -> extra compile options: the Triton forward's launches pass ptxas a register cap
+    register_cap: Callable[[TileConfig], dict] = lambda config: {}
 
 
 def runtime_specialization(fn, pointers: dict[str, str], constexprs: dict, floats=(), unit=(),
@@ -127,14 +129,20 @@ def _forward_specialization(fn, case: Case, repair: bool = False, o_residual: bo
                                   div16=div16, descriptors={"KD": box, "VD": box})
 
 
+def _forward_register_cap(c: TileConfig) -> dict:
+    """As attn_fwd launches: maxnreg only when TileConfig.max_registers sets a cap."""
+    return {"maxnreg": c.max_registers} if c.max_registers else {}
+
+
 def _row_box(io: str, rows: int, head_dim: int) -> str:
     """The signature of a kernels.tma.row_descriptors descriptor: (1, 1, rows, D) boxes."""
     return f"tensordesc<{io}[1,1,{rows},{head_dim}]>"
 
 
 def _forward_tiles(c: TileConfig) -> dict:
-    choices = ",".join(name for name, on in (("tma", c.tma), ("no-nan-flags", not c.nan_flags))
-                       if on)
+    choices = ",".join(name for name, on in (("tma", c.tma), ("no-nan-flags", not c.nan_flags),
+                                             (f"max-registers={c.max_registers}",
+                                              c.max_registers)) if on)
     return dict(block_m=c.block_m, block_n=c.block_n, num_warps=c.num_warps,
                 num_stages=c.num_stages, choices=choices)
 
@@ -187,15 +195,16 @@ def _gluon_supports(dtype: str, head_dim: int) -> bool:
 
 SPECS = {spec.name: spec for spec in [
     KernelSpec("attn_fwd", _forward_kernel, _forward_specialization,
-               _forward_tiles),
+               _forward_tiles, register_cap=_forward_register_cap),
     # the second launch of a causal forward: recomputes row blocks flagged with a NaN
     KernelSpec("attn_fwd_repair", _forward_kernel,
                lambda fn, case: _forward_specialization(fn, case, repair=True),
-               _forward_tiles, causal_only=True),
+               _forward_tiles, causal_only=True, register_cap=_forward_register_cap),
     # the forward of a call that will be differentiated: also stores o's rounding residual
     KernelSpec("attn_fwd_grad", _forward_kernel,
                lambda fn, case: _forward_specialization(fn, case, o_residual=True),
-               _forward_tiles, supports=lambda dtype, head_dim: dtype != "float32"),
+               _forward_tiles, supports=lambda dtype, head_dim: dtype != "float32",
+               register_cap=_forward_register_cap),
     KernelSpec("attn_bwd", _backward_kernel, _backward_specialization,
                lambda c: dict(block_m=c.bwd_block_m, block_n=c.bwd_block_n,
                               num_warps=c.bwd_num_warps, num_stages=c.bwd_num_stages,
@@ -304,7 +313,8 @@ def compile_kernel_for_sm90(spec_name: str, variant: Variant, dtype: str, head_d
         compiled = triton.compile(source,
                                   target=GPUTarget("cuda", 90, 32),
                                   options=dict(num_warps=report.num_warps,
-                                               num_stages=report.num_stages))
+                                               num_stages=report.num_stages,
+                                               **spec.register_cap(case.config)))
     report.compile_s = round(time.perf_counter() - start, 2)
     log = out.getvalue()
     if "Used" not in log:  # a cache hit runs no ptxas
@@ -522,8 +532,8 @@ def compile_progress(console, total: int):
         yield lambda description: bar.update(task, advance=1, description=description)
 
 
-INT_OVERRIDES = ("block_m", "block_n", "num_warps", "num_stages", "key_slices", "bwd_block_m",
-                 "bwd_block_n", "bwd_num_warps", "bwd_num_stages")
+INT_OVERRIDES = ("block_m", "block_n", "num_warps", "num_stages", "key_slices", "max_registers",
+                 "bwd_block_m", "bwd_block_n", "bwd_num_warps", "bwd_num_stages")
 BOOL_OVERRIDES = ("tma", "nan_flags", "bwd_dq_pass")
 
 

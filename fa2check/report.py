@@ -312,8 +312,11 @@ def configs_table(results: dict) -> Grid:
             seqlens = "all"
         prefix = "bwd_" if key["part"] == "bwd" else ""
         tiles = [fields.get(prefix + f, "") for f in TILE_FIELDS]
-        choices = ", ".join(label for f, (label, shown) in CHOICES.items()
-                            if f in fields and fields[f] == shown)
+        choices = [label for f, (label, shown) in CHOICES.items()
+                   if f in fields and fields[f] == shown]
+        if fields.get("max_registers"):
+            choices.append(f"registers <= {fields['max_registers']}")
+        choices = ", ".join(choices)
         grid.add(key["part"], key["variant"], key["head_dim"], "causal" if key["causal"] else "full",
                  seqlens, *tiles, choices, record.get("source", ""))
     return grid

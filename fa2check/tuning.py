@@ -53,9 +53,10 @@ FWD_SPACE = {
 # for some variant before has a TMA twin; TMA also takes the split-K tiles' spills down
 # (compile gate: (32, 128, 4, 2) at d=128 from 1288 to 816 bytes). Dropped as never in any
 # variant's best three in the tuned runs so far: (128, 32, 4, 3) and (64, 32, 4, 2) at d=64.
-# Added in the ninth session: (64, 64, 4, 2, True) at d=64 (42 KB of shared memory, 5 CTAs an
-# SM), the fastest FA2 tile of a 1k-2k causal A/B (up to 5% ahead of the winners at 2k, timed
-# 100 ms a version, a longer load than the benchmark's; the tuner has not picked it for FA2).
+# Added in the ninth session: (64, 64, 4, 2, True) at d=64 (42 KB of shared memory: room for 5
+# CTAs an SM, though its 111 registers allow 4), the fastest FA2 tile of a 1k-2k causal A/B (up
+# to 5% ahead of the winners at 2k, timed 100 ms a version, a longer load than the benchmark's;
+# the tuner has not picked it for FA2).
 # (A tile choice computing 1/4 or 1/2 of the exp2 by a polynomial on the FMA units was built
 # for d=64 and measured 8-14% and 22-26% slower on the H200; removed, ablations/NOTES.md.)
 # (bwd_block_m, bwd_block_n, bwd_num_warps, bwd_num_stages, bwd_dq_pass): both places of the
@@ -90,6 +91,15 @@ BWD_SPACE = {
 # (ablations/NOTES.md, thirteenth session).
 CAUSAL_FWD_NAN_FLAGS_OFF = {128: [(64, 64, 4, 3, True), (64, 64, 4, 4, True),
                                   (128, 64, 8, 3, True)]}
+# d=64 also tries these (block_m, block_n, num_warps, num_stages, tma, max_registers): the
+# forward is latency-bound there (two CTAs of 4 warps an SM left half the cycles with no warp
+# to issue, Nsight Compute, seventh session), and a register cap adds a resident CTA without
+# spilling (sm_90 compile gate, bf16, causal and full): the pointer tiles use 133 registers,
+# 3 CTAs an SM, and 128 without spills (4 CTAs; shared memory allows 4 with 3 stages, 5 with
+# 2); the 2-stage TMA tile uses 111 (4 CTAs) and 96 with 4 bytes of spills (5 CTAs, 41 KB of
+# shared memory each). Not yet timed on the H200.
+REGISTER_CAPPED_FWD = {64: [(64, 64, 4, 3, False, 128), (64, 64, 4, 2, False, 128),
+                            (64, 64, 4, 2, True, 96)]}
 # Other head dims: small tiles that fit the registers and shared memory of any of them.
 FWD_SPACE_OTHER = [(64, 64, 4, 2), (64, 32, 4, 2), (32, 64, 4, 2), (128, 64, 8, 2)]
 BWD_SPACE_OTHER = [(32, 32, 4, 2, False), (32, 64, 4, 2, False), (64, 64, 8, 2, False),
@@ -188,6 +198,9 @@ def candidates(part: str, head_dim: int, variant, on_gpu: bool,
     if part == "fwd" and causal and on_gpu:
         out += [{**dict(zip(FWD_FIELDS, c)), "nan_flags": False}
                 for c in CAUSAL_FWD_NAN_FLAGS_OFF.get(head_dim, [])]
+    if part == "fwd" and on_gpu:
+        out += [{**dict(zip(FWD_FIELDS, c[:5])), "max_registers": c[5]}
+                for c in REGISTER_CAPPED_FWD.get(head_dim, [])]
     if part == "fwd" and not variant.split_q and on_gpu:
         out = [c for c in out if c["block_n"] >= SPLIT_K_MIN_BLOCK_N]
     return out
@@ -278,7 +291,7 @@ def warm_job(job: dict) -> str | None:
 
 
 # the forward config fields that change its compiled kernels (the tuned ones and the rest)
-FWD_CODE_FIELDS = FWD_FIELDS + ("key_slices", "nan_flags", "input_precision")
+FWD_CODE_FIELDS = FWD_FIELDS + ("key_slices", "nan_flags", "input_precision", "max_registers")
 
 
 def job_key(job: dict) -> tuple:

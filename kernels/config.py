@@ -19,6 +19,10 @@ class TileConfig:
     # causal forward: the main launch flags row blocks whose output holds a NaN, for the REPAIR
     # launch (off: REPAIR reads each row block's first output row instead; kernels/forward.py)
     nan_flags: bool = True
+    # forward: ptxas's per-thread register cap (maxnreg), 0 for none. A CTA of W warps holds
+    # W * 32 * registers (rounded up to 256 a warp) of an SM's 65536, so a cap can buy one more
+    # resident CTA: 133 registers at 4 warps fit 3 CTAs an SM, 128 fit 4.
+    max_registers: int = 0
     # backward: one program per key/value column block of bwd_block_n keys
     bwd_block_m: int = 64
     bwd_block_n: int = 64

@@ -408,5 +408,6 @@ def attn_fwd(q, k, v, causal, softmax_scale, variant, config, o_residual=False):
             NAN_FLAGS=config.nan_flags,
             num_warps=config.num_warps,
             num_stages=config.num_stages,
+            maxnreg=config.max_registers or None,
         )
     return o, stats, o_res

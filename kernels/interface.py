@@ -13,6 +13,7 @@ from .variant import Variant
 SUPPORTED_HEAD_DIMS = (16, 32, 64, 128, 256)
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 INT32_MAX = 2**31 - 1
+MIN_REGISTERS, MAX_REGISTERS = 24, 255  # TileConfig.max_registers: ptxas's maxnreg range
 
 
 def interpreting() -> bool:
@@ -165,6 +166,11 @@ def _check_config(config: TileConfig, variant: Variant, on_gpu: bool):
         if on_gpu and config.block_n // config.key_slices < MIN_DOT_DIM:
             raise ValueError(f"config.key_slices ({config.key_slices}) leaves slices of "
                              f"{config.block_n // config.key_slices} keys; the GPU needs >= {MIN_DOT_DIM}")
+    cap = config.max_registers
+    if isinstance(cap, bool) or not isinstance(cap, int) or (
+            cap and not MIN_REGISTERS <= cap <= MAX_REGISTERS):
+        raise ValueError(f"config.max_registers must be 0 (no cap) or an int in "
+                         f"[{MIN_REGISTERS}, {MAX_REGISTERS}], got {cap!r}")
     for name in ("tma", "bwd_dq_pass"):
         if not isinstance(getattr(config, name), bool):
             raise TypeError(f"config.{name} must be a bool, got {type(getattr(config, name)).__name__}")

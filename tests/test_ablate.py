@@ -337,6 +337,28 @@ def test_precompile_runs_each_distinct_job_once_in_workers(device):
         assert (error is None) if device == "cuda" else ("CUDA" in error or "Torch" in error)
 
 
+def test_d64_tries_register_capped_tiles_in_every_variant_and_mask():
+    """tuning.REGISTER_CAPPED_FWD: at d=64 every variant's forward space (both masks) has the
+    capped tiles, and a capped candidate's config carries the cap; other head dims have none;
+    the configs table names the cap."""
+    from fa2check import report, tuning
+
+    for causal in (False, True):
+        for variant in Variant.all():
+            space = tuning.candidates("fwd", 64, variant, on_gpu=True, causal=causal)
+            capped = [c for c in space if c.get("max_registers")]
+            assert len(capped) == len(tuning.REGISTER_CAPPED_FWD[64])
+            config = tuning.build_config(64, variant, True, fwd=capped[0])
+            assert config.max_registers == capped[0]["max_registers"] > 0
+        assert not any("max_registers" in c for c in tuning.candidates(
+            "fwd", 128, Variant(), on_gpu=True, causal=causal))
+    records = [{"key": {"part": "fwd", "variant": "v", "head_dim": 64, "causal": True},
+                "fields": {"block_m": 64, "block_n": 64, "num_warps": 4, "num_stages": 3,
+                           "tma": False, "max_registers": 128}, "source": "test"}]
+    row = report.configs_table({"configs": records}).rows[0]
+    assert "registers <= 128" in row
+
+
 def test_jobs_that_compile_different_kernels_have_different_keys():
     """Precompiling runs one job per key: a tile choice that changes the forward's code
     (nan_flags, key_slices) must change the key, or its kernels compile lazily while tuning
@@ -348,7 +370,7 @@ def test_jobs_that_compile_different_kernels_have_different_keys():
     cell = Cell(1, 2, 2, 64, 64, "bfloat16", True)
     config = tuning.build_config(64, Variant(), on_gpu=True)
     key = tuning.job_key(tuning.make_job("fwd", Variant(), config, cell))
-    for change in ({"nan_flags": False}, {"key_slices": 2}, {"tma": True}):
+    for change in ({"nan_flags": False}, {"key_slices": 2}, {"tma": True}, {"max_registers": 128}):
         assert tuning.job_key(tuning.make_job("fwd", Variant(), replace(config, **change),
                                               cell)) != key
         bwd = [tuning.job_key(tuning.make_job("bwd", Variant(), c, cell))

@@ -103,6 +103,27 @@ def test_forward_specialization_matches_the_launcher():
     assert (_attn_fwd.arg_names.index("seqlen_k"),) not in attrs
 
 
+def test_the_launcher_passes_the_register_cap(monkeypatch):
+    """attn_fwd hands TileConfig.max_registers to both causal launches as Triton's maxnreg
+    (None for no cap), the option the compile gate compiles them with."""
+    import torch
+
+    from kernels import TileConfig, forward
+
+    launches = []
+
+    class Recorder:
+        def __getitem__(self, grid):
+            return lambda *args, **kwargs: launches.append(kwargs)
+
+    monkeypatch.setattr(forward, "_attn_fwd", Recorder())
+    q = torch.zeros(1, 1, 16, 16)
+    for cap, expected in ((128, 128), (0, None)):
+        launches.clear()
+        forward.attn_fwd(q, q, q, True, 0.25, Variant(), TileConfig(16, 16, max_registers=cap))
+        assert [launch["maxnreg"] for launch in launches] == [expected, expected]
+
+
 def test_ptxas_log_parsing():
     log = ("ptxas info    : Function properties for _attn_fwd\n"
            "    208 bytes stack frame, 212 bytes spill stores, 348 bytes spill loads\n"
@@ -153,6 +174,25 @@ def test_causal_forward_without_nan_flags_compiles_lean(tmp_path):
     assert set(found) == {"attn_fwd", "attn_fwd_repair"}
     assert found["attn_fwd"]["choices"] == "tma,no-nan-flags"
     assert found["attn_fwd"]["spill_stores"] == 0
+
+
+def test_a_register_cap_reaches_ptxas(tmp_path):
+    """TileConfig.max_registers: the d=64 causal pointer tile uses more than 128 registers
+    (133 when measured), capped at 128 it uses at most 128 and spills nothing
+    (tuning.REGISTER_CAPPED_FWD), in the main and the REPAIR launch."""
+    args = ["--kernel", "attn_fwd", "--kernel", "attn_fwd_repair", "--variant", "fa2",
+            "--dtype", "bfloat16", "--head-dim", "64", "--causal", "--block-m", "64",
+            "--block-n", "64", "--num-warps", "4", "--num-stages", "3"]
+    _, plain = gate(tmp_path, *args)
+    proc, capped = gate(tmp_path, *args, "--max-registers", "128")
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    plain = {r["kernel"]: r for r in plain}
+    capped = {r["kernel"]: r for r in capped}
+    assert plain["attn_fwd"]["registers"] > 128 and plain["attn_fwd"]["choices"] == ""
+    for kernel in ("attn_fwd", "attn_fwd_repair"):
+        assert capped[kernel]["registers"] <= 128
+        assert capped[kernel]["choices"] == "max-registers=128"
+    assert capped["attn_fwd"]["spill_stores"] == 0
 
 
 def test_a_run_into_a_log_shows_its_progress(fa2_all_shapes):
