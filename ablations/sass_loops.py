@@ -94,14 +94,13 @@ def summarize(instrs: list[Instr], loop: tuple[int, int], top: int = 6) -> dict:
 
 def forward_sass(head_dim: int, dtype: str, causal: bool, variant, fields: str) -> str:
     """`cuobjdump -sass` of the main forward launch for the config FIELDS, compiled for sm_90."""
+    import torch
     from triton import knobs
 
     from compare_kernels import config_overrides  # this script's folder is on sys.path
     from fa2check.compile_gate import compile_kernel_for_sm90
     from kernels import TileConfig
     from kernels.config import default_config
-
-    import torch
 
     config = replace(default_config(head_dim, True, variant, getattr(torch, dtype)),
                      **config_overrides(fields, TileConfig))
@@ -122,9 +121,11 @@ def main(argv=None) -> int:
     p.add_argument("--full", action="store_true", help="non-causal (default: causal)")
     p.add_argument("--variant", default="+defer+seqpar+splitq")
     args = p.parse_args(argv)
-    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
-        raise SystemExit("unset TRITON_INTERPRET: this compiles for sm_90")
+    from fa2check.compile_gate import interpreting
     from kernels import Variant
+
+    if interpreting():
+        raise SystemExit("unset TRITON_INTERPRET: this compiles for sm_90")
 
     variant = Variant.parse(args.variant)
     for fields in args.configs:

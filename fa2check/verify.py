@@ -109,7 +109,8 @@ def main(argv=None) -> int:
     console.print(", ".join(f"{n} {s}" for s, n in counts.items() if n) + f" ({elapsed:.0f} s)")
     if args.json_path:
         verdicts.write_json(args.json_path, {
-            "environment": describe_environment(device, commit=args.commit), "tier": tier, "seed": args.seed,
+            "environment": describe_environment(device, commit=args.commit), "tier": tier,
+            "seed": args.seed,
             "command": " ".join([os.path.basename(sys.executable), "-m", "fa2check.verify",
                                  *(sys.argv[1:] if argv is None else argv)]),
             "jobs": jobs, "seconds": elapsed, "columns": [c.__dict__ for c in columns],
