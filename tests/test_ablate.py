@@ -761,3 +761,24 @@ def test_sass_loops_reads_control_bits_and_keeps_the_innermost_loops():
     summary = sass_loops.summarize(instrs, loops[0])
     assert (summary["start"], summary["instructions"], summary["stall_cycles"],
             summary["waiting"]) == (0x20, 3, 10, 1)
+
+
+def test_ab_table_names_versions_by_what_differs_and_measures_against_the_first():
+    """ablations/ab_table.py: each time's change is against the first version of its cell, the
+    shared fields are named once, the dtype comes from the recorded command, and a version
+    missing from a cell shows '-' rather than a change."""
+    ab_table = _ablations_script("ab_table")
+    base, capped = "kernels:block_m=64,num_stages=3", "kernels:block_m=64,num_stages=3,maxreg=96"
+
+    def row(version, seqlen, median):
+        return dict(version=version, seqlen=seqlen, head_dim=64, causal=True, median=median)
+
+    dtype = ab_table.dtype_of("python3 ablations/compare_kernels.py A B --dtype float16")
+    assert (dtype, ab_table.dtype_of("python3 compare_kernels.py A")) == ("float16", "bfloat16")
+    text = ab_table.table([(dtype, [row(base, 1024, 0.5), row(capped, 1024, 0.4),
+                                    row(base, 2048, 1.0)])])
+    lines = text.splitlines()
+    assert lines[0].startswith("Every version: kernels:block_m=64,num_stages=3;")
+    assert lines[2] == "| dtype | d | mask | seqlen | (shared only) | maxreg=96 |"
+    assert lines[4] == "| float16 | 64 | causal | 1024 | 0.5000 | 0.4000 (-20.0%) |"
+    assert lines[5] == "| float16 | 64 | causal | 2048 | 1.0000 | - |"
