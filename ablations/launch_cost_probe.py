@@ -15,8 +15,10 @@ Cells are the paper grid's (bf16, 16k tokens, 2048 = heads * head_dim). For each
 When host_us exceeds what do_bench's L2 flush hides, bench_ms is host-bound.
 
 --breakdown: the host time of the pieces of one call of ours (argument checks, allocations,
-descriptors, the launches), each the best of ROUNDS rounds of CALLS calls, on a problem small
-enough that the GPU never holds the host back.
+descriptors, the launches; the backward's launch and autograd's part in a fwd+bwd call), and of
+empty Triton kernels with 1 and with 34 arguments (what a launch costs on this host, and how
+much of it the arguments are), each the best of ROUNDS rounds of CALLS calls, on a problem
+small enough that the GPU never holds the host back.
 """
 import argparse
 import contextlib
@@ -30,6 +32,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import torch
+import triton
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from fa2check.environment import describe_environment  # noqa: E402
@@ -111,6 +114,17 @@ def top_host_functions(call, n=12) -> str:
 ROUNDS = 5
 
 
+@triton.jit
+def _empty_1(X):
+    pass
+
+
+@triton.jit
+def _empty_34(P0, P1, P2, P3, P4, P5, P6, P7, P8, P9, P10, I0, I1, I2, I3, I4, I5, I6, I7, I8,
+              I9, I10, I11, I12, I13, I14, I15, I16, I17, I18, I19, I20, I21, I22):
+    pass  # as many arguments as the forward's main launch: 11 tensors, 23 integers
+
+
 def best_host_us(call) -> float:
     call()
     return min(host_us(call) for _ in range(ROUNDS))
@@ -146,7 +160,37 @@ def breakdown() -> dict:
                 lambda: attn_fwd(q, k, v, causal, 0.1, fa2, config))
             times[f"flash_attention, {name}"] = best_host_us(
                 lambda: flash_attention(q, k, v, causal=causal, config=config))
+    times.update(backward_breakdown(base))
     return times
+
+
+def backward_breakdown(config) -> dict:
+    """Host microseconds of a fwd+bwd call's pieces on the tiny problem: the whole call, the
+    backward's launches alone (attn_bwd on saved forward outputs), autograd on a trivial op,
+    and empty Triton launches."""
+    from kernels import Variant, flash_attention
+    from kernels.backward import attn_bwd
+    from kernels.forward import attn_fwd
+
+    q, k, v = (torch.randn(1, 1, 128, 128, device="cuda", dtype=torch.bfloat16,
+                           requires_grad=True) for _ in range(3))
+    do = torch.randn_like(q)
+    fa2 = Variant()
+    with torch.no_grad():
+        o, stats, o_res = attn_fwd(q, k, v, True, 0.1, fa2, config, o_residual=True)
+    ints = [1] * 23
+    return {
+        "fwd+bwd: flash_attention + autograd.grad, causal": best_host_us(
+            lambda: torch.autograd.grad(flash_attention(q, k, v, causal=True, config=config),
+                                        (q, k, v), do)),
+        "attn_bwd (2 launches), causal": best_host_us(
+            lambda: attn_bwd(q, k, v, o, stats, do, None, True, 0.1, fa2, config, o_res)),
+        "autograd.grad of q * 2": best_host_us(lambda: torch.autograd.grad(q * 2, (q,), do)),
+        "empty Triton launch, 1 argument": best_host_us(lambda: _empty_1[(1,)](q)),
+        "empty Triton launch, 34 arguments": best_host_us(
+            lambda: _empty_34[(1,)](q, k, v, o, o, stats[0], stats[0], stats[0], do, q, q,
+                                    *ints)),
+    }
 
 
 def main():
@@ -155,6 +199,8 @@ def main():
     parser.add_argument("--mode", choices=("fwd", "fwd+bwd"), default="fwd")
     parser.add_argument("--breakdown", action="store_true")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--commit", help="git commit to record (the device's copy of the tree "
+                                         "may carry a stale .git)")
     args = parser.parse_args()
     from triton.testing import do_bench
 
@@ -180,7 +226,7 @@ def main():
     for piece, us in pieces.items():
         print(f"host {piece:40s} {us:7.1f} us")
     if args.json:
-        args.json.write_text(json.dumps({"environment": describe_environment("cuda"),
+        args.json.write_text(json.dumps({"environment": describe_environment("cuda", commit=args.commit),
                                          "command": " ".join(sys.argv), "rows": rows,
                                          "host_breakdown_us": pieces}, indent=1))
 
