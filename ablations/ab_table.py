@@ -10,6 +10,7 @@ For ablations/NOTES.md, so that its A/B tables are generated from the committed 
 import json
 import shlex
 import sys
+from pathlib import Path
 
 
 def dtype_of(command: str) -> str:
@@ -49,8 +50,11 @@ def table(runs) -> str:
         entries = []
         for i, version in enumerate(versions):
             t = times.get(version)
-            change = "" if i == 0 or t is None or base is None else f" ({(t / base - 1) * 100:+.1f}%)"
-            entries.append("-" if t is None else f"{t:.4f}{change}")
+            if t is None:
+                entries.append("-")
+                continue
+            change = "" if i == 0 or base is None else f" ({(t / base - 1) * 100:+.1f}%)"
+            entries.append(f"{t:.4f}{change}")
         lines.append(f"| {dtype} | {head_dim} | {'full' if full else 'causal'} | {seqlen} | "
                      + " | ".join(entries) + " |")
     return "\n".join(lines)
@@ -59,7 +63,7 @@ def table(runs) -> str:
 def main():
     runs = []
     for path in sys.argv[1:]:
-        data = json.load(open(path))
+        data = json.loads(Path(path).read_text())
         runs.append((dtype_of(data["command"]), data["rows"]))
     if not runs:
         sys.exit(__doc__)

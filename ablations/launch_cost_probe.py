@@ -226,7 +226,8 @@ def main():
     for piece, us in pieces.items():
         print(f"host {piece:40s} {us:7.1f} us")
     if args.json:
-        args.json.write_text(json.dumps({"environment": describe_environment("cuda", commit=args.commit),
+        environment = describe_environment("cuda", commit=args.commit)
+        args.json.write_text(json.dumps({"environment": environment,
                                          "command": " ".join(sys.argv), "rows": rows,
                                          "host_breakdown_us": pieces}, indent=1))
 

@@ -99,8 +99,8 @@ CAUSAL_FWD_NAN_FLAGS_OFF = {128: [(64, 64, 4, 3, True), (64, 64, 4, 4, True),
 # 2); the 2-stage TMA tile uses 111 (4 CTAs) and 96 with 4 bytes of spills (5 CTAs, 41 KB of
 # shared memory each). On the H200 (fifteenth session) the TMA tile at 96 registers was the
 # fastest of five tiles (these three, two uncapped) in 15 of 16 d=64 cells (1k-16k, both
-# masks and dtypes), and FA2's re-tuned winner below 2k; the pointer tile at 128 gained 1-6% with the full
-# mask, nothing causal; the 2-stage pointer tile at 128 lost 0.4-8%.
+# masks and dtypes), and FA2's re-tuned winner below 2k; the pointer tile at 128 gained 1-6%
+# with the full mask, nothing causal; the 2-stage pointer tile at 128 lost 0.4-8%.
 REGISTER_CAPPED_FWD = {64: [(64, 64, 4, 3, False, 128), (64, 64, 4, 2, False, 128),
                             (64, 64, 4, 2, True, 96)]}
 # Other head dims: small tiles that fit the registers and shared memory of any of them.
