@@ -782,3 +782,39 @@ def test_ab_table_names_versions_by_what_differs_and_measures_against_the_first(
     assert lines[2] == "| dtype | d | mask | seqlen | (shared only) | maxreg=96 |"
     assert lines[4] == "| float16 | 64 | causal | 1024 | 0.5000 | 0.4000 (-20.0%) |"
     assert lines[5] == "| float16 | 64 | causal | 2048 | 1.0000 | - |"
+
+
+def test_ab_copy_applies_the_kernels_part_of_a_patch(tmp_path):
+    """ablations/ab_copy.sh makes ablations/ab/NAME/kernels from kernels/ and a patch's
+    kernels/ hunks only; a patch that changes nothing there, or no patch, is an error."""
+    import difflib
+    import shutil
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    source = open(os.path.join(root, "kernels", "forward.py")).read().splitlines(keepends=True)
+    changed = [source[0].rstrip("\n") + "  # patched\n"] + source[1:]
+    kernels_part = "".join(difflib.unified_diff(source, changed, "a/kernels/forward.py",
+                                                "b/kernels/forward.py"))
+    other_part = ("--- a/README.md\n+++ b/README.md\n@@ -1 +1 @@\n-x\n+y\n")
+    script = os.path.join(root, "ablations", "ab_copy.sh")
+
+    def run(patch_text, name):
+        path = tmp_path / f"{name}.patch"
+        path.write_text(patch_text)
+        return subprocess.run(["bash", script, str(path)], capture_output=True, text=True)
+
+    try:
+        made = run(kernels_part + other_part, "ab-copy-test")
+        assert made.returncode == 0, made.stderr
+        copy = os.path.join(root, made.stdout.strip())
+        assert copy.endswith(os.path.join("ablations", "ab", "ab-copy-test", "kernels"))
+        assert open(os.path.join(copy, "forward.py")).readline().endswith("  # patched\n")
+        assert not open(os.path.join(root, "kernels", "forward.py")).readline().endswith(
+            "  # patched\n")
+        assert run(other_part, "ab-copy-empty").returncode == 1  # nothing under kernels/
+        missing = subprocess.run(["bash", script, "no-such-patch"], capture_output=True)
+        assert missing.returncode == 2
+    finally:
+        for name in ("ab-copy-test", "ab-copy-empty"):
+            shutil.rmtree(os.path.join(root, "ablations", "ab", name), ignore_errors=True)
