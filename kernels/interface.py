@@ -171,7 +171,7 @@ def _check_config(config: TileConfig, variant: Variant, on_gpu: bool):
             cap and not MIN_REGISTERS <= cap <= MAX_REGISTERS):
         raise ValueError(f"config.max_registers must be 0 (no cap) or an int in "
                          f"[{MIN_REGISTERS}, {MAX_REGISTERS}], got {cap!r}")
-    for name in ("tma", "bwd_dq_pass"):
+    for name in ("tma", "nan_flags", "bwd_dq_pass"):
         if not isinstance(getattr(config, name), bool):
             raise TypeError(f"config.{name} must be a bool, got {type(getattr(config, name)).__name__}")
     if config.input_precision not in ("ieee", "tf32"):

@@ -37,6 +37,8 @@ CASES = [
      ValueError, "config.tma needs v with head_dim stride 1"),
     ("tma not bool", lambda q, k, v: (q, k, v, {"config": TileConfig(32, 16, tma=1)}), TypeError,
      "config.tma must be a bool"),
+    ("nan_flags not bool", lambda q, k, v: (q, k, v, {"config": TileConfig(32, 16, nan_flags=0)}),
+     TypeError, "config.nan_flags must be a bool"),
     *[(f"register cap {cap!r}", lambda q, k, v, cap=cap: (
         q, k, v, {"config": TileConfig(32, 16, max_registers=cap)}), ValueError,
        "config.max_registers must be 0") for cap in (-1, 16, 256, True, 128.0)],
