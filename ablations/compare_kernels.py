@@ -59,7 +59,7 @@ def parse_version(spec: str, index: int):
         config = replace(module.default_config(q.shape[-1], True, None, q.dtype), **overrides)
         return module.flash_attention(q, k, v, causal=causal, config=config)
 
-    return f"{Path(directory).name}:{fields}" if fields else Path(directory).name, attention
+    return f"{directory}:{fields}" if fields else directory, attention
 
 
 def main():
@@ -84,6 +84,8 @@ def main():
     args = parser.parse_args()
     from triton.testing import do_bench
 
+    if len(set(args.versions)) < len(args.versions):
+        parser.error("a version is given twice: each DIR[:FIELDS] must differ")
     versions = dict(parse_version(spec, i) for i, spec in enumerate(args.versions))
     dtype = getattr(torch, args.dtype)
     rows = []

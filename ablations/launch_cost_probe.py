@@ -130,8 +130,9 @@ def best_host_us(call) -> float:
     return min(host_us(call) for _ in range(ROUNDS))
 
 
-def breakdown() -> dict:
-    """Host microseconds of each piece of our forward call, tiny problem (1, 1, 128, 128)."""
+def breakdown() -> tuple[dict, dict]:
+    """Host microseconds of each piece of our forward call, tiny problem (1, 1, 128, 128), and
+    the cProfile of each attn_fwd launch case."""
     from kernels import Variant, flash_attention
     from kernels.config import default_config
     from kernels.forward import attn_fwd
@@ -143,6 +144,7 @@ def breakdown() -> dict:
     base = replace(default_config(128, True, None, torch.bfloat16), block_m=64, block_n=64,
                    num_warps=4, num_stages=3)
     fa2 = Variant()
+    profiles = {}  # cProfile of the forward launches: where the causal pointer call's time goes
     times = {
         "checks (_check_inputs)": best_host_us(lambda: _check_inputs(q, k, v, True, None, fa2)),
         "torch.empty x3": best_host_us(lambda: (torch.empty_like(q), torch.empty(1, 1, 128,
@@ -156,12 +158,29 @@ def breakdown() -> dict:
         config = replace(base, tma=tma)
         for causal in (False, True):
             name = f"{'tma' if tma else 'pointers'}, {'causal' if causal else 'full'}"
-            times[f"attn_fwd, {name}"] = best_host_us(
-                lambda: attn_fwd(q, k, v, causal, 0.1, fa2, config))
+
+            def forward():
+                return attn_fwd(q, k, v, causal, 0.1, fa2, config)
+
+            times[f"attn_fwd, {name}"] = best_host_us(forward)
+            profiles[f"attn_fwd, {name}"] = top_host_functions(forward, n=25)
             times[f"flash_attention, {name}"] = best_host_us(
                 lambda: flash_attention(q, k, v, causal=causal, config=config))
     times.update(backward_breakdown(base))
-    return times
+    return times, profiles
+
+
+class _NoOp(torch.autograd.Function):
+    """What a Python autograd.Function costs on CUDA tensors with no kernel of ours: one
+    allocation forward, three backward, as our forward and backward make."""
+
+    @staticmethod
+    def forward(ctx, q, k, v):
+        return torch.empty_like(q)
+
+    @staticmethod
+    def backward(ctx, do):
+        return torch.empty_like(do), torch.empty_like(do), torch.empty_like(do)
 
 
 def backward_breakdown(config) -> dict:
@@ -179,10 +198,17 @@ def backward_breakdown(config) -> dict:
     with torch.no_grad():
         o, stats, o_res = attn_fwd(q, k, v, True, 0.1, fa2, config, o_residual=True)
     ints = [1] * 23
+    kept = flash_attention(q, k, v, causal=True, config=config)  # a graph to run again
     return {
         "fwd+bwd: flash_attention + autograd.grad, causal": best_host_us(
             lambda: torch.autograd.grad(flash_attention(q, k, v, causal=True, config=config),
                                         (q, k, v), do)),
+        "flash_attention with an autograd node, causal": best_host_us(
+            lambda: flash_attention(q, k, v, causal=True, config=config)),
+        "autograd.grad of a kept graph of ours (engine + backward)": best_host_us(
+            lambda: torch.autograd.grad(kept, (q, k, v), do, retain_graph=True)),
+        "no-op autograd.Function: forward + autograd.grad": best_host_us(
+            lambda: torch.autograd.grad(_NoOp.apply(q, k, v), (q, k, v), do)),
         "attn_bwd (2 launches), causal": best_host_us(
             lambda: attn_bwd(q, k, v, o, stats, do, None, True, 0.1, fa2, config, o_res)),
         "autograd.grad of q * 2": best_host_us(lambda: torch.autograd.grad(q * 2, (q,), do)),
@@ -204,7 +230,7 @@ def main():
     args = parser.parse_args()
     from triton.testing import do_bench
 
-    pieces = breakdown() if args.breakdown else {}
+    pieces, profiles = breakdown() if args.breakdown else ({}, {})
     rows = []
     for spec in args.cases:
         call, backend = make_case(spec, args.mode)
@@ -229,7 +255,8 @@ def main():
         environment = describe_environment("cuda", commit=args.commit)
         args.json.write_text(json.dumps({"environment": environment,
                                          "command": " ".join(sys.argv), "rows": rows,
-                                         "host_breakdown_us": pieces}, indent=1))
+                                         "host_breakdown_us": pieces,
+                                         "host_breakdown_profiles": profiles}, indent=1))
 
 
 if __name__ == "__main__":
