@@ -3,8 +3,8 @@
 # ablations/patches/NAME.patch (or of the file PATH/NAME.patch given) applied, for an A/B with
 # compare_kernels.py:
 #
-#   bash ablations/ab_copy.sh even-k-scores
-#   python3 ablations/compare_kernels.py kernels:FIELDS ablations/ab/even-k-scores/kernels:FIELDS
+#   bash ablations/ab_copy.sh NAME
+#   python3 ablations/compare_kernels.py kernels:FIELDS ablations/ab/NAME/kernels:FIELDS
 #
 # ablations/ab/ is git-ignored: name it in the device call's carry (["ablations/ab"]).
 set -euo pipefail
