@@ -118,9 +118,11 @@ def contributions_plot(results, analysis, path):
                     ax.bar(pos, math.log2(q["factor"]), width, color=FLAG_COLOURS.get(flag, "black"),
                            alpha=1.0 if q["significant"] else 0.35,
                            label=(flag if name != "total" else "total FA2 / FA1-style") if x == 0 else None)
+                    # max(0, .): a cell timed once has an interval of one point, which the
+                    # estimate, computed another way, can miss by an ulp
                     ax.errorbar(pos, math.log2(q["factor"]),
-                                yerr=[[math.log2(q["factor"] / q["ci_low"])],
-                                      [math.log2(q["ci_high"] / q["factor"])]],
+                                yerr=[[max(0.0, math.log2(q["factor"] / q["ci_low"]))],
+                                      [max(0.0, math.log2(q["ci_high"] / q["factor"]))]],
                                 color="black", capsize=2, linewidth=0.8)
             ax.axhline(0, color="black", linewidth=0.6)
             ax.set_xticks(range(len(cells)), [str(r["cell"]["seqlen"]) for r in cells], fontsize=7)

@@ -443,6 +443,22 @@ def test_render_from_saved_results_writes_tables_csv_and_plots(tmp_path):
         assert (out / f"synthetic{suffix}").stat().st_size > 10_000
 
 
+def test_contributions_plot_takes_an_interval_that_misses_its_estimate_by_an_ulp(tmp_path):
+    """A cell timed once has a one-point bootstrap interval, which the estimate can miss by
+    an ulp (seen in a 1-sweep fwd+bwd run): the plot draws it, matplotlib's negative yerr
+    error must not stop the render."""
+    from fa2check.analysis import analyse_results
+    from fa2check.plots import contributions_plot
+
+    results = synthetic_results()
+    analysis = analyse_results(results, n_draws=20, seed=0)
+    row = next(r for d in analysis["modes"].values() for r in d["cells"] if r["contributions"])
+    q = row["contributions"]["total"]
+    q["ci_low"] = q["ci_high"] = q["factor"] * (1 + 2e-16)
+    contributions_plot(results, analysis, str(tmp_path / "c.png"))
+    assert (tmp_path / "c.png").stat().st_size > 10_000
+
+
 def test_gluon_kernels_get_their_own_contributions_beside_tritons(tmp_path):
     from fa2check import ablate
 
