@@ -123,9 +123,7 @@ def _forward_specialization(fn, case: Case, repair: bool = False, o_residual: bo
                       BLOCK_N=cfg.block_n, HEAD_DIM=case.head_dim,
                       INPUT_PRECISION=cfg.input_precision, REPAIR=repair,
                       REPAIR_CHUNK=REPAIR_CHUNK, TMA=tma, STORE_O_RES=o_residual,
-                      NAN_FLAGS=cfg.nan_flags,
-                      # seqlen_k a multiple of block_n, as at every length of the paper grid
-                      EVEN_K="seqlen_k" not in case.length_one)
+                      NAN_FLAGS=cfg.nan_flags)
     box = _row_box(io, cfg.block_n, case.head_dim) if tma else None
     return runtime_specialization(fn, pointers, constexprs, floats=("qk_scale",), unit=unit,
                                   div16=div16, descriptors={"KD": box, "VD": box})

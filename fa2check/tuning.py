@@ -97,8 +97,8 @@ CAUSAL_FWD_NAN_FLAGS_OFF = {128: [(64, 64, 4, 3, True), (64, 64, 4, 4, True),
 # spilling (sm_90 compile gate, bf16, causal and full): the pointer tiles use 133 registers,
 # 3 CTAs an SM, and 128 without spills (4 CTAs; shared memory allows 4 with 3 stages, 5 with
 # 2); the 2-stage TMA tile uses 111 (4 CTAs) and 96 with 4 bytes of spills (5 CTAs, 41 KB of
-# shared memory each). Since the forward's EVEN_K (sixteenth session) the causal main launch
-# at even lengths needs 128 (pointer tile) and 112 (TMA tile) uncapped, and the TMA tile at 96
+# shared memory each). Since the forward's causal-only mask (sixteenth session) the causal main
+# launch needs 128 (pointer tile) and 112 (TMA tile) uncapped, and the TMA tile at 96
 # spills nothing. On the H200 (fifteenth session) the TMA tile at 96 registers was the
 # fastest of five tiles (these three, two uncapped) in 15 of 16 d=64 cells (1k-16k, both
 # masks and dtypes), and FA2's re-tuned winner below 2k; the pointer tile at 128 gained 1-6%

@@ -28,8 +28,8 @@ In both cases the K/V loop is the inner loop and a row block's state (m, l, acc)
 
 Causal masking is bottom-right aligned: query i sees key j iff j <= i + (seqlen_k - seqlen_q).
 K/V tiles wholly above the diagonal are never visited; only tiles that cross the diagonal or the
-end of the keys compute a mask, and when seqlen_k is a multiple of BLOCK_N (EVEN_K) the causal
-compare alone. Masked scores are -inf. A row that sees no key gets O = 0 and L = -inf.
+end of the keys compute a mask, and causal ones the causal compare alone (it hides every key
+past seqlen_k too). Masked scores are -inf. A row that sees no key gets O = 0 and L = -inf.
 
 TMA (a tile choice, `TileConfig.tma`, not one of FA2's changes): K and V tiles are loaded
 through tensor descriptors (Hopper's TMA unit; KD, VD) instead of pointer arithmetic; keys past
@@ -95,18 +95,16 @@ def _tile_keys(K_tile_ptrs, KD, off_b, off_hkv, start_n, offs_n, seqlen_k,
 
 @triton.jit
 def _tile_scores(q, kT, start_n, offs_m, offs_n, seqlen_q, seqlen_k,
-                 MASK: tl.constexpr, EVEN_K: tl.constexpr, IS_CAUSAL: tl.constexpr,
-                 INPUT_PRECISION: tl.constexpr):
+                 MASK: tl.constexpr, IS_CAUSAL: tl.constexpr, INPUT_PRECISION: tl.constexpr):
     """S_ij = Q_i K_j^T, raw (unscaled); with MASK, -inf where a key is past seqlen_k or
-    (causal) hidden from the row. EVEN_K (seqlen_k a multiple of BLOCK_N): no tile reaches
-    past seqlen_k, so only the causal part of the mask is computed."""
+    (causal) hidden from the row."""
     s = tl.dot(q, kT, input_precision=INPUT_PRECISION)  # (BLOCK_M, BLOCK_N)
     if MASK:
         keys = start_n + offs_n
         if IS_CAUSAL:
+            # the causal compare alone: a row i < seqlen_q sees keys j <= i + seqlen_k - seqlen_q
+            # <= seqlen_k - 1, never one past seqlen_k (rows past seqlen_q are not stored)
             visible = keys[None, :] <= offs_m[:, None] + (seqlen_k - seqlen_q)
-            if not EVEN_K:
-                visible = visible & (keys < seqlen_k)[None, :]
         else:
             visible = (keys < seqlen_k)[None, :]
         s = tl.where(visible, s, float("-inf"))
@@ -187,8 +185,8 @@ def _fold_tile(m_i, l_i, acc, s, v, start_n, offs_m, offs_n, seqlen_q, seqlen_k,
 @triton.jit
 def _online_softmax_step(m_i, l_i, acc, q, K_tile_ptrs, V_tile_ptrs, KD, VD, off_b, off_hkv,
                          start_n, offs_m, offs_n, seqlen_q, seqlen_k, qk_scale,
-                         MASK: tl.constexpr, EVEN_K: tl.constexpr, IS_CAUSAL: tl.constexpr,
-                         DEFER_NORM: tl.constexpr, SPLIT_Q: tl.constexpr, KEY_SLICES: tl.constexpr,
+                         MASK: tl.constexpr, IS_CAUSAL: tl.constexpr, DEFER_NORM: tl.constexpr,
+                         SPLIT_Q: tl.constexpr, KEY_SLICES: tl.constexpr,
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
                          INPUT_PRECISION: tl.constexpr, SANITIZE_V: tl.constexpr,
                          TMA: tl.constexpr):
@@ -197,8 +195,8 @@ def _online_softmax_step(m_i, l_i, acc, q, K_tile_ptrs, V_tile_ptrs, KD, VD, off
                     HEAD_DIM, TMA)
     v = _tile_values(V_tile_ptrs, VD, off_b, off_hkv, start_n, offs_n, seqlen_k, MASK, BLOCK_N,
                      HEAD_DIM, TMA)
-    s = _tile_scores(q, kT, start_n, offs_m, offs_n, seqlen_q, seqlen_k, MASK, EVEN_K,
-                     IS_CAUSAL, INPUT_PRECISION)
+    s = _tile_scores(q, kT, start_n, offs_m, offs_n, seqlen_q, seqlen_k, MASK, IS_CAUSAL,
+                     INPUT_PRECISION)
     return _fold_tile(m_i, l_i, acc, s, v, start_n, offs_m, offs_n, seqlen_q, seqlen_k,
                       qk_scale, DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM,
                       INPUT_PRECISION, SANITIZE_V)
@@ -217,7 +215,7 @@ def _attn_fwd_row_block(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, block_index
                         KEY_SLICES: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                         HEAD_DIM: tl.constexpr, INPUT_PRECISION: tl.constexpr,
                         REPAIR: tl.constexpr, TMA: tl.constexpr, STORE_O_RES: tl.constexpr,
-                        NAN_FLAGS: tl.constexpr, EVEN_K: tl.constexpr):
+                        NAN_FLAGS: tl.constexpr):
     """Attention for query rows start_m .. start_m + BLOCK_M of one (batch, head).
     REPAIR: V sanitised in the masked tiles (see the module docstring); otherwise a causal call
     with NAN_FLAGS sets this row block's flag (block_index) iff its output holds a NaN.
@@ -245,14 +243,14 @@ def _attn_fwd_row_block(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, block_index
         m_i, l_i, acc = _online_softmax_step(
             m_i, l_i, acc, q, K_ptrs + start_n * stride_kn, V_ptrs + start_n * stride_vn,
             KD, VD, off_b, off_hkv, start_n, offs_m, offs_n, seqlen_q, seqlen_k, qk_scale,
-            False, EVEN_K, IS_CAUSAL, DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_M, BLOCK_N,
-            HEAD_DIM, INPUT_PRECISION, False, TMA)
+            False, IS_CAUSAL, DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM,
+            INPUT_PRECISION, False, TMA)
     for start_n in range(full_end, hi, BLOCK_N):
         m_i, l_i, acc = _online_softmax_step(
             m_i, l_i, acc, q, K_ptrs + start_n * stride_kn, V_ptrs + start_n * stride_vn,
             KD, VD, off_b, off_hkv, start_n, offs_m, offs_n, seqlen_q, seqlen_k, qk_scale,
-            True, EVEN_K, IS_CAUSAL, DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_M, BLOCK_N,
-            HEAD_DIM, INPUT_PRECISION, IS_CAUSAL and REPAIR, TMA)
+            True, IS_CAUSAL, DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM,
+            INPUT_PRECISION, IS_CAUSAL and REPAIR, TMA)
 
     sees_a_key = l_i > 0.0
     if DEFER_NORM:
@@ -307,7 +305,7 @@ def _attn_fwd(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD,
               SPLIT_Q: tl.constexpr, KEY_SLICES: tl.constexpr, BLOCK_M: tl.constexpr,
               BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, INPUT_PRECISION: tl.constexpr,
               REPAIR: tl.constexpr, REPAIR_CHUNK: tl.constexpr, TMA: tl.constexpr,
-              STORE_O_RES: tl.constexpr, NAN_FLAGS: tl.constexpr, EVEN_K: tl.constexpr):
+              STORE_O_RES: tl.constexpr, NAN_FLAGS: tl.constexpr):
     row_blocks = tl.cdiv(seqlen_q, BLOCK_M)  # FLAGS: one per (batch, head, row block)
     if REPAIR:
         # A few programs, each checking REPAIR_CHUNK row blocks at once; one that finds a
@@ -331,7 +329,7 @@ def _attn_fwd(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD,
                                         stride_lh, seqlen_q, seqlen_k, qk_scale, IS_CAUSAL,
                                         DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_M, BLOCK_N,
                                         HEAD_DIM, INPUT_PRECISION, True, TMA, STORE_O_RES,
-                                        NAN_FLAGS, EVEN_K)
+                                        NAN_FLAGS)
         return
     if SEQ_PARALLEL:
         off_bh = tl.program_id(1)
@@ -352,7 +350,7 @@ def _attn_fwd(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD,
                             stride_ob, stride_oh, stride_om, stride_od, stride_lb, stride_lh,
                             seqlen_q, seqlen_k, qk_scale, IS_CAUSAL, DEFER_NORM, SPLIT_Q,
                             KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM, INPUT_PRECISION, False, TMA,
-                            STORE_O_RES, NAN_FLAGS, EVEN_K)
+                            STORE_O_RES, NAN_FLAGS)
     else:
         for start_m in range(0, seqlen_q, BLOCK_M):
             _attn_fwd_row_block(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD,
@@ -363,7 +361,7 @@ def _attn_fwd(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD,
                                 stride_ob, stride_oh, stride_om, stride_od, stride_lb, stride_lh,
                                 seqlen_q, seqlen_k, qk_scale, IS_CAUSAL, DEFER_NORM, SPLIT_Q,
                                 KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM, INPUT_PRECISION, False, TMA,
-                                STORE_O_RES, NAN_FLAGS, EVEN_K)
+                                STORE_O_RES, NAN_FLAGS)
 
 
 def attn_fwd(q, k, v, causal, softmax_scale, variant, config, o_residual=False):
@@ -411,7 +409,7 @@ def attn_fwd(q, k, v, causal, softmax_scale, variant, config, o_residual=False):
             SPLIT_Q=variant.split_q, KEY_SLICES=config.key_slices, BLOCK_M=config.block_m,
             BLOCK_N=config.block_n, HEAD_DIM=head_dim, INPUT_PRECISION=config.input_precision,
             REPAIR=repair, REPAIR_CHUNK=REPAIR_CHUNK, TMA=tma, STORE_O_RES=o_res is not None,
-            NAN_FLAGS=config.nan_flags, EVEN_K=seqlen_k % config.block_n == 0,
+            NAN_FLAGS=config.nan_flags,
             num_warps=config.num_warps,
             num_stages=config.num_stages,
             maxnreg=config.max_registers or None,
