@@ -185,8 +185,9 @@ class _NoOp(torch.autograd.Function):
 
 def backward_breakdown(config) -> dict:
     """Host microseconds of a fwd+bwd call's pieces on the tiny problem: the whole call, the
-    backward's launches alone (attn_bwd on saved forward outputs), autograd on a trivial op,
-    and empty Triton launches."""
+    forward with its autograd node, autograd.grad of a kept graph (the engine and our
+    backward), a no-op autograd.Function, the backward's launches alone (attn_bwd on saved
+    forward outputs), autograd on a trivial op, and empty Triton launches."""
     from kernels import Variant, flash_attention
     from kernels.backward import attn_bwd
     from kernels.forward import attn_fwd
