@@ -67,7 +67,9 @@ def parse_sass(text: str) -> list[Instr]:
 
 def inner_loops(instrs: list[Instr], marker: str = "HGMMA") -> list[tuple[int, int]]:
     """(first, last) indices of each loop (a backward branch and its target) that issues
-    `marker` and holds no other such loop, in address order."""
+    `marker` and holds no other such loop, in address order. A region that starts inside
+    another and ends past it is no loop of the source (a branch from code after a loop back
+    into its body; ptxas lays out some TMA tiles so) and is dropped."""
     index = {x.addr: i for i, x in enumerate(instrs)}
     loops = []
     for i, x in enumerate(instrs):
@@ -78,7 +80,8 @@ def inner_loops(instrs: list[Instr], marker: str = "HGMMA") -> list[tuple[int, i
             if any(marker in y.text for y in instrs[first:i + 1]):
                 loops.append((first, i))
     return sorted(a for a in loops
-                  if not any(b != a and a[0] <= b[0] and b[1] <= a[1] for b in loops))
+                  if not any(b != a and a[0] <= b[0] and b[1] <= a[1] for b in loops)
+                  and not any(b[0] < a[0] <= b[1] < a[1] for b in loops))
 
 
 def summarize(instrs: list[Instr], loop: tuple[int, int], top: int = 6) -> dict:

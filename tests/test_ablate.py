@@ -747,7 +747,8 @@ def test_a_compressed_results_file_is_read_under_its_first_name(tmp_path):
 def test_sass_loops_reads_control_bits_and_keeps_the_innermost_loops():
     """ablations/sass_loops.py's parsing, on made-up `cuobjdump -sass` lines: the stall cycles
     and wait mask come from the high word's control bits, and of two nested loops that issue
-    HGMMA only the inner one is kept; a loop without HGMMA is dropped."""
+    HGMMA only the inner one is kept; a loop without HGMMA, and a region from a branch after a
+    loop back into its body, are dropped."""
     sass_loops = _ablations_script("sass_loops")
 
     def line(addr, text, stall, wait=0):
@@ -766,10 +767,11 @@ def test_sass_loops_reads_control_bits_and_keeps_the_innermost_loops():
         line(0x60, "IADD3 R6, R6, 0x1, RZ", 2),  # a loop without HGMMA
         line(0x70, "@P1 BRA 0x60", 1),
         line(0x80, "EXIT", 0),
+        line(0x90, "BRA 0x30", 1),  # from after the loops back into the inner one: no loop
     ])
     instrs = sass_loops.parse_sass(program)
-    assert [x.addr for x in instrs] == list(range(0, 0x90, 0x10))
-    assert [x.stall for x in instrs] == [1, 2, 4, 1, 5, 3, 2, 1, 0]
+    assert [x.addr for x in instrs] == list(range(0, 0xa0, 0x10))
+    assert [x.stall for x in instrs] == [1, 2, 4, 1, 5, 3, 2, 1, 0, 1]
     assert instrs[2].wait_mask == 0b000010 and instrs[2].opcode == "FADD"
     assert instrs[4].opcode == "BRA"  # the predicate is not the opcode
     loops = sass_loops.inner_loops(instrs)
