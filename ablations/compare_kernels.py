@@ -78,12 +78,16 @@ def main():
     # under which the tiles of a cell can rank differently (ablations/NOTES.md)
     parser.add_argument("--warmup-ms", type=float, default=5.0)
     parser.add_argument("--rep-ms", type=float, default=20.0)
+    parser.add_argument("--rounds", type=int, default=ROUNDS,
+                        help=f"interleaved rounds of every version a cell (default {ROUNDS})")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--commit", help="git commit to record: the device's copy of the tree "
                                          "may carry a stale .git (as fa2check.ablate --commit)")
     args = parser.parse_args()
     from triton.testing import do_bench
 
+    if args.rounds < 1:
+        parser.error(f"--rounds must be at least 1, got {args.rounds}")
     if len(set(args.versions)) < len(args.versions):
         parser.error("a version is given twice: each DIR[:FIELDS] must differ")
     versions = dict(parse_version(spec, i) for i, spec in enumerate(args.versions))
@@ -109,7 +113,7 @@ def main():
         samples = {name: [] for name in versions}
         outputs = {name: call(attend) for name, attend in versions.items()}
         base = next(iter(outputs.values()))
-        for _ in range(ROUNDS):  # interleaved
+        for _ in range(args.rounds):  # interleaved
             for name, attend in versions.items():
                 samples[name] += do_bench(lambda: call(attend), warmup=args.warmup_ms,
                                           rep=args.rep_ms, return_mode="all")
@@ -129,6 +133,7 @@ def main():
         args.json.write_text(json.dumps({"environment": environment,
                                          "command": " ".join(sys.argv),
                                          "warmup_ms": args.warmup_ms, "rep_ms": args.rep_ms,
+                                         "rounds": args.rounds,
                                          "rows": rows}, indent=1))
 
 
