@@ -57,13 +57,13 @@ def check(path: str, found: dict, clocks: dict) -> None:
         cells = found.get(name)
         if cells is None:
             continue
-        for cell, ratio in cells.items():
+        met = sum(r is not None and r >= required for r in cells.values())
+        print(f"{os.path.basename(path)}: {name}: {met} of {len(cells)} cells")
+        for cell, ratio in cells.items():  # under their file's count, where they belong
             if ratio is None or ratio < required:
                 shown = "not timed" if ratio is None else f"{ratio:.3f}x"
                 clock = clocks.get((name, cell))
-                print(f"  miss  {name}: {cell}: {shown}" + (f" ({clock})" if clock else ""))
-        met = sum(r is not None and r >= required for r in cells.values())
-        print(f"{os.path.basename(path)}: {name}: {met} of {len(cells)} cells")
+                print(f"  miss  {cell}: {shown}" + (f" ({clock})" if clock else ""))
 
 
 def across(runs: dict) -> None:

@@ -688,6 +688,9 @@ def test_targets_across_runs_tell_a_shared_miss_from_a_single_runs(tmp_path, cap
     # a miss of a run with clock samples says at which clocks the two were timed
     assert "causal: 1.13" in out and "(FA2 at 1805 MHz, sdpa-flash at 1910 MHz)" in out
     assert out.count("sdpa-flash at") == 1  # the other run has no clock samples
+    # each run's misses follow its own count line: the clocked miss is the second run's
+    run0, run1 = out.index("run0.json: fwd >= 1.3x"), out.index("run1.json: fwd >= 1.3x")
+    assert run0 < out.index("miss") < run1 < out.index("1805 MHz")
     across = out[out.index("across 2 runs"):]
     assert "seqlen 4096, d=64, bfloat16, full: met in 1 of 2 runs (1.13" in across
     assert "seqlen 4096, d=64, bfloat16, causal: met in 0 of 2 runs (1.13" in across
