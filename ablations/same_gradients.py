@@ -1,0 +1,88 @@
+"""Are two kernel trees' gradients bitwise equal? For refactors that must not change numbers:
+
+    TRITON_INTERPRET=1 python ablations/same_gradients.py kernels ablations/ab/NAME/kernels
+
+Each tree is imported as a package of its own (as compare_kernels.py does). For every problem
+below (odd lengths, causal, GQA, one query row, one key, float16/bfloat16/float32), both places
+of dQ, with and without a gradient through the returned lse, and every variant the backward
+tells apart (split_q does not reach it), dq, dk and dv of the two trees are compared with
+torch.equal. Prints each difference and a count; exits 1 if any differ.
+"""
+import importlib.util
+import itertools
+import os
+import sys
+from dataclasses import replace
+
+import torch
+
+# (batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim, dtype, causal)
+PROBLEMS = [(1, 4, 2, 65, 100, 32, torch.float16, True),
+            (1, 2, 1, 100, 63, 32, torch.bfloat16, False),
+            (1, 3, 3, 63, 17, 16, torch.float32, True),
+            (2, 2, 2, 1, 40, 16, torch.float16, True),
+            (1, 2, 2, 40, 1, 16, torch.float16, True)]
+_loads = itertools.count()
+
+
+def load(directory: str, name: str):
+    """The package in `directory` under a name of its own: its submodules are cached under that
+    name too, so a name must never be reused for another directory."""
+    spec = importlib.util.spec_from_file_location(name, os.path.join(directory, "__init__.py"),
+                                                  submodule_search_locations=[directory])
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def gradients(kernels, variant, inputs, causal, dq_pass, use_lse, device):
+    q, k, v, do, dlse = inputs
+    config = replace(kernels.default_config(q.shape[-1], device == "cuda", None, q.dtype),
+                     bwd_dq_pass=dq_pass)
+    q, k, v = (t.clone().requires_grad_() for t in (q, k, v))
+    o, lse = kernels.flash_attention(q, k, v, causal=causal, variant=variant, config=config,
+                                     return_lse=True)
+    loss = (o.float() * do.float()).sum() + ((lse * dlse).sum() if use_lse else 0)
+    return torch.autograd.grad(loss, (q, k, v))
+
+
+def compare(dir_a: str, dir_b: str, problems=PROBLEMS) -> tuple[int, list[str]]:
+    """(gradients compared, a line for each that differs)."""
+    interpreting = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+    device = "cuda" if torch.cuda.is_available() and not interpreting else "cpu"
+    trees = [load(os.path.abspath(d), f"kernels_same_gradients_{next(_loads)}")
+             for d in (dir_a, dir_b)]
+    compared, differ = 0, []
+    for problem, dq_pass, use_lse in itertools.product(problems, (True, False), (False, True)):
+        batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim, dtype, causal = problem
+        g = torch.Generator().manual_seed(seqlen_q * 7 + seqlen_k)
+        shapes = [(batch, heads_q, seqlen_q, head_dim), (batch, heads_kv, seqlen_k, head_dim),
+                  (batch, heads_kv, seqlen_k, head_dim), (batch, heads_q, seqlen_q, head_dim)]
+        inputs = [torch.randn(s, generator=g).to(dtype).to(device) for s in shapes]
+        inputs.append(torch.randn(batch, heads_q, seqlen_q, generator=g).to(device))
+        for flags in itertools.product((False, True), repeat=2):  # defer_norm, seq_parallel
+            grads = [gradients(tree, tree.Variant(*flags, split_q=True), inputs, causal,
+                               dq_pass, use_lse, device) for tree in trees]
+            for name, x, y in zip(("dq", "dk", "dv"), *grads):
+                compared += 1
+                if not torch.equal(x, y):
+                    differ.append(f"{name} {problem} dq_pass={dq_pass} lse_grad={use_lse} "
+                                  f"defer_norm, seq_parallel={flags}: max |diff| "
+                                  f"{(x.float() - y.float()).abs().max().item():.3g}")
+    return compared, differ
+
+
+def main(argv) -> int:
+    if len(argv) != 2:
+        print(__doc__)
+        return 2
+    compared, differ = compare(*argv)
+    for line in differ:
+        print("differs:", line)
+    print(f"{compared} gradients compared, {len(differ)} differ")
+    return 1 if differ else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
