@@ -1,13 +1,16 @@
-"""A static look at ptxas's schedule: the sm_90 SASS of the forward kernel's inner loops, for
-tile configs compiled on this machine (no GPU needed).
+"""A static look at ptxas's schedule: the sm_90 SASS of a kernel's inner loops, for tile
+configs compiled on this machine (no GPU needed).
 
-    python ablations/sass_loops.py [--head-dim D] [--dtype T] [--full] [--variant V] FIELDS...
+    python ablations/sass_loops.py [--kernel K] [--head-dim D] [--dtype T] [--full]
+                                   [--variant V] FIELDS...
 
 FIELDS is 'field=value,...' on top of the launcher's GPU default config, as in
-compare_kernels.py (e.g. block_m=64,block_n=64,num_warps=4,num_stages=3,nan_flags=0).
-For each config and each innermost loop that issues HGMMA (the main launch's loop over the
-unmasked key tiles, then over the masked ones: the diagonal when causal, the ragged key tail
-either way), it prints the instruction count, the sum of the stall cycles
+compare_kernels.py (e.g. block_m=64,block_n=64,num_warps=4,num_stages=3,nan_flags=0, or
+bwd_block_m=32,bwd_block_n=128,bwd_num_warps=4,bwd_num_stages=3,bwd_dq_pass=1 with
+--kernel attn_bwd). For each config and each innermost loop that issues HGMMA (in the forward's
+main launch, the loop over the unmasked key tiles, then over the masked ones: the diagonal when
+causal, the ragged key tail either way; in the backward, the dK/dV loops over masked and
+unmasked query blocks, then the dQ pass's over unmasked and masked key blocks), it prints the instruction count, the sum of the stall cycles
 ptxas wrote into the instructions' control bits (the fewest cycles one warp needs to issue the
 loop once, before any wait on a result), how many instructions wait on a scoreboard barrier,
 and the most common opcodes.
@@ -95,8 +98,10 @@ def summarize(instrs: list[Instr], loop: tuple[int, int], top: int = 6) -> dict:
             "opcodes": sorted(counts.items(), key=lambda kv: -kv[1])[:top]}
 
 
-def forward_sass(head_dim: int, dtype: str, causal: bool, variant, fields: str) -> str:
-    """`cuobjdump -sass` of the main forward launch for the config FIELDS, compiled for sm_90."""
+def kernel_sass(kernel: str, head_dim: int, dtype: str, causal: bool, variant,
+                fields: str) -> str:
+    """`cuobjdump -sass` of a kernel of fa2check.compile_gate (attn_fwd: the main forward
+    launch) for the config FIELDS, compiled for sm_90."""
     import torch
     from triton import knobs
 
@@ -107,7 +112,7 @@ def forward_sass(head_dim: int, dtype: str, causal: bool, variant, fields: str) 
 
     config = replace(default_config(head_dim, True, variant, getattr(torch, dtype)),
                      **config_overrides(fields, TileConfig))
-    _, compiled = compile_kernel_for_sm90("attn_fwd", variant, dtype, head_dim, causal, config)
+    _, compiled = compile_kernel_for_sm90(kernel, variant, dtype, head_dim, causal, config)
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "kernel.cubin")
         with open(path, "wb") as f:
@@ -119,6 +124,7 @@ def forward_sass(head_dim: int, dtype: str, causal: bool, variant, fields: str) 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("configs", nargs="+", metavar="FIELDS")
+    p.add_argument("--kernel", default="attn_fwd", choices=("attn_fwd", "attn_bwd"))
     p.add_argument("--head-dim", type=int, default=64)
     p.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"))
     p.add_argument("--full", action="store_true", help="non-causal (default: causal)")
@@ -132,9 +138,9 @@ def main(argv=None) -> int:
 
     variant = Variant.parse(args.variant)
     for fields in args.configs:
-        instrs = parse_sass(forward_sass(args.head_dim, args.dtype, not args.full, variant,
-                                         fields))
-        print(f"{fields} (d={args.head_dim}, {args.dtype}, "
+        instrs = parse_sass(kernel_sass(args.kernel, args.head_dim, args.dtype, not args.full,
+                                        variant, fields))
+        print(f"{args.kernel} {fields} (d={args.head_dim}, {args.dtype}, "
               f"{'full' if args.full else 'causal'}, {variant})")
         for loop in inner_loops(instrs):
             s = summarize(instrs, loop)
