@@ -6,7 +6,9 @@ Each tree is imported as a package of its own (as compare_kernels.py does). For 
 below (odd lengths, causal, GQA, one query row, one key, float16/bfloat16/float32), both places
 of dQ, with and without a gradient through the returned lse, and every variant the backward
 tells apart (split_q does not reach it), dq, dk and dv of the two trees are compared with
-torch.equal. Prints each difference and a count; exits 1 if any differ.
+torch.equal. On a GPU, dq from float32 atomic adds (dQ in the loop with seq_parallel) is not
+compared: the order of the adds varies from run to run. Prints each difference and a count;
+exits 1 if any differ.
 """
 import importlib.util
 import itertools
@@ -65,6 +67,8 @@ def compare(dir_a: str, dir_b: str, problems=PROBLEMS) -> tuple[int, list[str]]:
             grads = [gradients(tree, tree.Variant(*flags, split_q=True), inputs, causal,
                                dq_pass, use_lse, device) for tree in trees]
             for name, x, y in zip(("dq", "dk", "dv"), *grads):
+                if name == "dq" and device == "cuda" and flags[1] and not dq_pass:
+                    continue  # float32 atomic adds: their order, so dq's bits, vary
                 compared += 1
                 if not torch.equal(x, y):
                     differ.append(f"{name} {problem} dq_pass={dq_pass} lse_grad={use_lse} "
