@@ -10,13 +10,15 @@ torch.equal. On a GPU, dq from float32 atomic adds (dQ in the loop with seq_para
 compared: the order of the adds varies from run to run. Prints each difference and a count;
 exits 1 if any differ.
 """
-import importlib.util
 import itertools
-import os
 import sys
 from dataclasses import replace
+from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from compare_kernels import load  # noqa: E402  (each tree a package of its own)
 
 # (batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim, dtype, causal)
 PROBLEMS = [(1, 4, 2, 65, 100, 32, torch.float16, True),
@@ -25,17 +27,6 @@ PROBLEMS = [(1, 4, 2, 65, 100, 32, torch.float16, True),
             (2, 2, 2, 1, 40, 16, torch.float16, True),
             (1, 2, 2, 40, 1, 16, torch.float16, True)]
 _loads = itertools.count()
-
-
-def load(directory: str, name: str):
-    """The package in `directory` under a name of its own: its submodules are cached under that
-    name too, so a name must never be reused for another directory."""
-    spec = importlib.util.spec_from_file_location(name, os.path.join(directory, "__init__.py"),
-                                                  submodule_search_locations=[directory])
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def gradients(kernels, variant, inputs, causal, dq_pass, use_lse, device):
@@ -51,10 +42,11 @@ def gradients(kernels, variant, inputs, causal, dq_pass, use_lse, device):
 
 def compare(dir_a: str, dir_b: str, problems=PROBLEMS) -> tuple[int, list[str]]:
     """(gradients compared, a line for each that differs)."""
-    interpreting = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-    device = "cuda" if torch.cuda.is_available() and not interpreting else "cpu"
-    trees = [load(os.path.abspath(d), f"kernels_same_gradients_{next(_loads)}")
+    # a fresh name each load: a package's submodules are cached under its name
+    trees = [load(Path(d).resolve(), f"kernels_same_gradients_{next(_loads)}")
              for d in (dir_a, dir_b)]
+    on_gpu = torch.cuda.is_available() and not trees[0].interface.interpreting()
+    device = "cuda" if on_gpu else "cpu"
     compared, differ = 0, []
     for problem, dq_pass, use_lse in itertools.product(problems, (True, False), (False, True)):
         batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim, dtype, causal = problem

@@ -7,13 +7,13 @@ configs compiled on this machine (no GPU needed).
 FIELDS is 'field=value,...' on top of the launcher's GPU default config, as in
 compare_kernels.py (e.g. block_m=64,block_n=64,num_warps=4,num_stages=3,nan_flags=0, or
 bwd_block_m=32,bwd_block_n=128,bwd_num_warps=4,bwd_num_stages=3,bwd_dq_pass=1 with
---kernel attn_bwd). For each config and each innermost loop that issues HGMMA (in the forward's
-main launch, the loop over the unmasked key tiles, then over the masked ones: the diagonal when
-causal, the ragged key tail either way; in the backward, the dK/dV loops over masked and
-unmasked query blocks, then the dQ pass's over unmasked and masked key blocks), it prints the instruction count, the sum of the stall cycles
-ptxas wrote into the instructions' control bits (the fewest cycles one warp needs to issue the
-loop once, before any wait on a result), how many instructions wait on a scoreboard barrier,
-and the most common opcodes.
+--kernel attn_bwd). For each config and each innermost loop that issues HGMMA (in the
+forward's main launch, the loop over the unmasked key tiles, then over the masked ones: the
+diagonal when causal, the ragged key tail either way; in the backward, the dK/dV loops over
+masked and unmasked query blocks, then the dQ pass's over unmasked and masked key blocks), it
+prints the instruction count, the sum of the stall cycles ptxas wrote into the instructions'
+control bits (the fewest cycles one warp needs to issue the loop once, before any wait on a
+result), how many instructions wait on a scoreboard barrier, and the most common opcodes.
 
 Why: the same PTX loop ran 5-14% slower on the H200 after a change elsewhere in the kernel
 (ablations/NOTES.md, thirteenth and fourteenth sessions). The stall sum is a cheap screen for
