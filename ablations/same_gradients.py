@@ -1,14 +1,16 @@
-"""Are two kernel trees' gradients bitwise equal? For refactors that must not change numbers:
+"""Are two kernel trees' outputs and gradients bitwise equal? For refactors that must not change
+numbers:
 
     TRITON_INTERPRET=1 python ablations/same_gradients.py kernels ablations/ab/NAME/kernels
 
 Each tree is imported as a package of its own (as compare_kernels.py does). For every problem
 below (odd lengths, causal, GQA, one query row, one key, float16/bfloat16/float32), both places
 of dQ, with and without a gradient through the returned lse, and every variant the backward
-tells apart (split_q does not reach it), dq, dk and dv of the two trees are compared with
-torch.equal. On a GPU, dq from float32 atomic adds (dQ in the loop with seq_parallel) is not
-compared: the order of the adds varies from run to run. Prints each difference and a count;
-exits 1 if any differ.
+tells apart (split_q does not reach it), o, lse, dq, dk and dv of the two trees are compared
+with torch.equal. dq from float32 atomic adds (dQ in the loop with seq_parallel) takes its bits
+from the order of the adds: on a GPU that varies from run to run, so it is not compared there;
+the interpreter adds in launch order, so a change of the launch order changes it. Prints each
+difference and a count; exits 1 if any differ.
 """
 import itertools
 import sys
@@ -29,7 +31,8 @@ PROBLEMS = [(1, 4, 2, 65, 100, 32, torch.float16, True),
 _loads = itertools.count()
 
 
-def gradients(kernels, variant, inputs, causal, dq_pass, use_lse, device):
+def outputs(kernels, variant, inputs, causal, dq_pass, use_lse, device):
+    """o, lse, dq, dk, dv."""
     q, k, v, do, dlse = inputs
     config = replace(kernels.default_config(q.shape[-1], device == "cuda", None, q.dtype),
                      bwd_dq_pass=dq_pass)
@@ -37,11 +40,11 @@ def gradients(kernels, variant, inputs, causal, dq_pass, use_lse, device):
     o, lse = kernels.flash_attention(q, k, v, causal=causal, variant=variant, config=config,
                                      return_lse=True)
     loss = (o.float() * do.float()).sum() + ((lse * dlse).sum() if use_lse else 0)
-    return torch.autograd.grad(loss, (q, k, v))
+    return (o, lse, *torch.autograd.grad(loss, (q, k, v)))
 
 
 def compare(dir_a: str, dir_b: str, problems=PROBLEMS) -> tuple[int, list[str]]:
-    """(gradients compared, a line for each that differs)."""
+    """(outputs and gradients compared, a line for each that differs)."""
     # a fresh name each load: a package's submodules are cached under its name
     trees = [load(Path(d).resolve(), f"kernels_same_gradients_{next(_loads)}")
              for d in (dir_a, dir_b)]
@@ -56,9 +59,9 @@ def compare(dir_a: str, dir_b: str, problems=PROBLEMS) -> tuple[int, list[str]]:
         inputs = [torch.randn(s, generator=g).to(dtype).to(device) for s in shapes]
         inputs.append(torch.randn(batch, heads_q, seqlen_q, generator=g).to(device))
         for flags in itertools.product((False, True), repeat=2):  # defer_norm, seq_parallel
-            grads = [gradients(tree, tree.Variant(*flags, split_q=True), inputs, causal,
+            results = [outputs(tree, tree.Variant(*flags, split_q=True), inputs, causal,
                                dq_pass, use_lse, device) for tree in trees]
-            for name, x, y in zip(("dq", "dk", "dv"), *grads):
+            for name, x, y in zip(("o", "lse", "dq", "dk", "dv"), *results):
                 if name == "dq" and device == "cuda" and flags[1] and not dq_pass:
                     continue  # float32 atomic adds: their order, so dq's bits, vary
                 compared += 1
@@ -76,7 +79,7 @@ def main(argv) -> int:
     compared, differ = compare(*argv)
     for line in differ:
         print("differs:", line)
-    print(f"{compared} gradients compared, {len(differ)} differ")
+    print(f"{compared} outputs and gradients compared, {len(differ)} differ")
     return 1 if differ else 0
 
 

@@ -696,16 +696,17 @@ def test_targets_across_runs_tell_a_shared_miss_from_a_single_runs(tmp_path, cap
     assert "seqlen 4096, d=64, bfloat16, causal: met in 0 of 2 runs (1.13" in across
 
 
-def test_same_gradients_tells_a_changed_backward_from_an_equal_one(tmp_path):
+def test_same_gradients_tells_a_changed_kernel_from_an_equal_one(tmp_path):
     """ablations/same_gradients.py: the tree against itself has no difference; a copy whose
-    backward scales dK by 1.0001 differs."""
+    backward scales dK by 1.0001 differs in dk alone; one whose forward's log2(e) is off by
+    0.5% differs in o and lse too."""
     import shutil
 
     same = _ablations_script("same_gradients")
     root = Path(__file__).resolve().parents[1]
     problem = [(1, 2, 1, 17, 20, 16, torch.float16, True)]
     compared, differ = same.compare(root / "kernels", root / "kernels", problem)
-    assert compared == 48 and differ == []
+    assert compared == 80 and differ == []
     broken = tmp_path / "kernels"
     shutil.copytree(root / "kernels", broken, ignore=shutil.ignore_patterns("__pycache__"))
     source = (broken / "backward.py").read_text()
@@ -713,7 +714,13 @@ def test_same_gradients_tells_a_changed_backward_from_an_equal_one(tmp_path):
     (broken / "backward.py").write_text(source.replace("    dk *= sm_scale\n",
                                                        "    dk *= sm_scale * 1.0001\n"))
     compared, differ = same.compare(root / "kernels", broken, problem)
-    assert compared == 48 and differ and all(line.startswith("dk ") for line in differ)
+    assert compared == 80 and differ and all(line.startswith("dk ") for line in differ)
+    forward = (broken / "forward.py").read_text()
+    assert "\nLOG2E = 1.4426950408889634" in forward
+    (broken / "forward.py").write_text(forward.replace("\nLOG2E = 1.4426950408889634",
+                                                       "\nLOG2E = 1.45  # 1.4426950408889634"))
+    _, differ = same.compare(root / "kernels", broken, problem)
+    assert {line.split()[0] for line in differ} >= {"o", "lse", "dk"}
 
 
 def test_clock_probe_reads_tiles_and_skips_the_power_ramp():
