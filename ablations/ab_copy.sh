@@ -6,20 +6,30 @@
 #   bash ablations/ab_copy.sh NAME
 #   python3 ablations/compare_kernels.py kernels:FIELDS ablations/ab/NAME/kernels:FIELDS
 #
+# Several patches are applied in the order given, each on top of the ones before (a patch
+# written against another patch's tree), into ablations/ab/NAME1+NAME2/kernels.
 # ablations/ab/ is git-ignored: name it in the device call's carry (["ablations/ab"]).
 set -euo pipefail
-arg=${1:?usage: ab_copy.sh NAME (a patch in ablations/patches/) or PATH/NAME.patch}
+[ $# -gt 0 ] || { echo "usage: ab_copy.sh NAME... (patches in ablations/patches/) or PATH/NAME.patch..." >&2; exit 2; }
 root=$(cd "$(dirname "$0")/.." && pwd)
-name=$(basename "$arg" .patch)
-if [[ $arg == *.patch ]]; then patch=$(realpath "$arg"); else patch=$root/ablations/patches/$name.patch; fi
-[ -f "$patch" ] || { echo "no such patch: $patch" >&2; exit 2; }
-copy=ablations/ab/$name
+patches=() names=()
+for arg in "$@"; do
+  name=$(basename "$arg" .patch)
+  if [[ $arg == *.patch ]]; then patch=$(realpath "$arg"); else patch=$root/ablations/patches/$name.patch; fi
+  [ -f "$patch" ] || { echo "no such patch: $patch" >&2; exit 2; }
+  patches+=("$patch") names+=("$name")
+done
+copy=ablations/ab/$(IFS=+; echo "${names[*]}")
 cd "$root"
 rm -rf "$copy" && mkdir -p "$copy"
 cp -r kernels "$copy/kernels" && rm -rf "$copy/kernels/__pycache__"
-git apply --directory="$copy" --include="$copy/kernels/*" "$patch"
-if diff -rq kernels "$copy/kernels" > /dev/null; then
-  echo "$name.patch changed nothing under kernels/" >&2
-  exit 1
-fi
+for i in "${!patches[@]}"; do
+  before=$(mktemp -d) && cp -r "$copy/kernels" "$before/"
+  git apply --directory="$copy" --include="$copy/kernels/*" "${patches[$i]}"
+  if diff -rq "$before/kernels" "$copy/kernels" > /dev/null; then
+    echo "${names[$i]}.patch changed nothing under kernels/" >&2
+    rm -rf "$before"; exit 1
+  fi
+  rm -rf "$before"
+done
 echo "$copy/kernels"

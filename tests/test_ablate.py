@@ -834,7 +834,8 @@ def test_ab_table_names_versions_by_what_differs_and_measures_against_the_first(
 
 def test_ab_copy_applies_the_kernels_part_of_a_patch(tmp_path):
     """ablations/ab_copy.sh makes ablations/ab/NAME/kernels from kernels/ and a patch's
-    kernels/ hunks only; a patch that changes nothing there, or no patch, is an error."""
+    kernels/ hunks only; a patch that changes nothing there, or no patch, is an error; several
+    patches go on in order, each on top of the ones before, into ablations/ab/A+B."""
     import difflib
     import shutil
     import subprocess
@@ -847,10 +848,16 @@ def test_ab_copy_applies_the_kernels_part_of_a_patch(tmp_path):
     other_part = ("--- a/README.md\n+++ b/README.md\n@@ -1 +1 @@\n-x\n+y\n")
     script = os.path.join(root, "ablations", "ab_copy.sh")
 
-    def run(patch_text, name):
-        path = tmp_path / f"{name}.patch"
-        path.write_text(patch_text)
-        return subprocess.run(["bash", script, str(path)], capture_output=True, text=True)
+    twice = [changed[0].rstrip("\n") + " twice\n"] + source[1:]
+    on_top = "".join(difflib.unified_diff(changed, twice, "a/kernels/forward.py",
+                                          "b/kernels/forward.py"))
+
+    def run(patch_text, name, *more):
+        paths = []
+        for text, stem in [(patch_text, name), *more]:
+            paths.append(tmp_path / f"{stem}.patch")
+            paths[-1].write_text(text)
+        return subprocess.run(["bash", script, *map(str, paths)], capture_output=True, text=True)
 
     try:
         made = run(kernels_part + other_part, "ab-copy-test")
@@ -861,8 +868,16 @@ def test_ab_copy_applies_the_kernels_part_of_a_patch(tmp_path):
         assert not open(os.path.join(root, "kernels", "forward.py")).readline().endswith(
             "  # patched\n")
         assert run(other_part, "ab-copy-empty").returncode == 1  # nothing under kernels/
+        chained = run(kernels_part, "ab-copy-test", (on_top, "ab-copy-top"))
+        assert chained.returncode == 0, chained.stderr
+        assert chained.stdout.strip().endswith(os.path.join("ab", "ab-copy-test+ab-copy-top",
+                                                            "kernels"))
+        assert open(os.path.join(root, chained.stdout.strip(), "forward.py")).readline() \
+            .endswith("  # patched twice\n")
+        assert run(on_top, "ab-copy-top").returncode != 0  # not on top of kernels/ itself
         missing = subprocess.run(["bash", script, "no-such-patch"], capture_output=True)
         assert missing.returncode == 2
     finally:
-        for name in ("ab-copy-test", "ab-copy-empty"):
+        for name in ("ab-copy-test", "ab-copy-empty", "ab-copy-test+ab-copy-top", "ab-copy-top"):
             shutil.rmtree(os.path.join(root, "ablations", "ab", name), ignore_errors=True)
+
