@@ -881,3 +881,19 @@ def test_ab_copy_applies_the_kernels_part_of_a_patch(tmp_path):
         for name in ("ab-copy-test", "ab-copy-empty", "ab-copy-test+ab-copy-top", "ab-copy-top"):
             shutil.rmtree(os.path.join(root, "ablations", "ab", name), ignore_errors=True)
 
+
+def test_launch_tail_model_starts_programs_in_order_on_the_first_free_slot():
+    """ablations/launch_tail.py: a long program started last runs alone at the end; started
+    first, it overlaps the short ones. The heaviest-first launch ranks every head's programs
+    alike, the longest first, each kind alternating."""
+    tail = _ablations_script("launch_tail")
+    assert tail.makespan([1, 1, 1, 3], sms=2, slots=1) == 4
+    assert tail.makespan([3, 1, 1, 1], sms=2, slots=1) == 3
+    assert tail.makespan([2, 2], sms=1, slots=2, solo=2.0) == 2  # both share the SM
+    assert tail.makespan([2], sms=1, slots=2, solo=2.0) == 1
+    columns, rows = tail.program_steps("bwd", 256, 32, 128, dq_cost=0.5)
+    assert (columns, rows) == ([8, 4], [2.0, 4.0])
+    assert tail.launch(columns, rows, heads=3, window=2) == [8, 8, 4, 4, 4, 4, 2, 2] + [8, 4, 4, 2]
+    assert tail.launch(columns, rows, heads=2, window=None) == [8, 4, 2.0, 4.0] * 2
+    assert tail.program_steps("fwd", 256, 64, 64, 1.0) == ([], [1, 2, 3, 4])
+    assert tail.launch([], [1, 2, 3], heads=1, window=1) == [3, 2, 1]
