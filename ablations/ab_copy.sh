@@ -23,13 +23,13 @@ copy=ablations/ab/$(IFS=+; echo "${names[*]}")
 cd "$root"
 rm -rf "$copy" && mkdir -p "$copy"
 cp -r kernels "$copy/kernels" && rm -rf "$copy/kernels/__pycache__"
+before=$(mktemp -d) && trap 'rm -rf "$before"' EXIT
 for i in "${!patches[@]}"; do
-  before=$(mktemp -d) && cp -r "$copy/kernels" "$before/"
+  rm -rf "$before/kernels" && cp -r "$copy/kernels" "$before/"
   git apply --directory="$copy" --include="$copy/kernels/*" "${patches[$i]}"
   if diff -rq "$before/kernels" "$copy/kernels" > /dev/null; then
     echo "${names[$i]}.patch changed nothing under kernels/" >&2
-    rm -rf "$before"; exit 1
+    exit 1
   fi
-  rm -rf "$before"
 done
 echo "$copy/kernels"

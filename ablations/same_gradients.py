@@ -60,7 +60,7 @@ def compare(dir_a: str, dir_b: str, problems=PROBLEMS) -> tuple[int, list[str]]:
         inputs.append(torch.randn(batch, heads_q, seqlen_q, generator=g).to(device))
         for flags in itertools.product((False, True), repeat=2):  # defer_norm, seq_parallel
             results = [outputs(tree, tree.Variant(*flags, split_q=True), inputs, causal,
-                               dq_pass, use_lse, device) for tree in trees]
+                                dq_pass, use_lse, device) for tree in trees]
             for name, x, y in zip(("o", "lse", "dq", "dk", "dv"), *results):
                 if name == "dq" and device == "cuda" and flags[1] and not dq_pass:
                     continue  # float32 atomic adds: their order, so dq's bits, vary
