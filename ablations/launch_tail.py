@@ -36,6 +36,7 @@ def launch(columns, rows, heads: int, window: int | None):
     """Every program's steps in launch order."""
     if window is None:
         return (columns + rows) * heads
+    assert not columns or len(columns) == len(rows), "the model alternates equal counts"
     ranked = [x for pair in zip(columns, reversed(rows)) for x in pair] if columns else rows[::-1]
     order = []
     for first in range(0, heads, window):
