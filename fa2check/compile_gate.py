@@ -157,11 +157,12 @@ def _backward_specialization(fn, case: Case):
     cfg, v = case.config, case.variant
     io = DTYPES[case.dtype]
     pointers = {"Q": io, "K": io, "V": io, "DO": io, "DK": io, "DV": io,
-                "DQ": io if cfg.bwd_dq_pass else "fp32", "STAT": "fp32", "L": "fp32",
+                "DQ": io if cfg.bwd_dq_pass else "fp32", "STAT": "fp32", "INV_L": "fp32",
                 "DELTA": "fp32"}
     unit = [f"stride_{t}d" for t in ("q", "k", "v", "do", "dk")] + list(case.length_one)
+    # padded_q is a whole number of blocks of >= 16 rows
     div16 = [f"stride_{t}{d}" for t in ("q", "k", "v", "do", "dk") for d in "bh"] + \
-        ["stride_qm", "stride_kn", "stride_vn", "stride_dom", "stride_dkn"]
+        ["stride_qm", "stride_kn", "stride_vn", "stride_dom", "stride_dkn", "padded_q"]
     constexprs = dict(IS_CAUSAL=case.causal, DEFER_NORM=v.defer_norm, SEQ_PARALLEL=v.seq_parallel,
                       DQ_PASS=cfg.bwd_dq_pass, BLOCK_M=cfg.bwd_block_m, BLOCK_N=cfg.bwd_block_n,
                       HEAD_DIM=case.head_dim, INPUT_PRECISION=cfg.input_precision)

@@ -53,14 +53,20 @@ def _load_rows(X, off_b, off_h, rows, offs_d, seqlen, stride_b, stride_h, stride
 
 
 @triton.jit
-def _attn_bwd_preprocess(O, O_RES, DO, DLSE, DELTA,
+def _attn_bwd_preprocess(O, O_RES, DO, DLSE, STAT, L, DELTA, STAT2, INV_L,
                          stride_ob, stride_oh, stride_om, stride_od,
                          stride_dob, stride_doh, stride_dom, stride_dod,
-                         heads_q, seqlen_q,
+                         heads_q, seqlen_q, padded_q,
                          HAS_DLSE: tl.constexpr, HAS_O_RES: tl.constexpr,
-                         BLOCK_M: tl.constexpr, HEAD_DIM: tl.constexpr):
-    """DELTA = rowsum(dO * O) - dlse, float32 (B, H, Sq) contiguous. HAS_O_RES: O is the stored
-    output plus its rounding residual O_RES (same strides), about float32's precision."""
+                         DEFER_NORM: tl.constexpr, BLOCK_M: tl.constexpr, HEAD_DIM: tl.constexpr):
+    """What every backward step reads of a query row, float32 (B, H, padded_q) contiguous, the
+    rows padded to whole blocks of the backward so that its loops load them without masks:
+      DELTA = rowsum(dO * O) - dlse, 0 past seqlen_q. HAS_O_RES: O is the stored output plus
+              its rounding residual O_RES (same strides), about float32's precision;
+      STAT2 = the row's statistic in log2 units, P = exp2(S * c - STAT2) (* INV_L when not
+              DEFER_NORM): lse / ln 2 (STAT is lse) or m / ln 2 (STAT is m, L is l); +inf
+              for rows that see no key and rows past seqlen_q, so P = 0 there;
+      INV_L = 1 / l (not DEFER_NORM; 1 where l = 0)."""
     off_bh = tl.program_id(1)
     off_b = off_bh // heads_q
     off_h = off_bh % heads_q
@@ -75,10 +81,18 @@ def _attn_bwd_preprocess(O, O_RES, DO, DLSE, DELTA,
     do = _load_rows(DO, off_b, off_h, offs_m, offs_d, seqlen_q,
                     stride_dob, stride_doh, stride_dom, stride_dod).to(tl.float32)
     delta = tl.sum(o * do, 1)
-    rows = off_bh * seqlen_q + offs_m
+    rows = off_bh * seqlen_q + offs_m  # DLSE, STAT, L: (B, H, Sq) contiguous
+    out = off_bh * padded_q + offs_m
     if HAS_DLSE:
         delta -= tl.load(DLSE + rows, mask=row_ok, other=0.0)
-    tl.store(DELTA + rows, delta, mask=row_ok)
+    tl.store(DELTA + out, delta)
+    stat = tl.load(STAT + rows, mask=row_ok, other=float("-inf")) * 1.4426950408889634  # 1/ln 2
+    if DEFER_NORM:  # lse = -inf: the row sees no key
+        tl.store(STAT2 + out, tl.where(stat == float("-inf"), float("inf"), stat))
+    else:  # l = 0: the row sees no key
+        l = tl.load(L + rows, mask=row_ok, other=0.0)
+        tl.store(STAT2 + out, tl.where(l == 0.0, float("inf"), stat))
+        tl.store(INV_L + out, 1.0 / tl.where(l == 0.0, 1.0, l))
 
 
 @triton.jit
@@ -101,22 +115,7 @@ def _query_block_range(start_n, seqlen_q, seqlen_k,
 
 
 @triton.jit
-def _row_stats(STAT_ptr, L_ptr, rows, row_ok, DEFER_NORM: tl.constexpr):
-    """(stat, inv_l) with P = exp2(S * c - stat) (* inv_l when not DEFER_NORM), in log2 units.
-    Rows past the end or seeing no key get stat = +inf, so P = 0 there."""
-    stat = tl.load(STAT_ptr + rows, mask=row_ok, other=float("inf")) * 1.4426950408889634  # 1/ln 2
-    if DEFER_NORM:  # stat is L
-        stat = tl.where(stat == float("-inf"), float("inf"), stat)
-        inv_l = stat  # not used
-    else:  # stat is m
-        l = tl.load(L_ptr + rows, mask=row_ok, other=1.0)
-        stat = tl.where(l == 0.0, float("inf"), stat)
-        inv_l = 1.0 / tl.where(l == 0.0, 1.0, l)
-    return stat, inv_l
-
-
-@triton.jit
-def _attn_bwd_kv_step(dk, dv, k, v, Q_ptrs, DO_ptrs, DQ_ptrs, STAT_ptr, L_ptr, DELTA_ptr,
+def _attn_bwd_kv_step(dk, dv, k, v, Q_ptrs, DO_ptrs, DQ_ptrs, STAT_ptr, INV_L_ptr, DELTA_ptr,
                       start_m, offs_m, offs_n, stride_qm, stride_dom, stride_dqm,
                       seqlen_q, seqlen_k, qk_scale, sm_scale,
                       MASK: tl.constexpr, IS_CAUSAL: tl.constexpr, DEFER_NORM: tl.constexpr,
@@ -128,8 +127,8 @@ def _attn_bwd_kv_step(dk, dv, k, v, Q_ptrs, DO_ptrs, DQ_ptrs, STAT_ptr, L_ptr, D
     row_ok = rows < seqlen_q
     q = tl.load(Q_ptrs + start_m * stride_qm, mask=row_ok[:, None], other=0.0)  # (BLOCK_M, D)
     do = tl.load(DO_ptrs + start_m * stride_dom, mask=row_ok[:, None], other=0.0)  # (BLOCK_M, D)
-    delta = tl.load(DELTA_ptr + rows, mask=row_ok, other=0.0)
-    stat, inv_l = _row_stats(STAT_ptr, L_ptr, rows, row_ok, DEFER_NORM)
+    delta = tl.load(DELTA_ptr + rows)  # rows padded to whole blocks: no mask
+    stat = tl.load(STAT_ptr + rows)
 
     sT = tl.dot(k, tl.trans(q), input_precision=INPUT_PRECISION) * qk_scale  # (BLOCK_N, BLOCK_M)
     if MASK:
@@ -139,7 +138,7 @@ def _attn_bwd_kv_step(dk, dv, k, v, Q_ptrs, DO_ptrs, DQ_ptrs, STAT_ptr, L_ptr, D
         sT = tl.where(visible, sT, float("-inf"))
     pT = tl.math.exp2(sT - stat[None, :])
     if not DEFER_NORM:
-        pT = pT * inv_l[None, :]
+        pT = pT * tl.load(INV_L_ptr + rows)[None, :]
     dv += tl.dot(pT.to(do.dtype), do, input_precision=INPUT_PRECISION)
     dpT = tl.dot(v, tl.trans(do), input_precision=INPUT_PRECISION)  # (BLOCK_N, BLOCK_M)
     dsT = pT * (dpT - delta[None, :])
@@ -159,13 +158,13 @@ def _attn_bwd_kv_step(dk, dv, k, v, Q_ptrs, DO_ptrs, DQ_ptrs, STAT_ptr, L_ptr, D
 
 
 @triton.jit
-def _attn_bwd_col_block(Q, K, V, DO, DQ, DK, DV, STAT, L, DELTA, start_n, off_b, off_hkv,
+def _attn_bwd_col_block(Q, K, V, DO, DQ, DK, DV, STAT, INV_L, DELTA, start_n, off_b, off_hkv,
                         stride_qb, stride_qh, stride_qm, stride_qd,
                         stride_kb, stride_kh, stride_kn, stride_kd,
                         stride_vb, stride_vh, stride_vn, stride_vd,
                         stride_dob, stride_doh, stride_dom, stride_dod,
                         stride_dkb, stride_dkh, stride_dkn, stride_dkd,
-                        heads_q, group_size, seqlen_q, seqlen_k, qk_scale, sm_scale,
+                        heads_q, group_size, seqlen_q, padded_q, seqlen_k, qk_scale, sm_scale,
                         IS_CAUSAL: tl.constexpr, DEFER_NORM: tl.constexpr,
                         SEQ_PARALLEL: tl.constexpr, DQ_PASS: tl.constexpr,
                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -192,17 +191,17 @@ def _attn_bwd_col_block(Q, K, V, DO, DQ, DK, DV, STAT, L, DELTA, start_n, off_b,
         Q_ptrs = Q + head_q + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd
         DO_ptrs = DO + head_do + offs_m[:, None] * stride_dom + offs_d[None, :] * stride_dod
         DQ_ptrs = DQ + head_dq + offs_m[:, None] * HEAD_DIM + offs_d[None, :]
-        row_stats = (off_b * heads_q + off_h) * seqlen_q  # STAT, L, DELTA: contiguous (B, H, Sq)
+        row_stats = (off_b * heads_q + off_h) * padded_q  # STAT, INV_L, DELTA: (B, H, padded_q)
         for start_m in range(lo, full_lo, BLOCK_M):
             dk, dv = _attn_bwd_kv_step(dk, dv, k, v, Q_ptrs, DO_ptrs, DQ_ptrs, STAT + row_stats,
-                                       L + row_stats, DELTA + row_stats, start_m, offs_m, offs_n,
-                                       stride_qm, stride_dom, HEAD_DIM, seqlen_q, seqlen_k,
+                                       INV_L + row_stats, DELTA + row_stats, start_m, offs_m,
+                                       offs_n, stride_qm, stride_dom, HEAD_DIM, seqlen_q, seqlen_k,
                                        qk_scale, sm_scale, True, IS_CAUSAL, DEFER_NORM,
                                        SEQ_PARALLEL, DQ_PASS, INPUT_PRECISION)
         for start_m in range(full_lo, hi, BLOCK_M):
             dk, dv = _attn_bwd_kv_step(dk, dv, k, v, Q_ptrs, DO_ptrs, DQ_ptrs, STAT + row_stats,
-                                       L + row_stats, DELTA + row_stats, start_m, offs_m, offs_n,
-                                       stride_qm, stride_dom, HEAD_DIM, seqlen_q, seqlen_k,
+                                       INV_L + row_stats, DELTA + row_stats, start_m, offs_m,
+                                       offs_n, stride_qm, stride_dom, HEAD_DIM, seqlen_q, seqlen_k,
                                        qk_scale, sm_scale, False, IS_CAUSAL, DEFER_NORM,
                                        SEQ_PARALLEL, DQ_PASS, INPUT_PRECISION)
 
@@ -242,12 +241,12 @@ def _attn_bwd_q_step(dq, q, do, stat, inv_l, delta, kT_ptrs, vT_ptrs, start_n, r
 
 
 @triton.jit
-def _attn_bwd_dq_row_block(Q, K, V, DO, DQ, STAT, L, DELTA, start_m, off_b, off_h, off_hkv,
+def _attn_bwd_dq_row_block(Q, K, V, DO, DQ, STAT, INV_L, DELTA, start_m, off_b, off_h, off_hkv,
                            stride_qb, stride_qh, stride_qm, stride_qd,
                            stride_kb, stride_kh, stride_kn, stride_kd,
                            stride_vb, stride_vh, stride_vn, stride_vd,
                            stride_dob, stride_doh, stride_dom, stride_dod,
-                           heads_q, seqlen_q, seqlen_k, qk_scale, sm_scale,
+                           heads_q, seqlen_q, padded_q, seqlen_k, qk_scale, sm_scale,
                            IS_CAUSAL: tl.constexpr, DEFER_NORM: tl.constexpr,
                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                            HEAD_DIM: tl.constexpr, INPUT_PRECISION: tl.constexpr):
@@ -260,9 +259,12 @@ def _attn_bwd_dq_row_block(Q, K, V, DO, DQ, STAT, L, DELTA, start_m, off_b, off_
                    stride_qb, stride_qh, stride_qm, stride_qd)  # (BLOCK_M, D)
     do = _load_rows(DO, off_b, off_h, rows, offs_d, seqlen_q,
                     stride_dob, stride_doh, stride_dom, stride_dod)
-    row_stats = (off_b * heads_q + off_h) * seqlen_q
-    delta = tl.load(DELTA + row_stats + rows, mask=row_ok, other=0.0)
-    stat, inv_l = _row_stats(STAT + row_stats, L + row_stats, rows, row_ok, DEFER_NORM)
+    row_stats = (off_b * heads_q + off_h) * padded_q
+    delta = tl.load(DELTA + row_stats + rows)  # rows padded to whole blocks: no mask
+    stat = tl.load(STAT + row_stats + rows)
+    inv_l = stat  # not used
+    if not DEFER_NORM:
+        inv_l = tl.load(INV_L + row_stats + rows)
     kT_ptrs = K + off_b.to(tl.int64) * stride_kb + off_hkv.to(tl.int64) * stride_kh \
         + offs_n[None, :] * stride_kn + offs_d[:, None] * stride_kd  # (D, BLOCK_N)
     vT_ptrs = V + off_b.to(tl.int64) * stride_vb + off_hkv.to(tl.int64) * stride_vh \
@@ -285,13 +287,13 @@ def _attn_bwd_dq_row_block(Q, K, V, DO, DQ, STAT, L, DELTA, start_m, off_b, off_
 
 
 @triton.jit
-def _attn_bwd(Q, K, V, DO, DQ, DK, DV, STAT, L, DELTA,
+def _attn_bwd(Q, K, V, DO, DQ, DK, DV, STAT, INV_L, DELTA,
               stride_qb, stride_qh, stride_qm, stride_qd,
               stride_kb, stride_kh, stride_kn, stride_kd,
               stride_vb, stride_vh, stride_vn, stride_vd,
               stride_dob, stride_doh, stride_dom, stride_dod,
               stride_dkb, stride_dkh, stride_dkn, stride_dkd,
-              heads_q, heads_kv, seqlen_q, seqlen_k, qk_scale, sm_scale,
+              heads_q, heads_kv, seqlen_q, padded_q, seqlen_k, qk_scale, sm_scale,
               IS_CAUSAL: tl.constexpr, DEFER_NORM: tl.constexpr, SEQ_PARALLEL: tl.constexpr,
               DQ_PASS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
               HEAD_DIM: tl.constexpr, INPUT_PRECISION: tl.constexpr):
@@ -307,47 +309,50 @@ def _attn_bwd(Q, K, V, DO, DQ, DK, DV, STAT, L, DELTA,
     if SEQ_PARALLEL:
         pid = tl.program_id(0)
         if pid < n_col_blocks:
-            _attn_bwd_col_block(Q, K, V, DO, DQ, DK, DV, STAT, L, DELTA, pid * BLOCK_N, off_b,
+            _attn_bwd_col_block(Q, K, V, DO, DQ, DK, DV, STAT, INV_L, DELTA, pid * BLOCK_N, off_b,
                                 off_hkv, stride_qb, stride_qh, stride_qm, stride_qd,
                                 stride_kb, stride_kh, stride_kn, stride_kd,
                                 stride_vb, stride_vh, stride_vn, stride_vd,
                                 stride_dob, stride_doh, stride_dom, stride_dod,
                                 stride_dkb, stride_dkh, stride_dkn, stride_dkd,
-                                heads_q, group_size, seqlen_q, seqlen_k, qk_scale, sm_scale,
+                                heads_q, group_size, seqlen_q, padded_q, seqlen_k, qk_scale,
+                                sm_scale,
                                 IS_CAUSAL, DEFER_NORM, SEQ_PARALLEL, DQ_PASS, BLOCK_M, BLOCK_N,
                                 HEAD_DIM, INPUT_PRECISION)
         elif DQ_PASS:  # one row block of one query head of the group
             r = pid - n_col_blocks
-            _attn_bwd_dq_row_block(Q, K, V, DO, DQ, STAT, L, DELTA, (r % n_row_blocks) * BLOCK_N,
-                                   off_b, off_hkv * group_size + r // n_row_blocks, off_hkv,
+            _attn_bwd_dq_row_block(Q, K, V, DO, DQ, STAT, INV_L, DELTA,
+                                   (r % n_row_blocks) * BLOCK_N, off_b,
+                                   off_hkv * group_size + r // n_row_blocks, off_hkv,
                                    stride_qb, stride_qh, stride_qm, stride_qd,
                                    stride_kb, stride_kh, stride_kn, stride_kd,
                                    stride_vb, stride_vh, stride_vn, stride_vd,
                                    stride_dob, stride_doh, stride_dom, stride_dod,
-                                   heads_q, seqlen_q, seqlen_k, qk_scale, sm_scale,
+                                   heads_q, seqlen_q, padded_q, seqlen_k, qk_scale, sm_scale,
                                    IS_CAUSAL, DEFER_NORM, BLOCK_N, BLOCK_M, HEAD_DIM,
                                    INPUT_PRECISION)
     else:
         for start_n in range(0, seqlen_k, BLOCK_N):
-            _attn_bwd_col_block(Q, K, V, DO, DQ, DK, DV, STAT, L, DELTA, start_n, off_b, off_hkv,
-                                stride_qb, stride_qh, stride_qm, stride_qd,
+            _attn_bwd_col_block(Q, K, V, DO, DQ, DK, DV, STAT, INV_L, DELTA, start_n, off_b,
+                                off_hkv, stride_qb, stride_qh, stride_qm, stride_qd,
                                 stride_kb, stride_kh, stride_kn, stride_kd,
                                 stride_vb, stride_vh, stride_vn, stride_vd,
                                 stride_dob, stride_doh, stride_dom, stride_dod,
                                 stride_dkb, stride_dkh, stride_dkn, stride_dkd,
-                                heads_q, group_size, seqlen_q, seqlen_k, qk_scale, sm_scale,
+                                heads_q, group_size, seqlen_q, padded_q, seqlen_k, qk_scale,
+                                sm_scale,
                                 IS_CAUSAL, DEFER_NORM, SEQ_PARALLEL, DQ_PASS, BLOCK_M, BLOCK_N,
                                 HEAD_DIM, INPUT_PRECISION)
         if DQ_PASS:
             for r in range(0, group_size * n_row_blocks):
-                _attn_bwd_dq_row_block(Q, K, V, DO, DQ, STAT, L, DELTA,
+                _attn_bwd_dq_row_block(Q, K, V, DO, DQ, STAT, INV_L, DELTA,
                                        (r % n_row_blocks) * BLOCK_N, off_b,
                                        off_hkv * group_size + r // n_row_blocks, off_hkv,
                                        stride_qb, stride_qh, stride_qm, stride_qd,
                                        stride_kb, stride_kh, stride_kn, stride_kd,
                                        stride_vb, stride_vh, stride_vn, stride_vd,
                                        stride_dob, stride_doh, stride_dom, stride_dod,
-                                       heads_q, seqlen_q, seqlen_k, qk_scale, sm_scale,
+                                       heads_q, seqlen_q, padded_q, seqlen_k, qk_scale, sm_scale,
                                        IS_CAUSAL, DEFER_NORM, BLOCK_N, BLOCK_M, HEAD_DIM,
                                        INPUT_PRECISION)
 
@@ -359,11 +364,19 @@ def attn_bwd(q, k, v, o, stats, do, dlse, causal, softmax_scale, variant, config
 
     batch, heads_q, seqlen_q, head_dim = q.shape
     heads_kv, seqlen_k = k.shape[1], k.shape[2]
-    delta = torch.empty((batch, heads_q, seqlen_q), device=q.device, dtype=torch.float32)
+    # per-row inputs of the backward's steps, rows padded to whole blocks of either pass
+    pad = max(config.bwd_block_m, config.bwd_block_n)
+    padded_q = triton.cdiv(seqlen_q, pad) * pad
+    rows = dict(size=(batch, heads_q, padded_q), device=q.device, dtype=torch.float32)
+    delta, stat2 = torch.empty(**rows), torch.empty(**rows)
+    inv_l = stat2 if variant.defer_norm else torch.empty(**rows)
+    stat = stats[0].contiguous()  # lse, or m when not defer_norm
+    l = stats[1].contiguous() if not variant.defer_norm else stat
     dlse_c = dlse.float().contiguous() if dlse is not None else delta
-    _attn_bwd_preprocess[(triton.cdiv(seqlen_q, config.bwd_block_m), batch * heads_q)](
-        o, o if o_res is None else o_res, do, dlse_c, delta, *o.stride(), *do.stride(), heads_q,
-        seqlen_q, HAS_DLSE=dlse is not None, HAS_O_RES=o_res is not None,
+    _attn_bwd_preprocess[(padded_q // config.bwd_block_m, batch * heads_q)](
+        o, o if o_res is None else o_res, do, dlse_c, stat, l, delta, stat2, inv_l,
+        *o.stride(), *do.stride(), heads_q, seqlen_q, padded_q, HAS_DLSE=dlse is not None,
+        HAS_O_RES=o_res is not None, DEFER_NORM=variant.defer_norm,
         BLOCK_M=config.bwd_block_m, HEAD_DIM=head_dim)
 
     shape = (batch, heads_q, seqlen_q, head_dim)  # dQ is written contiguous
@@ -373,8 +386,6 @@ def attn_bwd(q, k, v, o, stats, do, dlse, causal, softmax_scale, variant, config
         dq = torch.zeros(shape, device=q.device, dtype=torch.float32)
     dk = torch.empty(k.shape, device=k.device, dtype=k.dtype)
     dv = torch.empty(v.shape, device=v.device, dtype=v.dtype)
-    stat = stats[0].contiguous()  # lse, or m when not defer_norm
-    l = stats[1].contiguous() if not variant.defer_norm else stat
     if variant.seq_parallel:
         blocks = triton.cdiv(seqlen_k, config.bwd_block_n)
         if config.bwd_dq_pass:
@@ -383,9 +394,9 @@ def attn_bwd(q, k, v, o, stats, do, dlse, causal, softmax_scale, variant, config
     else:
         grid = (batch * heads_kv,)
     _attn_bwd[grid](
-        q, k, v, do, dq, dk, dv, stat, l, delta,
+        q, k, v, do, dq, dk, dv, stat2, inv_l, delta,
         *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dk.stride(),
-        heads_q, heads_kv, seqlen_q, seqlen_k, softmax_scale * LOG2E, softmax_scale,
+        heads_q, heads_kv, seqlen_q, padded_q, seqlen_k, softmax_scale * LOG2E, softmax_scale,
         IS_CAUSAL=causal, DEFER_NORM=variant.defer_norm, SEQ_PARALLEL=variant.seq_parallel,
         DQ_PASS=config.bwd_dq_pass, BLOCK_M=config.bwd_block_m, BLOCK_N=config.bwd_block_n,
         HEAD_DIM=head_dim, INPUT_PRECISION=config.input_precision,
