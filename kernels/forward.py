@@ -22,7 +22,8 @@ slices are then merged (m_tile = max m_s, weights exp2((m_s - m_new) c)), which 
 communication that FA1's split-K warp partitioning pays at every tile. Triton picks the warp
 mapping itself, so this reproduces split-K's data flow, not its exact warp assignment.
 
-SEQ_PARALLEL: grid (row blocks, batch * heads), one program per row block; off: grid
+SEQ_PARALLEL: grid (row blocks, batch * heads), one program per row block (causal: launched
+longest first, kernels/launch_order.py); off: grid
 (batch * heads,) and each program walks the row blocks in turn, as FA1 scheduled the work.
 In both cases the K/V loop is the inner loop and a row block's state (m, l, acc) stays on chip.
 
@@ -54,6 +55,7 @@ tile choice, `TileConfig.nan_flags`, since each is faster for some tiles; ablati
 import triton
 import triton.language as tl
 
+from .launch_order import heaviest_first
 from .tma import row_descriptors
 
 LOG2E = 1.4426950408889634  # 1 / ln 2
@@ -333,6 +335,9 @@ def _attn_fwd(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD,
         return
     if SEQ_PARALLEL:
         off_bh = tl.program_id(1)
+        row_block = tl.program_id(0)
+        if IS_CAUSAL:  # the row blocks that see the most keys first
+            off_bh, row_block = heaviest_first(0, row_blocks, 1, seqlen_k, HEAD_DIM, 2)
     else:
         off_bh = tl.program_id(0)
     off_b = off_bh // heads_q
@@ -342,8 +347,7 @@ def _attn_fwd(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD,
 
     if SEQ_PARALLEL:
         _attn_fwd_row_block(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD,
-                            first_block + tl.program_id(0), tl.program_id(0) * BLOCK_M, off_b,
-                            off_h, off_hkv,
+                            first_block + row_block, row_block * BLOCK_M, off_b, off_h, off_hkv,
                             stride_qb, stride_qh, stride_qm, stride_qd,
                             stride_kb, stride_kh, stride_kn, stride_kd,
                             stride_vb, stride_vh, stride_vn, stride_vd,
