@@ -39,6 +39,14 @@ def load(directory: Path, name: str):
     return module
 
 
+def rotated(names: list, r: int) -> list:
+    """Round r's order: the versions starting from the (r mod n)-th. With a fixed order the
+    first version was measured slower than an identical copy in most cells (an A/A control of
+    the eighteenth session, ablations/NOTES.md), so every version takes each place in turn."""
+    r %= len(names)
+    return names[r:] + names[:r]
+
+
 def config_overrides(fields: str, tile_config) -> dict:
     """'field=value,...' -> TileConfig fields: every tile field is an int or a 0/1 choice."""
     overrides = {}
@@ -113,8 +121,9 @@ def main():
         samples = {name: [] for name in versions}
         outputs = {name: call(attend) for name, attend in versions.items()}
         base = next(iter(outputs.values()))
-        for _ in range(args.rounds):  # interleaved
-            for name, attend in versions.items():
+        for r in range(args.rounds):  # interleaved, each version first in turn
+            for name in rotated(list(versions), r):
+                attend = versions[name]
                 samples[name] += do_bench(lambda: call(attend), warmup=args.warmup_ms,
                                           rep=args.rep_ms, return_mode="all")
         for name in versions:

@@ -897,3 +897,13 @@ def test_launch_tail_model_starts_programs_in_order_on_the_first_free_slot():
     assert tail.launch(columns, rows, heads=2, window=None) == [8, 4, 2.0, 4.0] * 2
     assert tail.program_steps("fwd", 256, 64, 64, 1.0) == ([], [1, 2, 3, 4])
     assert tail.launch([], [1, 2, 3], heads=1, window=1) == [3, 2, 1]
+
+
+def test_compare_kernels_puts_every_version_first_in_turn():
+    """ablations/compare_kernels.py rotates the order of the versions each round, so no
+    version is always measured first."""
+    compare = _ablations_script("compare_kernels")
+    names = ["a", "b", "c"]
+    orders = [compare.rotated(names, r) for r in range(4)]
+    assert orders == [["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"], ["a", "b", "c"]]
+    assert {order[0] for order in orders[:3]} == set(names)
