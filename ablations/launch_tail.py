@@ -10,11 +10,12 @@ costs 1 and a dQ-pass step (3 products) `--dq-cost`, in the forward every key ti
 program alone on an SM of two slots runs `--solo` times faster (with more slots, the model
 ignores that fewer CTAs on an SM run faster: it overstates the tail). The paper grid: 16k tokens a
 row of the batch, 2048 / head_dim heads, FA2's tuned tiles.
-Orders: 'index' is the launch today (the backward: each kv head's column blocks, then its dQ
-row blocks, in index order; the forward: each head's row blocks in index order); 'window W' is
-kernels/launch_order.py of ablations/patches/heaviest-first-{bwd,fwd}.patch (windows of W
-heads, every head's rank t before rank t + 1, the longest first; the backward alternates
-column blocks from the first and dQ row blocks from the last).
+Orders: 'index' is every head's programs in index order (the backward's launch: each kv
+head's column blocks, then its dQ row blocks; the forward's before kernels/launch_order.py);
+'window W' is kernels/launch_order.py (the forward's causal launch, and the backward's in
+ablations/patches/heaviest-first-bwd.patch): windows of W heads, every head's rank t before
+rank t + 1, the longest first; the backward alternates column blocks from the first and dQ
+row blocks from the last.
 """
 import argparse
 import heapq
