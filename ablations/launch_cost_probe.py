@@ -130,7 +130,7 @@ def best_host_us(call) -> float:
     return min(host_us(call) for _ in range(ROUNDS))
 
 
-def breakdown() -> tuple[dict, dict]:
+def breakdown(cycle=False) -> tuple[dict, dict]:
     """Host microseconds of each piece of our forward call, tiny problem (1, 1, 128, 128), and
     the cProfile of each attn_fwd launch case."""
     from kernels import Variant, flash_attention
@@ -167,6 +167,8 @@ def breakdown() -> tuple[dict, dict]:
             times[f"flash_attention, {name}"] = best_host_us(
                 lambda: flash_attention(q, k, v, causal=causal, config=config))
     times.update(backward_breakdown(base))
+    if cycle:
+        times.update(cycle_breakdown(base))
     return times, profiles
 
 
@@ -191,6 +193,7 @@ def backward_breakdown(config) -> dict:
     from kernels import Variant, flash_attention
     from kernels.backward import attn_bwd
     from kernels.forward import attn_fwd
+    from kernels.launch_cache import CachedLaunch
 
     q, k, v = (torch.randn(1, 1, 128, 128, device="cuda", dtype=torch.bfloat16,
                            requires_grad=True) for _ in range(3))
@@ -199,6 +202,7 @@ def backward_breakdown(config) -> dict:
     with torch.no_grad():
         o, stats, o_res = attn_fwd(q, k, v, True, 0.1, fa2, config, o_residual=True)
     ints = [1] * 23
+    cached_34 = CachedLaunch(_empty_34)  # as kernels/launch_cache.py launches ours
     kept = flash_attention(q, k, v, causal=True, config=config)  # a graph to run again
     return {
         "fwd+bwd: flash_attention + autograd.grad, causal": best_host_us(
@@ -217,7 +221,58 @@ def backward_breakdown(config) -> dict:
         "empty Triton launch, 34 arguments": best_host_us(
             lambda: _empty_34[(1,)](q, k, v, o, o, stats[0], stats[0], stats[0], do, q, q,
                                     *ints)),
+        "empty Triton launch, 34 arguments, CachedLaunch": best_host_us(
+            lambda: cached_34[(1,)](q, k, v, o, o, stats[0], stats[0], stats[0], do, q, q,
+                                    *ints)),
     }
+
+
+def cycle_breakdown(config) -> dict:
+    """Host microseconds of a fresh fwd+bwd call on the tiny problem with parts of it stubbed
+    out (the backward's launches, the forward's launches, both), with the garbage collector
+    off, and split as a forward and a grad of the graph it made: where the time goes that the
+    pieces of backward_breakdown leave unexplained."""
+    import gc
+
+    import kernels.backward
+    import kernels.interface
+    from kernels import flash_attention
+
+    q, k, v = (torch.randn(1, 1, 128, 128, device="cuda", dtype=torch.bfloat16,
+                           requires_grad=True) for _ in range(3))
+    do = torch.randn_like(q)
+
+    def fresh():
+        return torch.autograd.grad(flash_attention(q, k, v, causal=True, config=config),
+                                   (q, k, v), do)
+
+    def split():
+        o = flash_attention(q, k, v, causal=True, config=config)
+        return torch.autograd.grad(o, (q, k, v), do, retain_graph=True)
+
+    def no_backward(q, k, v, *rest):
+        return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+    def no_forward(q, *rest, **kwargs):
+        stat = torch.empty(q.shape[:3], device=q.device)
+        return torch.empty_like(q), None, (stat,), torch.empty_like(q)
+
+    times = {"fresh fwd+bwd": best_host_us(fresh), "forward, then grad retaining the graph":
+             best_host_us(split)}
+    gc.disable()
+    times["fresh fwd+bwd, gc off"] = best_host_us(fresh)
+    gc.enable()
+    real_bwd, real_fwd = kernels.backward.attn_bwd, kernels.interface._forward
+    try:
+        kernels.backward.attn_bwd = no_backward
+        times["fresh fwd+bwd, backward stubbed"] = best_host_us(fresh)
+        kernels.interface._forward = no_forward
+        times["fresh fwd+bwd, both stubbed"] = best_host_us(fresh)
+        kernels.backward.attn_bwd = real_bwd
+        times["fresh fwd+bwd, forward stubbed"] = best_host_us(fresh)
+    finally:
+        kernels.backward.attn_bwd, kernels.interface._forward = real_bwd, real_fwd
+    return times
 
 
 def main():
@@ -225,13 +280,21 @@ def main():
     parser.add_argument("cases", nargs="*")
     parser.add_argument("--mode", choices=("fwd", "fwd+bwd"), default="fwd")
     parser.add_argument("--breakdown", action="store_true")
+    parser.add_argument("--cycle", action="store_true",
+                        help="with --breakdown: the fresh fwd+bwd call with parts stubbed out")
+    parser.add_argument("--no-launch-cache", action="store_true",
+                        help="every launch through Triton's own path (kernels/launch_cache.py)")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--commit", help="git commit to record (the device's copy of the tree "
                                          "may carry a stale .git)")
     args = parser.parse_args()
     from triton.testing import do_bench
 
-    pieces, profiles = breakdown() if args.breakdown else ({}, {})
+    if args.no_launch_cache:
+        import kernels.launch_cache
+
+        kernels.launch_cache.enabled = False
+    pieces, profiles = breakdown(args.cycle) if args.breakdown else ({}, {})
     rows = []
     for spec in args.cases:
         call, backend = make_case(spec, args.mode)
@@ -255,6 +318,7 @@ def main():
     if args.json:
         environment = describe_environment("cuda", commit=args.commit)
         args.json.write_text(json.dumps({"environment": environment,
+                                         "launch_cache": not args.no_launch_cache,
                                          "command": " ".join(sys.argv), "rows": rows,
                                          "host_breakdown_us": pieces,
                                          "host_breakdown_profiles": profiles}, indent=1))

@@ -42,6 +42,7 @@ import triton
 import triton.language as tl
 
 from .forward import LOG2E, _visible_key_range
+from .launch_cache import CachedLaunch
 
 
 @triton.jit
@@ -357,6 +358,10 @@ def _attn_bwd(Q, K, V, DO, DQ, DK, DV, STAT, INV_L, DELTA,
                                        INPUT_PRECISION)
 
 
+_ATTN_BWD_PREPROCESS = CachedLaunch(_attn_bwd_preprocess)  # kernels/launch_cache.py
+_ATTN_BWD = CachedLaunch(_attn_bwd)
+
+
 def attn_bwd(q, k, v, o, stats, do, dlse, causal, softmax_scale, variant, config, o_res=None):
     """dq, dk, dv for flash_attention's forward saved tensors; stats and o_res as attn_fwd
     returned them (o_res: None, or o's rounding residual, which makes Delta about exact)."""
@@ -373,7 +378,7 @@ def attn_bwd(q, k, v, o, stats, do, dlse, causal, softmax_scale, variant, config
     stat = stats[0].contiguous()  # lse, or m when not defer_norm
     l = stats[1].contiguous() if not variant.defer_norm else stat
     dlse_c = dlse.float().contiguous() if dlse is not None else delta
-    _attn_bwd_preprocess[(padded_q // config.bwd_block_m, batch * heads_q)](
+    _ATTN_BWD_PREPROCESS[(padded_q // config.bwd_block_m, batch * heads_q)](
         o, o if o_res is None else o_res, do, dlse_c, stat, l, delta, stat2, inv_l,
         *o.stride(), *do.stride(), heads_q, seqlen_q, padded_q, HAS_DLSE=dlse is not None,
         HAS_O_RES=o_res is not None, DEFER_NORM=variant.defer_norm,
@@ -393,7 +398,7 @@ def attn_bwd(q, k, v, o, stats, do, dlse, causal, softmax_scale, variant, config
         grid = (blocks, batch * heads_kv)
     else:
         grid = (batch * heads_kv,)
-    _attn_bwd[grid](
+    _ATTN_BWD[grid](
         q, k, v, do, dq, dk, dv, stat2, inv_l, delta,
         *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dk.stride(),
         heads_q, heads_kv, seqlen_q, padded_q, seqlen_k, softmax_scale * LOG2E, softmax_scale,

@@ -55,6 +55,7 @@ tile choice, `TileConfig.nan_flags`, since each is faster for some tiles; ablati
 import triton
 import triton.language as tl
 
+from .launch_cache import CachedLaunch
 from .launch_order import heaviest_first
 from .tma import row_descriptors
 
@@ -368,6 +369,9 @@ def _attn_fwd(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD,
                                 STORE_O_RES, NAN_FLAGS)
 
 
+_ATTN_FWD = CachedLaunch(_attn_fwd)  # host time: kernels/launch_cache.py
+
+
 def attn_fwd(q, k, v, causal, softmax_scale, variant, config, o_residual=False):
     """Launch the forward kernel. q (B, Hq, Sq, D), k and v (B, Hkv, Sk, D), already validated.
 
@@ -403,7 +407,7 @@ def attn_fwd(q, k, v, causal, softmax_scale, variant, config, o_residual=False):
     for repair in (False, True) if causal else (False,):
         # REPAIR rarely has work: pointer loads, no descriptors to encode on the host
         tma = config.tma and not repair
-        _attn_fwd[repair_grid if repair else main_grid](
+        _ATTN_FWD[repair_grid if repair else main_grid](
             q, k, v, o, o if o_res is None else o_res, lse, m, l, flags, kd if tma else None,
             vd if tma else None,
             *q.stride(), *k.stride(), *v.stride(), *o.stride(), stats[0].stride(0),
