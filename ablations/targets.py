@@ -85,9 +85,9 @@ def across(runs: dict) -> None:
 
 def main(argv) -> int:
     paths = [a for a in argv if a != "--across"]
-    if not paths:
+    if not paths or any(a.startswith("-") for a in paths):
         print(__doc__)
-        return 2
+        return 0 if {"-h", "--help"} & set(argv) else 2
     runs = {}
     for p in paths:
         runs[p], clocks = ratios(p)
