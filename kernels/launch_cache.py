@@ -9,13 +9,17 @@ goes through Triton's own path, which compiles or finds the kernel; later launch
 same key call that compiled kernel directly.
 
 The key holds, for each argument, everything Triton specializes on, so a hit is the kernel
-Triton itself would have picked (tests/test_launch_cache.py checks this against Triton's binder):
+Triton itself would have picked (tests/test_launch_cache.py checks the key against Triton's
+own specialization function):
 - tensors: dtype and whether data_ptr is 16-byte aligned;
 - ints: the value (Triton specializes on == 1, divisibility by 16 and the width);
 - floats: only that they are floats; None, bools and constexprs: the value;
 - tensor descriptors: the dtype, the block shape and the padding;
-- the launch options (num_warps, num_stages, maxnreg) and the device.
-Launch hooks (profilers set them) and the interpreter always take Triton's path.
+- the launch options (num_warps, num_stages, maxnreg), the device, and the order of the
+  keyword arguments (another order is only a miss).
+Launch hooks (profilers set them) and the interpreter always take Triton's path. Triton's check
+that the globals a kernel read have not changed since it compiled runs at each key's first
+launch only; the kernels' globals are constants.
 """
 from __future__ import annotations
 
