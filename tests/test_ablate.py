@@ -882,6 +882,21 @@ def test_ab_copy_applies_the_kernels_part_of_a_patch(tmp_path):
             shutil.rmtree(os.path.join(root, "ablations", "ab", name), ignore_errors=True)
 
 
+def test_every_kept_patch_applies_to_the_kernels():
+    """ablations/patches/ holds kernel changes kept for a later A/B; each must still apply to
+    kernels/ as it is (a change to the kernels' context lines means a rebase)."""
+    import glob
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    patches = sorted(glob.glob(os.path.join(root, "ablations", "patches", "*.patch")))
+    assert patches
+    for patch in patches:
+        check = subprocess.run(["git", "apply", "--check", "--include=kernels/*", patch],
+                               cwd=root, capture_output=True, text=True)
+        assert check.returncode == 0, f"{os.path.basename(patch)}: {check.stderr}"
+
+
 def test_launch_tail_model_starts_programs_in_order_on_the_first_free_slot():
     """ablations/launch_tail.py: a long program started last runs alone at the end; started
     first, it overlaps the short ones. The heaviest-first launch ranks every head's programs
