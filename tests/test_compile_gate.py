@@ -116,7 +116,7 @@ def test_the_launcher_passes_the_register_cap(monkeypatch):
         def __getitem__(self, grid):
             return lambda *args, **kwargs: launches.append(kwargs)
 
-    monkeypatch.setattr(forward, "_attn_fwd", Recorder())
+    monkeypatch.setattr(forward, "_ATTN_FWD", Recorder())  # the launch (kernels/launch_cache.py)
     q = torch.zeros(1, 1, 16, 16)
     for cap, expected in ((128, 128), (0, None)):
         launches.clear()
