@@ -23,13 +23,24 @@ launch only; the kernels' globals are constants.
 """
 from __future__ import annotations
 
+import os
+
 import triton
 from triton import knobs
 from triton.runtime import driver
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 MAX_ENTRIES = 1024  # kernels kept per jit function; the cache starts over when full
-enabled = True  # off: every launch takes Triton's path (an A/B of this module's host time)
+
+
+def enabled_by_default(version: str, environ) -> bool:
+    """On unless FA2CHECK_LAUNCH_CACHE=0, for the Triton whose launcher arguments this passes
+    (3.6: CompiledKernel.run(grid, stream, function, metadata, hooks, *parameters))."""
+    return version.startswith("3.6.") and environ.get("FA2CHECK_LAUNCH_CACHE", "1") != "0"
+
+
+# off: every launch takes Triton's path (and an A/B of this module's host time)
+enabled = enabled_by_default(triton.__version__, os.environ)
 
 
 def _argument_key(a):

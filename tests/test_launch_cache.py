@@ -158,3 +158,12 @@ def test_gpu_cached_launches_give_the_bits_of_tritons_path(shape, causal, device
         assert torch.equal(got, want)
     for got, want in zip(first, cached):
         assert torch.equal(got, want)
+
+
+def test_the_cache_is_on_only_for_triton_3_6_and_can_be_turned_off():
+    from kernels.launch_cache import enabled_by_default
+
+    assert enabled_by_default("3.6.0", {}) and enabled_by_default("3.6.0", {
+        "FA2CHECK_LAUNCH_CACHE": "1"})
+    assert not enabled_by_default("3.6.0", {"FA2CHECK_LAUNCH_CACHE": "0"})
+    assert not enabled_by_default("3.7.0", {}) and not enabled_by_default("3.5.1", {})
