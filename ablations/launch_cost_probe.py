@@ -276,6 +276,7 @@ def cycle_breakdown(config) -> dict:
 
 
 def main():
+    global CALLS  # --calls sets the rounds' length for every measurement below
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("cases", nargs="*")
     parser.add_argument("--mode", choices=("fwd", "fwd+bwd"), default="fwd")
@@ -284,10 +285,16 @@ def main():
                         help="with --breakdown: the fresh fwd+bwd call with parts stubbed out")
     parser.add_argument("--no-launch-cache", action="store_true",
                         help="every launch through Triton's own path (kernels/launch_cache.py)")
+    parser.add_argument("--calls", type=int, default=CALLS,
+                        help=f"calls a host-time round (default {CALLS}); fewer keep the GPU's "
+                             "launch queue short")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--commit", help="git commit to record (the device's copy of the tree "
                                          "may carry a stale .git)")
     args = parser.parse_args()
+    if args.calls < 1:
+        parser.error("--calls must be at least 1")
+    CALLS = args.calls
     from triton.testing import do_bench
 
     if args.no_launch_cache:
