@@ -10,6 +10,7 @@ from triton.runtime.jit import native_specialize_impl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 import kernels.launch_cache as launch_cache
+from fa2check.problems import Problem
 from kernels.launch_cache import CachedLaunch, _argument_key
 
 CUDA = make_backend(GPUTarget("cuda", 90, 32))  # Triton's specialization rules for sm_90
@@ -134,18 +135,15 @@ def test_launch_hooks_and_the_switch_take_tritons_path(fake, monkeypatch):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("shape,causal", [((2, 4, 2, 77, 130, 64), True),
-                                          ((1, 2, 2, 256, 256, 128), False),
-                                          ((1, 3, 1, 200, 64, 64), True)], ids=str)
-def test_gpu_cached_launches_give_the_bits_of_tritons_path(shape, causal, device, monkeypatch):
+@pytest.mark.parametrize("problem", [Problem(2, 4, 2, 77, 130, 64, "bfloat16", True, seed=3),
+                                     Problem(1, 2, 2, 256, 256, 128, "bfloat16", False, seed=3),
+                                     Problem(1, 3, 1, 200, 64, 64, "bfloat16", True, seed=3)],
+                         ids=str)
+def test_gpu_cached_launches_give_the_bits_of_tritons_path(problem, device, monkeypatch):
     from kernels import flash_attention
 
-    batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim = shape
-    gen = torch.Generator(device=device).manual_seed(3)
-    q, do = (torch.randn(batch, heads_q, seqlen_q, head_dim, device=device,
-                         dtype=torch.bfloat16, generator=gen) for _ in range(2))
-    k, v = (torch.randn(batch, heads_kv, seqlen_k, head_dim, device=device,
-                        dtype=torch.bfloat16, generator=gen) for _ in range(2))
+    q, k, v, do = problem.inputs(device)
+    causal = problem.causal
 
     def outputs():
         leaves = [t.detach().requires_grad_(True) for t in (q, k, v)]
