@@ -9,8 +9,8 @@ from triton.compiler import make_backend
 from triton.runtime.jit import native_specialize_impl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-import kernels.launch_cache as launch_cache
 from fa2check.problems import Problem
+import kernels.launch_cache as launch_cache
 from kernels.launch_cache import CachedLaunch, _argument_key
 
 CUDA = make_backend(GPUTarget("cuda", 90, 32))  # Triton's specialization rules for sm_90
