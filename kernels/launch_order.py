@@ -4,7 +4,7 @@ Causal programs differ in length: a query row block i (the forward's, the dQ pas
 keys up to i's diagonal, the backward's column block j walks the query rows from j's diagonal
 down. The GPU starts programs in launch order, so with every head's programs in index order the
 last heads' longest row blocks start last and end alone: a tail of about 3-8% of a causal
-launch in ablations/launch_tail.py's model. The forward uses it; the backward's use
+launch in ablations/launch_tail.py's model. The causal forward uses it from 2048 keys; the backward's use
 (column blocks and dQ row blocks) is ablations/patches/heaviest-first-bwd.patch, measured
 slower at d=64 causal 16k (ablations/NOTES.md, eighteenth session).
 """

@@ -64,6 +64,21 @@ def test_forward_through_tensor_descriptors(problem, device):
                        problem)
 
 
+@pytest.mark.parametrize("seqlen_k", (2047, 2048))
+def test_causal_forward_both_launch_orders(seqlen_k, device):
+    """The causal forward runs its programs in index order below 2048 keys and longest first
+    from 2048 (kernels/launch_order.py): both orders cover every row block once."""
+    problem = Problem(1, 3, 1, 100, seqlen_k, 16, "float16", True, seed=seqlen_k)
+    ref = Reference(problem, device, backward=False)
+    # wide key tiles: the interpreter's cost grows with the number of tile steps
+    config = replace(default_config(problem.head_dim, device == "cuda", None, problem.dtype),
+                     block_m=32, block_n=128)
+    for variant in Variant.all():
+        if variant.seq_parallel:
+            _assert_passes(ref.check(partial(flash_attention, config=config), variant), variant,
+                           problem)
+
+
 GPU_PROBLEMS = [
     Problem(2, 8, 8, 1024, 1024, 64, "bfloat16", True),
     Problem(2, 8, 2, 1031, 2048, 128, "float16", True),
