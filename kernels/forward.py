@@ -22,9 +22,9 @@ slices are then merged (m_tile = max m_s, weights exp2((m_s - m_new) c)), which 
 communication that FA1's split-K warp partitioning pays at every tile. Triton picks the warp
 mapping itself, so this reproduces split-K's data flow, not its exact warp assignment.
 
-SEQ_PARALLEL: grid (row blocks, batch * heads), one program per row block (causal from 2048 keys:
-launched longest first, kernels/launch_order.py; below, in index order: an A/B at 1k, NOTES
-twentieth session); off: grid (batch * heads,) and each program walks the row blocks in turn, as FA1 scheduled the work.
+SEQ_PARALLEL: grid (row blocks, batch * heads), one program per row block (causal: launched
+longest first from LONGEST_FIRST_MIN_KEYS keys, kernels/launch_order.py); off: grid
+(batch * heads,) and each program walks the row blocks in turn, as FA1 scheduled the work.
 In both cases the K/V loop is the inner loop and a row block's state (m, l, acc) stays on chip.
 
 Causal masking is bottom-right aligned: query i sees key j iff j <= i + (seqlen_k - seqlen_q).
@@ -56,7 +56,7 @@ import triton
 import triton.language as tl
 
 from .launch_cache import CachedLaunch
-from .launch_order import heaviest_first
+from .launch_order import LONGEST_FIRST_MIN_KEYS, heaviest_first
 from .tma import row_descriptors
 
 LOG2E = 1.4426950408889634  # 1 / ln 2
@@ -337,8 +337,7 @@ def _attn_fwd(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD,
     if SEQ_PARALLEL:
         off_bh = tl.program_id(1)
         row_block = tl.program_id(0)
-        # the row blocks that see the most keys first, from 2k keys (below: index order)
-        if IS_CAUSAL and seqlen_k >= 2048:
+        if IS_CAUSAL and seqlen_k >= LONGEST_FIRST_MIN_KEYS:  # most keys first
             off_bh, row_block = heaviest_first(0, row_blocks, 1, seqlen_k, HEAD_DIM, 2)
     else:
         off_bh = tl.program_id(0)

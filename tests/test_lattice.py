@@ -7,6 +7,7 @@ import pytest
 from fa2check.checks import Reference
 from fa2check.problems import Problem
 from kernels import Variant, default_config, flash_attention
+from kernels.launch_order import LONGEST_FIRST_MIN_KEYS
 from lattice import lattice
 
 
@@ -64,10 +65,12 @@ def test_forward_through_tensor_descriptors(problem, device):
                        problem)
 
 
-@pytest.mark.parametrize("seqlen_k", (2047, 2048))
+@pytest.mark.parametrize("seqlen_k", (LONGEST_FIRST_MIN_KEYS.value - 1,
+                                      LONGEST_FIRST_MIN_KEYS.value))
 def test_causal_forward_both_launch_orders(seqlen_k, device):
-    """The causal forward runs its programs in index order below 2048 keys and longest first
-    from 2048 (kernels/launch_order.py): both orders cover every row block once."""
+    """The causal forward runs its programs in index order below LONGEST_FIRST_MIN_KEYS keys
+    and longest first from there (kernels/launch_order.py): both orders cover every row block
+    once."""
     problem = Problem(1, 3, 1, 100, seqlen_k, 16, "float16", True, seed=seqlen_k)
     ref = Reference(problem, device, backward=False)
     # wide key tiles: the interpreter's cost grows with the number of tile steps
