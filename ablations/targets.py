@@ -6,7 +6,8 @@ For every file and every mode it holds, FA2 (all three changes on) against torch
 backend in the same run, cell by cell: forward >= 1.3x at seqlen >= 1k and >= 1.5x at
 head_dim 128, seqlen >= 4k; forward + backward >= 1.2x at seqlen >= 1k. Prints each miss and a
 count per target; where the run sampled clocks (fa2check.clocks), a miss shows FA2's and
-sdpa-flash's SM clock while they were timed. --across: then, per target, every cell that
+sdpa-flash's SM clock while they were timed; each file's first line says whether its
+kernels (sha256 of kernels/*.py) are the tree's. --across: then, per target, every cell that
 missed in some run, with its ratio in each run that timed it, to tell a miss every run shares
 from one a single run had (two runs of the same kernels and tiles differ by a few percent a
 cell).
@@ -16,6 +17,7 @@ import sys
 
 sys.path.insert(0, os.getcwd())
 from fa2check.analysis import analyse_results  # noqa: E402
+from fa2check.environment import kernels_sha256  # noqa: E402
 from fa2check.results import load  # noqa: E402
 
 FA2 = "+defer+seqpar+splitq"
@@ -33,11 +35,21 @@ def describe(c: dict) -> str:
             f"{'causal' if c['causal'] else 'full'}")
 
 
-def ratios(path: str) -> tuple[dict, dict]:
+def provenance_line(path: str, results: dict) -> str:
+    """Which code a file measured, and whether it is the tree's kernels."""
+    p = results.get("provenance", {})
+    sha, tree = p.get("kernels_sha256", ""), kernels_sha256()
+    which = ("the tree's kernels" if sha == tree else
+             f"not the tree's kernels ({tree[:12]})" if sha else "kernels not recorded")
+    return (f"{os.path.basename(path)}: {p.get('date', '?')}, git {p.get('git_commit', '?')}, "
+            f"kernels {sha[:12] or '?'}: {which}")
+
+
+def ratios(results: dict) -> tuple[dict, dict]:
     """({target name: {cell description: FA2 / sdpa-flash or None}} for the targets whose mode
-    the file holds, {(target name, cell description): clock text} for the cells whose run has
-    clock samples of both)."""
-    analysis = analyse_results(load(path), n_draws=10, seed=0)  # ratios only: no bootstrap
+    the results hold, {(target name, cell description): clock text} for the cells whose run
+    has clock samples of both)."""
+    analysis = analyse_results(results, n_draws=10, seed=0)  # ratios only: no bootstrap
     found, clocks = {}, {}
     for mode, name, wanted, _ in TARGETS:
         if mode in analysis["modes"]:
@@ -90,7 +102,9 @@ def main(argv) -> int:
         return 0 if {"-h", "--help"} & set(argv) else 2
     runs = {}
     for p in paths:
-        runs[p], clocks = ratios(p)
+        results = load(p)
+        print(provenance_line(p, results))
+        runs[p], clocks = ratios(results)
         check(p, runs[p], clocks)
     if "--across" in argv:
         across(runs)

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from fa2check import contributions as C
+from fa2check.environment import kernels_sha256
 from fa2check.grids import Cell, custom_grid, paper_grid, parse_modes
 from kernels import Variant
 from saved_results import synthetic_results, two_runs
@@ -677,12 +678,19 @@ def test_targets_across_runs_tell_a_shared_miss_from_a_single_runs(tmp_path, cap
         [x * 1.4 / 1.1 for x in sweep] for sweep in flash]
     second["cells"][1]["modes"]["fwd"]["clock"] = {"+defer+seqpar+splitq": [[1805, 690]],
                                                    "sdpa-flash": [[1910, 689]]}
+    first["provenance"]["kernels_sha256"] = "0" * 64
+    second["provenance"]["kernels_sha256"] = kernels_sha256()
     paths = []
     for i, run in enumerate((first, second)):
         paths.append(tmp_path / f"run{i}.json")
         paths[-1].write_text(json.dumps(run))
     assert targets.main([str(p) for p in paths] + ["--across"]) == 0
     out = capsys.readouterr().out
+    # which code each file measured: the first is not the tree's kernels, the second is
+    assert "run0.json: 2026-11-30T10:00:00+00:00, git abc123, kernels 000000000000: not the " \
+           "tree's kernels" in out
+    assert f"run1.json: 2026-11-30T10:00:00+00:00, git abc123, kernels {kernels_sha256()[:12]}: " \
+           "the tree's kernels" in out
     assert "run0.json: fwd >= 1.3x, seqlen >= 1k: 0 of 2 cells" in out
     assert "run1.json: fwd >= 1.3x, seqlen >= 1k: 1 of 2 cells" in out
     # a miss of a run with clock samples says at which clocks the two were timed
