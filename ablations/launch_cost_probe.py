@@ -130,6 +130,12 @@ def best_host_us(call) -> float:
     return min(host_us(call) for _ in range(ROUNDS))
 
 
+def _tiny_inputs(requires_grad=False):
+    """q, k, v of the tiny problem (1, 1, 128, 128) that the host breakdowns time."""
+    return [torch.randn(1, 1, 128, 128, device="cuda", dtype=torch.bfloat16,
+                        requires_grad=requires_grad) for _ in range(3)]
+
+
 def breakdown(cycle=False) -> tuple[dict, dict]:
     """Host microseconds of each piece of our forward call, tiny problem (1, 1, 128, 128), and
     the cProfile of each attn_fwd launch case."""
@@ -139,8 +145,7 @@ def breakdown(cycle=False) -> tuple[dict, dict]:
     from kernels.interface import _check_inputs
     from kernels.tma import row_descriptors
 
-    q, k, v = (torch.randn(1, 1, 128, 128, device="cuda", dtype=torch.bfloat16)
-               for _ in range(3))
+    q, k, v = _tiny_inputs()
     base = replace(default_config(128, True, None, torch.bfloat16), block_m=64, block_n=64,
                    num_warps=4, num_stages=3)
     fa2 = Variant()
@@ -195,8 +200,7 @@ def backward_breakdown(config) -> dict:
     from kernels.forward import attn_fwd
     from kernels.launch_cache import CachedLaunch
 
-    q, k, v = (torch.randn(1, 1, 128, 128, device="cuda", dtype=torch.bfloat16,
-                           requires_grad=True) for _ in range(3))
+    q, k, v = _tiny_inputs(requires_grad=True)
     do = torch.randn_like(q)
     fa2 = Variant()
     with torch.no_grad():
@@ -238,8 +242,7 @@ def cycle_breakdown(config) -> dict:
     import kernels.interface
     from kernels import flash_attention
 
-    q, k, v = (torch.randn(1, 1, 128, 128, device="cuda", dtype=torch.bfloat16,
-                           requires_grad=True) for _ in range(3))
+    q, k, v = _tiny_inputs(requires_grad=True)
     do = torch.randn_like(q)
 
     def fresh():

@@ -16,6 +16,16 @@ def _assert_passes(checks, variant, problem):
     assert not failed, f"{variant} on {problem}: " + "; ".join(failed)
 
 
+def _assert_passes_with_tiles(problem, device, variants, backward=True, **fields):
+    """Each of `variants` on `problem` with the launcher's default tiles changed in `fields`."""
+    ref = Reference(problem, device, backward=backward)
+    config = replace(default_config(problem.head_dim, device == "cuda", None, problem.dtype),
+                     **fields)
+    for variant in variants:
+        _assert_passes(ref.check(partial(flash_attention, config=config), variant), variant,
+                       problem)
+
+
 @pytest.mark.parametrize("variant,problem", lattice(), ids=lambda x: str(x))
 def test_forward_backward_lattice(variant, problem, device):
     ref = Reference(problem, device)
@@ -44,25 +54,16 @@ BACKWARD_PROBLEMS = [Problem(2, 6, 2, 65, 100, 32, "float16", True, seed=1),
 def test_backward_both_places_of_dq(problem, dq_pass, device):
     """dQ in the dK/dV loop and in its own pass, for each variant the backward tells apart;
     odd lengths so that partial row and column blocks meet the causal diagonal."""
-    ref = Reference(problem, device)
-    config = replace(default_config(problem.head_dim, device == "cuda", None, problem.dtype),
-                     bwd_dq_pass=dq_pass)
-    for variant in Variant.all():
-        if variant.split_q:  # the backward does not read split_q
-            _assert_passes(ref.check(partial(flash_attention, config=config), variant), variant,
-                           problem)
+    # the backward does not read split_q
+    _assert_passes_with_tiles(problem, device, [v for v in Variant.all() if v.split_q],
+                              bwd_dq_pass=dq_pass)
 
 
 @pytest.mark.parametrize("problem", BACKWARD_PROBLEMS[:2], ids=str)
 def test_forward_through_tensor_descriptors(problem, device):
     """TileConfig.tma: K/V tiles through tensor descriptors (zeros past the keys' end instead
     of masked loads), every variant, forward and backward."""
-    ref = Reference(problem, device)
-    config = replace(default_config(problem.head_dim, device == "cuda", None, problem.dtype),
-                     tma=True)
-    for variant in Variant.all():
-        _assert_passes(ref.check(partial(flash_attention, config=config), variant), variant,
-                       problem)
+    _assert_passes_with_tiles(problem, device, Variant.all(), tma=True)
 
 
 @pytest.mark.parametrize("seqlen_k", (LONGEST_FIRST_MIN_KEYS.value - 1,
@@ -72,14 +73,9 @@ def test_causal_forward_both_launch_orders(seqlen_k, device):
     and longest first from there (kernels/launch_order.py): both orders cover every row block
     once."""
     problem = Problem(1, 3, 1, 100, seqlen_k, 16, "float16", True, seed=seqlen_k)
-    ref = Reference(problem, device, backward=False)
     # wide key tiles: the interpreter's cost grows with the number of tile steps
-    config = replace(default_config(problem.head_dim, device == "cuda", None, problem.dtype),
-                     block_m=32, block_n=128)
-    for variant in Variant.all():
-        if variant.seq_parallel:
-            _assert_passes(ref.check(partial(flash_attention, config=config), variant), variant,
-                           problem)
+    _assert_passes_with_tiles(problem, device, [v for v in Variant.all() if v.seq_parallel],
+                              backward=False, block_m=32, block_n=128)
 
 
 GPU_PROBLEMS = [
