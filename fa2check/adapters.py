@@ -111,3 +111,28 @@ def gluon(q, k, v, *, causal=False, softmax_scale=None, variant=None, return_lse
     return flash_attention(q, k, v, causal=causal, softmax_scale=softmax_scale,
                            variant=variant or Variant(), return_lse=return_lse, config=config,
                            backend="gluon")
+
+
+def hopper(q, k, v, *, causal=False, softmax_scale=None, variant=None, return_lse=False,
+           config=None):
+    """Our kernels with the Hopper chassis's forward (kernels.hopper_forward): what it cannot
+    run (no sm_90 GPU, float32, head_dim other than 64 and 128, seq_parallel off, strides TMA
+    cannot read) is Unsupported."""
+    from kernels import Variant, flash_attention
+    from kernels.hopper_forward import check_hopper_call
+
+    variant = variant or Variant()
+    if not q.is_cuda or torch.cuda.get_device_capability(q.device)[0] != 9:
+        raise Unsupported("the hopper backend runs on sm_90 GPUs only")
+    try:
+        check_hopper_call(q, k, v, variant, config or _hopper_config(q))
+    except ValueError as e:
+        raise Unsupported(str(e)) from None
+    return flash_attention(q, k, v, causal=causal, softmax_scale=softmax_scale, variant=variant,
+                           return_lse=return_lse, config=config, backend="hopper")
+
+
+def _hopper_config(q):
+    from kernels.config import default_config
+
+    return default_config(q.shape[-1], True, None, q.dtype, backend="hopper")

@@ -3,6 +3,8 @@ flash_attention's signature, named as MODULE:FUNC.
 
     ours                  kernels:flash_attention, one column per variant
     gluon                 fa2check.adapters:gluon (our forward in Gluon), one column per variant
+    hopper                fa2check.adapters:hopper (the wgmma/TMA chassis), one column per
+                          seq_parallel variant
     sdpa                  ours and the four torch SDPA adapters beside it
     sdpa_math (etc.)      fa2check.adapters:sdpa_math
     MODULE:FUNC           any importable callable (variant is passed; it may ignore it)
@@ -14,7 +16,8 @@ from dataclasses import dataclass
 
 OURS = "kernels:flash_attention"
 GLUON = "fa2check.adapters:gluon"
-PER_VARIANT = (OURS, GLUON)  # implementations that take every variant
+HOPPER = "fa2check.adapters:hopper"
+PER_VARIANT = (OURS, GLUON, HOPPER)  # implementations that take every variant
 SDPA = ("sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "sdpa_math")
 
 
@@ -55,6 +58,8 @@ def expand(spec: str) -> list[str]:
         return [OURS]
     if spec == "gluon":
         return [GLUON]
+    if spec == "hopper":
+        return [HOPPER]
     if spec == "sdpa":
         return [OURS] + [f"fa2check.adapters:{name}" for name in SDPA]
     if spec in SDPA:
@@ -84,6 +89,9 @@ def columns(impl_specs: list[str] | None, variant_names: list[str] | None) -> li
             out += [Column(impl, str(v), str(v)) for v in (asked or Variant.all())]
         elif impl == GLUON:
             out += [Column(impl, str(v), f"gluon {v}") for v in (asked or Variant.all())]
+        elif impl == HOPPER:
+            out += [Column(impl, str(v), f"hopper {v}")
+                    for v in (asked or [v for v in Variant.all() if v.seq_parallel])]
         elif asked and len(asked) > 1:
             out += [Column(impl, str(v), f"{name} {v}") for v in asked]
         else:

@@ -44,7 +44,7 @@ class TileConfig:
         return replace(self, key_slices=slices)
 
 
-BACKENDS = ("triton", "gluon")
+BACKENDS = ("triton", "gluon", "hopper")
 
 
 def default_config(head_dim: int, on_gpu: bool, variant=None, dtype=None,
@@ -54,6 +54,9 @@ def default_config(head_dim: int, on_gpu: bool, variant=None, dtype=None,
     backend "gluon": the forward tiles of the Gluon kernel (4 warps; the compile gate shows
     spills, 8 bytes, only for split-Q without seq_parallel at head_dim 32);
     the backward fields stay the Triton backward's, which every backend's gradients use."""
+    if backend == "hopper":  # kernels/hopper_forward.py: 64 rows a consumer warpgroup
+        return replace(default_config(head_dim, on_gpu, None, dtype), block_m=64, block_n=128,
+                       num_warps=4, num_stages=2, tma=False)
     if backend == "gluon":
         config = default_config(head_dim, on_gpu, None, dtype)
         if variant is not None and not variant.split_q:  # FA1: 16 rows, 16 keys per warp

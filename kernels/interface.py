@@ -39,13 +39,16 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, variant=Varian
     seqlen_q), natural log. `config` overrides the tile sizes (see kernels.config).
     backend "gluon" computes the forward with the Gluon kernel, whose warp layouts are stated
     (kernels.gluon_forward; CUDA only, float16/bfloat16); the backward is the Triton one.
+    backend "hopper" computes it on Hopper's wgmma/TMA/warp-specialised chassis, where split-K
+    splits the keys across consumer warpgroups (kernels.hopper_forward; sm_90, float16/bfloat16,
+    head_dim 64 or 128, seq_parallel variants); the backward is the Triton one.
     """
     _check_inputs(q, k, v, causal, softmax_scale, variant)
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-    if backend == "gluon" and interpreting():
-        raise ValueError("the gluon backend needs a CUDA GPU: Triton's interpreter does not run "
-                         "Gluon (its layouts can be compiled and read on the CPU: "
+    if backend in ("gluon", "hopper") and interpreting():
+        raise ValueError(f"the {backend} backend needs a CUDA GPU: Triton's interpreter does not "
+                         "run Gluon (its layouts can be compiled and read on the CPU: "
                          "python -m fa2check.layouts --backend gluon)")
     q, k, v = (_int32_addressable(t, name) for t, name in ((q, "q"), (k, "k"), (v, "v")))
     head_dim = q.shape[-1]
@@ -78,6 +81,10 @@ def _forward(q, k, v, causal, softmax_scale, variant, config, backend, return_ls
         from .gluon_forward import gluon_attn_fwd
 
         (o, stats), o_res = gluon_attn_fwd(q, k, v, causal, softmax_scale, variant, config), None
+    elif backend == "hopper":
+        from .hopper_forward import hopper_attn_fwd
+
+        (o, stats), o_res = hopper_attn_fwd(q, k, v, causal, softmax_scale, variant, config), None
     else:
         from .forward import attn_fwd
 

@@ -1,0 +1,172 @@
+"""Question: what is split-Q worth over split-K when both run on Hopper's own machinery
+(kernels/hopper_forward.py: wgmma, TMA ring, warp-specialised producer, two consumer
+warpgroups), with deferred normalisation on and off? Checks every variant against the float64
+oracle first, then tunes block_n x stages per variant and head_dim, then times the cells.
+
+Cost model, written before the first measurement (per program and K/V tile of BN keys, head
+dim D, 64 query rows under split-K):
+  tensor-core work of the tile    4 * 64 * BN * D flop   at 4096 flop/clock/SM (dense bf16)
+                                  -> BN * D / 16 clocks
+  split-K's exchange              each consumer writes its other half of P V (64 x D/2 fp32)
+                                  and reads the other's: 2 * 2 * 64 * (D/2) * 4 = 512 * D bytes
+                                  through shared memory at 128 B/clock -> 4 * D clocks
+                                  (+ 1 KB of row maxima and sums)
+  so r = (4 D) / (BN D / 16) = 64 / BN of the tile's tensor time, plus two rendezvous a tile
+  that put both consumers in lockstep (split-Q's consumers drift apart, so one's softmax runs
+  under the other's products; split-K's cannot). Predicted split-Q / split-K time ratio
+  ~ 1 + r (1 - overlap): 1.25-1.5x at BN = 128, 1.5-2x at BN = 64; the lockstep may add.
+  Everything else is the same per row: K/V bytes through wgmma (split-Q reads each tile twice
+  for 128 rows, split-K once for 64), and deferred normalisation moves only O(rows) work per tile.
+
+    python3 ablations/probes/hopper_split.py --out DIR [--seqlens 1024,...] [--dtypes ...]
+"""
+import argparse
+import itertools
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+from triton.testing import do_bench
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from fa2check.grids import Cell, paper_batch, paper_heads  # noqa: E402
+from fa2check.oracle import reference  # noqa: E402
+from fa2check.sdpa_backends import forced, sdpa  # noqa: E402
+from fa2check.timing import tflops  # noqa: E402
+from kernels import Variant, flash_attention  # noqa: E402
+from kernels.config import TileConfig, default_config  # noqa: E402
+
+HOPPER_VARIANTS = [Variant(d, True, s) for d in (True, False) for s in (True, False)]
+TILES = [(bn, st) for bn in (128, 64) for st in (2, 3)]
+
+
+def hopper_config(head_dim, block_n, stages):
+    return TileConfig(block_m=64, block_n=block_n, num_warps=4, num_stages=stages,
+                      **{f: getattr(default_config(head_dim, True), f) for f in
+                         ("bwd_block_m", "bwd_block_n", "bwd_num_warps", "bwd_num_stages",
+                          "bwd_dq_pass")})
+
+
+def check(out):
+    """Every Hopper variant against the float64 oracle on small odd shapes (o, lse)."""
+    rows = []
+    shapes = [(2, 4, 2, 333, 333), (1, 2, 1, 200, 517), (1, 2, 2, 517, 200), (1, 4, 1, 64, 64),
+              (1, 1, 1, 1, 130)]
+    for (b, hq, hkv, sq, sk), d, dtype, causal, v in itertools.product(
+            shapes, (64, 128), (torch.bfloat16, torch.float16), (False, True), HOPPER_VARIANTS):
+        gen = torch.Generator(device="cuda").manual_seed(b * 1000 + sq + sk + d)
+        q = torch.randn(b, hq, sq, d, device="cuda", dtype=dtype, generator=gen)
+        k = torch.randn(b, hkv, sk, d, device="cuda", dtype=dtype, generator=gen)
+        vv = torch.randn(b, hkv, sk, d, device="cuda", dtype=dtype, generator=gen)
+        for bn, st in TILES:
+            o, lse = flash_attention(q, k, vv, causal=causal, variant=v, return_lse=True,
+                                     config=hopper_config(d, bn, st), backend="hopper")
+            o_ref, lse_ref = reference(q, k, vv, causal=causal)
+            o_t = flash_attention(q, k, vv, causal=causal, variant=Variant())  # same dtype
+            err = (o.double() - o_ref).abs().max().item()
+            err_triton = (o_t.double() - o_ref).abs().max().item()
+            fin = torch.isfinite(lse_ref)
+            lse_ok = bool(((lse == float("-inf")) == ~fin).all())
+            lse_err = (lse[fin].double() - lse_ref[fin]).abs().max().item() if fin.any() else 0.0
+            ok = err <= 2 * err_triton + 1e-3 and lse_err <= 1e-3 and lse_ok
+            rows.append(dict(shape=[b, hq, hkv, sq, sk], d=d, dtype=str(dtype), causal=causal,
+                             variant=str(v), block_n=bn, stages=st, err=err,
+                             err_triton=err_triton, lse_err=lse_err, ok=ok))
+    bad = [r for r in rows if not r["ok"]]
+    (out / "check.json").write_text(json.dumps(rows, indent=1))
+    print(f"oracle check: {len(rows) - len(bad)} of {len(rows)} ok", flush=True)
+    for r in bad[:20]:
+        print("  FAIL", r, flush=True)
+    return not bad
+
+
+def time_fn(fn):
+    fn()
+    torch.cuda.synchronize()
+    return do_bench(fn, warmup=25, rep=120, return_mode="median")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", default=os.environ.get("OUT", "out"))
+    p.add_argument("--seqlens", default="1024,2048,4096,8192,16384")
+    p.add_argument("--dtypes", default="bfloat16")
+    p.add_argument("--tune-seqlen", type=int, default=4096)
+    p.add_argument("--skip-check", action="store_true")
+    args = p.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    commit = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True,
+                            text=True).stdout.strip()
+    provenance = dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__,
+                      triton=__import__("triton").__version__, commit=commit,
+                      date=time.strftime("%Y-%m-%dT%H:%M:%S%z"), command=" ".join(sys.argv))
+    ok = True if args.skip_check else check(out)
+
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    matmul = 2 * 8192 ** 3 / (time_fn(lambda: a @ a) * 1e-3) / 1e12
+    print(f"matmul bf16 8192^3: {matmul:.0f} TFLOP/s", flush=True)
+
+    def cell_inputs(cell):
+        shape = (cell.batch, cell.heads_q, cell.seqlen, cell.head_dim)
+        return [torch.randn(shape, device="cuda", dtype=cell.torch_dtype) for _ in range(3)]
+
+    results, tiles = [], {}
+    for dtype, d in itertools.product(args.dtypes.split(","), (64, 128)):
+        for causal in (False, True):  # tune at one length, per variant, head_dim and mask
+            n = args.tune_seqlen
+            cell = Cell(paper_batch(n), paper_heads(d), paper_heads(d), n, d, dtype, causal)
+            q, k, v = cell_inputs(cell)
+            for var in HOPPER_VARIANTS:
+                best = None
+                for bn, st in TILES:
+                    cfg = hopper_config(d, bn, st)
+                    try:
+                        ms = time_fn(lambda: flash_attention(q, k, v, causal=causal, variant=var,
+                                                             config=cfg, backend="hopper"))
+                    except Exception as e:  # shared memory over the limit, say
+                        print(f"  tile {bn}x{st} {var} d={d}: {type(e).__name__}", flush=True)
+                        continue
+                    if best is None or ms < best[0]:
+                        best = (ms, bn, st)
+                tiles[(dtype, d, causal, str(var))] = best[1:]
+            del q, k, v
+        for causal, n in itertools.product((False, True), map(int, args.seqlens.split(","))):
+            cell = Cell(paper_batch(n), paper_heads(d), paper_heads(d), n, d, dtype, causal)
+            q, k, v = cell_inputs(cell)
+            row = dict(cell=cell.as_dict(), ms={}, tiles={})
+            for var in HOPPER_VARIANTS:
+                bn, st = tiles[(dtype, d, causal, str(var))]
+                cfg = hopper_config(d, bn, st)
+                row["ms"]["hopper" + str(var)] = time_fn(lambda: flash_attention(
+                    q, k, v, causal=causal, variant=var, config=cfg, backend="hopper"))
+                row["tiles"]["hopper" + str(var)] = [bn, st]
+            row["ms"]["triton+defer+seqpar+splitq (default tiles)"] = time_fn(
+                lambda: flash_attention(q, k, v, causal=causal))
+            with forced("sdpa-flash"):
+                row["ms"]["sdpa-flash"] = time_fn(lambda: sdpa(q, k, v, causal))
+            row["tflops"] = {name: tflops(cell.flops("fwd"), ms) for name, ms in row["ms"].items()}
+            results.append(row)
+            del q, k, v
+    (out / "hopper_split.json").write_text(json.dumps(
+        dict(provenance=provenance, matmul_tflops=matmul, oracle_ok=ok, cells=results),
+        indent=1))
+    print(f"\n{'cell':42s} {'FA2':>6s} {'-splitq':>7s} {'-defer':>6s} {'-d-s':>6s} "
+          f"{'sq(d+)':>6s} {'sq(d-)':>6s} {'tri':>5s} {'sdpa':>5s}  TFLOP/s; sq = split-K/split-Q time")
+    for row in results:
+        t = row["tflops"]
+        ms = row["ms"]
+        names = ["hopper" + str(v) for v in HOPPER_VARIANTS]
+        print(f"{str(Cell(**row['cell'])):42s} " + " ".join(f"{t[n]:6.0f}" for n in names) +
+              f" {ms[names[1]] / ms[names[0]]:6.2f} {ms[names[3]] / ms[names[2]]:6.2f}"
+              f" {t['triton+defer+seqpar+splitq (default tiles)']:5.0f} {t['sdpa-flash']:5.0f}")
+    print("tiles (block_n, stages):", {" ".join(map(str, k)): v for k, v in tiles.items()})
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

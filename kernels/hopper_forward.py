@@ -1,0 +1,406 @@
+"""The forward pass on Hopper's own machinery (wgmma, TMA, mbarriers, warp specialisation), with
+split-Q and split-K as one constexpr: the chassis on which `split_q` is measured.
+
+On Hopper a wgmma is issued by a whole warpgroup (4 warps), and its 4 warps lie along the
+accumulator's rows (16 rows each, 64 in all). So the Hopper analogue of FA1's warp split of a
+K/V tile's keys (FA1: `WARPS_N = 4`, the warps' row max, row sum and partial outputs meeting in
+shared memory at every tile) is a split of the keys across consumer *warpgroups*. A program has
+three partitions: one producer warp that issues TMA loads into a ring of STAGES shared-memory
+slots guarded by mbarriers (ready/empty), and two consumer warpgroups that only compute.
+Everything but the split is the same code: producer, ring, stages, masking, epilogue.
+
+    SPLIT_Q (FA2, section 3.3): a program owns 128 query rows; consumer c owns rows
+      64c .. 64c + 63 and runs every K/V tile against them:
+          S = Q_c K_j^T (wgmma), m, l, P in registers, O_c = alpha O_c + P V_j (wgmma,
+          accumulating in place). No byte crosses a warpgroup in the loop.
+    split-K (FA1's partitioning on Hopper): a program owns 64 query rows, shared by both
+      consumers; consumer c takes keys c*BN/2 .. c*BN/2 + BN/2 - 1 of every K/V tile, and owns
+      the output columns c*D/2 .. c*D/2 + D/2 - 1 (the running output is split, never kept twice):
+          S_c = Q K_jc^T                                   (64 x BN/2, wgmma)
+          exchange 1: the row max of S_c through shared memory -> m_new = max(m_i, m_0, m_1)
+          P_c = exp2((S_c - m_new) c), l_c = rowsum(P_c)
+          PV_c = P_c V_jc as two wgmmas of 64 x D/2: the columns I own and the ones the other
+                 consumer owns
+          exchange 2: the other's columns of PV_c and l_c through shared memory
+          O_mine = alpha O_mine + PV_c[mine] + PV_other[mine];  l = alpha l + l_0 + l_1
+      Each exchange is a store to shared memory, an mbarrier arrive (the compiler puts a
+      barrier of the warpgroup's 128 threads before it) and a wait on the other consumer's
+      mbarrier: two rendezvous and 2 * 64 * (D/2) * 4 bytes written (and as many read) per
+      tile per program, the cost FA2's split-Q removes. The tile's product cannot accumulate
+      in place (it is a partial sum over half the keys), which is the other cost of split-K.
+
+DEFER_NORM, as in kernels/forward.py: O is rescaled by alpha only and divided by l once after
+the loop, L = m c + log2 l (in natural log) stored; off, FA1's recurrence: O is kept normalised
+at every tile (split-Q: P scaled by 1/l_new before the product, so wgmma still accumulates in
+place), and m, l are stored.
+
+Causal masking is bottom-right aligned (query i sees key j iff j <= i + Sk - Sq); only tiles
+that cross a row's diagonal or the end of the keys are masked; masked scores are -inf; a row
+that sees no key gets O = 0 and L = -inf. Causal row blocks are launched longest first. Q, K, V
+are read through 4-D descriptors over (B, H, S, D), so rows past a head's end arrive as zeros.
+
+Domain (an ablation chassis, not a general backend): CUDA sm_90, float16/bfloat16, head_dim 64
+or 128, seq_parallel on, unit stride along head_dim and 16-byte aligned strides. A NaN or inf
+in V at a key that a causal row cannot see may reach that row here (the Triton kernels keep it
+out with their REPAIR launch); `check_hopper_call` states the domain.
+"""
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
+
+from .forward import LN2 as _LN2, LOG2E
+
+LN2 = gl.constexpr(_LN2)
+ROWS_PER_WARPGROUP = gl.constexpr(64)  # a wgmma's M: 16 rows for each of 4 warps
+HOPPER_DTYPES = ("float16", "bfloat16")
+HOPPER_HEAD_DIMS = (64, 128)
+
+
+@gluon.constexpr_function
+def mma_layout(n):
+    """wgmma accumulator of one warpgroup: 64 rows (16 a warp), n columns."""
+    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                     instr_shape=[16, n, 16])
+
+
+@gluon.constexpr_function
+def exchange_layout():
+    return gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[1, 0])
+
+
+@gluon.jit
+def _work(seqlen_q, seqlen_k, heads_q, group_size, causal, ROWS: gl.constexpr,
+          BLOCK_N: gl.constexpr):
+    """This program's (batch, query head, kv head), its first query row, and its number of K/V
+    tiles (causal: up to what its last row sees). Causal row blocks go longest first."""
+    row_blocks = gl.cdiv(seqlen_q, ROWS)
+    block = gl.program_id(0)
+    if causal:
+        block = row_blocks - 1 - block
+    bh = gl.program_id(1)
+    off_b = bh // heads_q
+    off_h = bh % heads_q
+    start_m = block * ROWS
+    hi = seqlen_k
+    if causal:
+        hi = gl.minimum(gl.maximum(start_m + ROWS + seqlen_k - seqlen_q, 0), seqlen_k)
+    return off_b, off_h, off_h // group_size, start_m, gl.cdiv(hi, BLOCK_N)
+
+
+@gluon.jit
+def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, kv_ready, kv_empty,
+              x_max, x_sum, x_out, bar_max, bar_sum, bar_out, O, LSE, M, L, seqlen_q, seqlen_k, heads_q, group_size,
+              causal, qk_scale, stride_ob, stride_oh, stride_om, stride_lb, stride_lh,
+              DEFER_NORM: gl.constexpr, SPLIT_Q: gl.constexpr, CONSUMER: gl.constexpr):
+    """One warp: Q once, then K_j and V_j into the ring (V in column halves under split-K)."""
+    Q_BOXES: gl.constexpr = q_smem.type.shape[0]
+    V_PARTS: gl.constexpr = v_smem.type.shape[0] // k_smem.type.shape[0]
+    STAGES: gl.constexpr = k_smem.type.shape[0]
+    BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
+    V_COLS: gl.constexpr = v_desc.block_type.shape[3]
+    off_b, off_h, off_hkv, start_m, n_tiles = _work(
+        seqlen_q, seqlen_k, heads_q, group_size, causal,
+        Q_BOXES * ROWS_PER_WARPGROUP, BLOCK_N)
+    mbarrier.expect(q_ready, Q_BOXES * q_desc.block_type.nbytes)
+    for c in gl.static_range(Q_BOXES):
+        tma.async_copy_global_to_shared(
+            q_desc, [off_b, off_h, start_m + c * ROWS_PER_WARPGROUP, 0], q_ready,
+            q_smem.index(c))
+    for j in range(n_tiles):
+        slot = j % STAGES
+        # a slot is free once both consumers released it (mbarriers start with the phase
+        # before the first one complete)
+        mbarrier.wait(kv_empty.index(slot), ((j // STAGES) & 1) ^ 1)
+        ready = kv_ready.index(slot)
+        mbarrier.expect(ready, k_desc.block_type.nbytes + V_PARTS * v_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(k_desc, [off_b, off_hkv, j * BLOCK_N, 0], ready,
+                                        k_smem.index(slot))
+        for part in gl.static_range(V_PARTS):
+            tma.async_copy_global_to_shared(v_desc, [off_b, off_hkv, j * BLOCK_N, part * V_COLS],
+                                            ready, v_smem.index(slot * V_PARTS + part))
+
+
+@gluon.jit
+def _exchange(mine, buffers, bars, phase, ME: gl.constexpr, layout: gl.constexpr):
+    """Give `mine` to the other consumer and take theirs: a store to my shared buffer, an
+    arrive on my mbarrier, a wait on theirs (`phase`: how many times before) and a load."""
+    buffers.index(ME).store(mine)
+    mbarrier.arrive(bars.index(ME), count=1)
+    mbarrier.wait(bars.index(1 - ME), phase & 1)
+    return buffers.index(1 - ME).load(layout)
+
+
+@gluon.jit
+def _consumer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, kv_ready, kv_empty,
+              x_max, x_sum, x_out, bar_max, bar_sum, bar_out, O, LSE, M, L, seqlen_q, seqlen_k, heads_q, group_size,
+              causal, qk_scale, stride_ob, stride_oh, stride_om, stride_lb, stride_lh,
+              DEFER_NORM: gl.constexpr, SPLIT_Q: gl.constexpr, CONSUMER: gl.constexpr):
+    BM: gl.constexpr = ROWS_PER_WARPGROUP
+    Q_BOXES: gl.constexpr = q_smem.type.shape[0]
+    STAGES: gl.constexpr = k_smem.type.shape[0]
+    V_PARTS: gl.constexpr = v_smem.type.shape[0] // STAGES
+    BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
+    HEAD_DIM: gl.constexpr = k_desc.block_type.shape[3]
+    KEYS: gl.constexpr = BLOCK_N if SPLIT_Q else BLOCK_N // 2  # keys of a tile I take
+    COLS: gl.constexpr = HEAD_DIM if SPLIT_Q else HEAD_DIM // 2  # output columns I own
+    s_layout: gl.constexpr = mma_layout(KEYS)
+    o_layout: gl.constexpr = mma_layout(COLS)
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
+    orow_layout: gl.constexpr = gl.SliceLayout(1, o_layout)
+    dtype: gl.constexpr = q_desc.dtype
+
+    off_b, off_h, off_hkv, start_m, n_tiles = _work(
+        seqlen_q, seqlen_k, heads_q, group_size, causal, Q_BOXES * BM, BLOCK_N)
+    KEY0: gl.constexpr = 0 if SPLIT_Q else CONSUMER * KEYS  # my first key within a tile
+    if SPLIT_Q:
+        row0 = start_m + CONSUMER * BM  # my own rows
+        q = q_smem.index(CONSUMER).reshape([BM, HEAD_DIM])
+    else:
+        row0 = start_m  # both consumers' rows
+        q = q_smem.index(0).reshape([BM, HEAD_DIM])
+    diag = seqlen_k - seqlen_q  # query i sees key j iff j <= i + diag
+    rows = row0 + gl.arange(0, BM, layout=row_layout)
+    if causal:  # tiles from here on hide a key from my first row
+        full_tiles = gl.minimum(gl.maximum(row0 + diag + 1, 0), seqlen_k) // BLOCK_N
+    else:
+        full_tiles = seqlen_k // BLOCK_N
+
+    m_i = gl.full([BM], float("-inf"), gl.float32, row_layout)
+    l_i = gl.zeros([BM], gl.float32, row_layout)
+    acc = gl.zeros([BM, COLS], gl.float32, o_layout)
+    s_zero = gl.zeros([BM, KEYS], gl.float32, s_layout)
+    o_zero = gl.zeros([BM, COLS], gl.float32, o_layout)
+    mbarrier.wait(q_ready, 0)
+    for j in range(n_tiles):
+        slot = j % STAGES
+        mbarrier.wait(kv_ready.index(slot), (j // STAGES) & 1)
+        k_tile = k_smem.index(slot).reshape([BLOCK_N, HEAD_DIM]).slice(KEY0, KEYS, 0)
+        s = warpgroup_mma(q, k_tile.permute((1, 0)), s_zero, use_acc=False)  # raw scores
+        if j >= full_tiles:
+            keys = j * BLOCK_N + KEY0 + gl.arange(0, KEYS, layout=gl.SliceLayout(0, s_layout))
+            if causal:  # row i sees keys j < i + diag + 1 (<= seqlen_k for stored rows)
+                s = gl.where(keys[None, :] <= rows[:, None] + diag, s, float("-inf"))
+            else:
+                s = gl.where((keys < seqlen_k)[None, :], s, float("-inf"))
+        m_tile = gl.max(s, 1)
+        if not SPLIT_Q:  # exchange 1: the tile's row max over both halves of its keys
+            m_tile = gl.maximum(m_tile, _exchange(m_tile, x_max, bar_max, j, CONSUMER,
+                                                  row_layout))
+        m_new = gl.maximum(m_i, m_tile)
+        m_use = gl.where(m_new == float("-inf"), 0.0, m_new)  # a row with nothing visible yet
+        p = gl.exp2((s - m_use[:, None]) * qk_scale)
+        l_tile = gl.sum(p, 1)
+        alpha = gl.exp2((m_i - m_use) * qk_scale)
+        if SPLIT_Q:
+            l_new = alpha * l_i + l_tile
+            alpha_o = gl.convert_layout(alpha, orow_layout)
+            v_tile = v_smem.index(slot).reshape([BLOCK_N, HEAD_DIM])
+            if DEFER_NORM:
+                acc = warpgroup_mma(gl.convert_layout(p.to(dtype), p_layout), v_tile,
+                                    acc * alpha_o[:, None])
+            else:  # FA1: normalised at every tile; 1/l_new goes into P, acc stays in place
+                inv_l_new = 1.0 / gl.where(l_new == 0.0, 1.0, l_new)
+                p_n = p * inv_l_new[:, None]
+                keep = gl.convert_layout(l_i * alpha * inv_l_new, orow_layout)
+                acc = warpgroup_mma(gl.convert_layout(p_n.to(dtype), p_layout), v_tile,
+                                    acc * keep[:, None])
+            mbarrier.arrive(kv_empty.index(slot), count=1)
+        else:
+            p_op = gl.convert_layout(p.to(dtype), p_layout)
+            v_mine = v_smem.index(slot * V_PARTS + CONSUMER).reshape([BLOCK_N, COLS])
+            v_other = v_smem.index(slot * V_PARTS + 1 - CONSUMER).reshape([BLOCK_N, COLS])
+            pv_other = warpgroup_mma(p_op, v_other.slice(KEY0, KEYS, 0), o_zero, use_acc=False)
+            pv = warpgroup_mma(p_op, v_mine.slice(KEY0, KEYS, 0), o_zero, use_acc=False)
+            mbarrier.arrive(kv_empty.index(slot), count=1)
+            # exchange 2: the other's columns of my partial output, and my partial row sum
+            pv = pv + _exchange(pv_other, x_out, bar_out, j, CONSUMER, o_layout)
+            l_tile = l_tile + _exchange(l_tile, x_sum, bar_sum, j, CONSUMER, row_layout)
+            l_new = alpha * l_i + l_tile
+            alpha_o = gl.convert_layout(alpha, orow_layout)
+            if DEFER_NORM:
+                acc = acc * alpha_o[:, None] + pv
+            else:
+                inv_l_new = 1.0 / gl.where(l_new == 0.0, 1.0, l_new)
+                keep = gl.convert_layout(l_i * alpha * inv_l_new, orow_layout)
+                acc = acc * keep[:, None] + pv * gl.convert_layout(inv_l_new, orow_layout)[:, None]
+        m_i, l_i = m_new, l_new
+
+    sees_a_key = l_i > 0.0
+    l_safe = gl.where(sees_a_key, l_i, 1.0)
+    if DEFER_NORM:  # the one deferred division
+        acc = acc / gl.convert_layout(l_safe, orow_layout)[:, None]
+    o_rows = row0 + gl.arange(0, BM, layout=orow_layout)
+    cols = (0 if SPLIT_Q else CONSUMER * COLS) + gl.arange(0, COLS,
+                                                          layout=gl.SliceLayout(0, o_layout))
+    o_ptrs = (O + off_b.to(gl.int64) * stride_ob + off_h.to(gl.int64) * stride_oh
+              + o_rows.to(gl.int64)[:, None] * stride_om + cols[None, :])
+    gl.store(o_ptrs, acc.to(dtype), mask=(o_rows < seqlen_q)[:, None])
+    if SPLIT_Q or CONSUMER == 0:  # split-K: both hold the same statistics
+        stat = off_b * stride_lb + off_h * stride_lh + rows
+        if DEFER_NORM:
+            lse = gl.where(sees_a_key, (m_i * qk_scale + gl.log2(l_safe)) * LN2, float("-inf"))
+            gl.store(LSE + stat, lse, mask=rows < seqlen_q)
+        else:
+            gl.store(M + stat, m_i * qk_scale * LN2, mask=rows < seqlen_q)
+            gl.store(L + stat, l_i, mask=rows < seqlen_q)
+
+
+@gluon.jit
+def _consumer0(args, DEFER_NORM: gl.constexpr, SPLIT_Q: gl.constexpr):
+    _consumer(*args, DEFER_NORM=DEFER_NORM, SPLIT_Q=SPLIT_Q, CONSUMER=0)
+
+
+@gluon.jit
+def _consumer1(args, DEFER_NORM: gl.constexpr, SPLIT_Q: gl.constexpr):
+    _consumer(*args, DEFER_NORM=DEFER_NORM, SPLIT_Q=SPLIT_Q, CONSUMER=1)
+
+
+@gluon.jit
+def _load_warp(args, DEFER_NORM: gl.constexpr, SPLIT_Q: gl.constexpr):
+    _producer(*args, DEFER_NORM=DEFER_NORM, SPLIT_Q=SPLIT_Q, CONSUMER=0)
+
+
+@gluon.jit
+def _hopper_attn_fwd(q_desc, k_desc, v_desc, O, LSE, M, L, seqlen_q, seqlen_k, heads_q,
+                     group_size, causal, qk_scale, stride_ob, stride_oh, stride_om, stride_lb,
+                     stride_lh, DEFER_NORM: gl.constexpr, SPLIT_Q: gl.constexpr,
+                     STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr):
+    Q_BOXES: gl.constexpr = 2 if SPLIT_Q else 1
+    V_PARTS: gl.constexpr = 1 if SPLIT_Q else 2
+    q_smem = gl.allocate_shared_memory(q_desc.dtype, [Q_BOXES] + q_desc.block_type.shape,
+                                       q_desc.layout)
+    k_smem = gl.allocate_shared_memory(k_desc.dtype, [STAGES] + k_desc.block_type.shape,
+                                       k_desc.layout)
+    v_smem = gl.allocate_shared_memory(v_desc.dtype, [STAGES * V_PARTS] + v_desc.block_type.shape,
+                                       v_desc.layout)
+    BM: gl.constexpr = ROWS_PER_WARPGROUP
+    HALF_D: gl.constexpr = v_desc.block_type.shape[3]
+    # split-K's rendezvous: each consumer's row maxima, row sums and partial outputs (D/2
+    # columns), and one mbarrier per consumer and exchange
+    X_ROWS: gl.constexpr = 1 if SPLIT_Q else BM  # split-Q exchanges nothing
+    rows_layout: gl.constexpr = gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1,
+                                                        order=[0])
+    x_max = gl.allocate_shared_memory(gl.float32, [2, BM], rows_layout)
+    x_sum = gl.allocate_shared_memory(gl.float32, [2, BM], rows_layout)
+    x_out = gl.allocate_shared_memory(gl.float32, [2, X_ROWS, HALF_D], gl.SwizzledSharedLayout(
+        vec=1, per_phase=1, max_phase=1, order=[1, 0]))
+    bar_max = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    bar_sum = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    bar_out = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    q_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    kv_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    kv_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(q_ready, count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(kv_ready.index(i), count=1)
+        mbarrier.init(kv_empty.index(i), count=2)  # released by both consumers
+    for i in gl.static_range(2):
+        mbarrier.init(bar_max.index(i), count=1)
+        mbarrier.init(bar_sum.index(i), count=1)
+        mbarrier.init(bar_out.index(i), count=1)
+
+    args = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, kv_ready, kv_empty,
+            x_max, x_sum, x_out, bar_max, bar_sum, bar_out, O, LSE, M, L, seqlen_q, seqlen_k, heads_q, group_size,
+            causal, qk_scale, stride_ob, stride_oh, stride_om, stride_lb, stride_lh)
+    gl.warp_specialize([(_consumer0, (args, DEFER_NORM, SPLIT_Q)),
+                        (_consumer1, (args, DEFER_NORM, SPLIT_Q)),
+                        (_load_warp, (args, DEFER_NORM, SPLIT_Q))],
+                       [4, 1], [CONSUMER_REGS, 24])
+
+
+def _gl_dtype(dtype):
+    return {"float16": gl.float16, "bfloat16": gl.bfloat16}[str(dtype).removeprefix("torch.")]
+
+
+def block_shapes(head_dim: int, block_n: int, split_q: bool):
+    """TMA boxes over (B, H, S, D): Q rows of one warpgroup, K tiles, V tiles (split-K: in
+    column halves, one per consumer)."""
+    return ([1, 1, ROWS_PER_WARPGROUP.value, head_dim], [1, 1, block_n, head_dim],
+            [1, 1, block_n, head_dim if split_q else head_dim // 2])
+
+
+def unsupported(dtype, head_dim: int) -> str | None:
+    """Why the Hopper chassis cannot take inputs of this dtype and head_dim; None if it can."""
+    name = str(dtype).removeprefix("torch.")
+    if name not in HOPPER_DTYPES:
+        return f"the hopper backend takes {' or '.join(HOPPER_DTYPES)}, got {name}"
+    if head_dim not in HOPPER_HEAD_DIMS:
+        return f"the hopper backend takes head_dim in {HOPPER_HEAD_DIMS}, got {head_dim}"
+    return None
+
+
+def check_hopper_call(q, k, v, variant, config):
+    """Raise ValueError for what the Hopper chassis cannot do (the Triton backend can)."""
+    why = unsupported(q.dtype, q.shape[-1])
+    if why is None and not variant.seq_parallel:
+        why = "the hopper backend runs seq_parallel variants only (one program per row block)"
+    if why is None and config.block_n not in (64, 128):
+        why = f"the hopper backend takes block_n 64 or 128, got {config.block_n}"
+    if why is None and config.num_stages not in (2, 3):
+        why = f"the hopper backend takes num_stages 2 or 3, got {config.num_stages}"
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if why is None and (t.stride(-1) != 1 or any(s * t.element_size() % 16
+                                                     for s in t.stride()[:-1])
+                            or t.data_ptr() % 16):
+            why = (f"the hopper backend reads {name} through TMA: it needs a unit stride along "
+                   f"head_dim and 16-byte aligned strides and data, got strides {t.stride()}")
+    if why:
+        raise ValueError(why)
+
+
+def consumer_registers(split_q: bool) -> int:
+    """setmaxnreg for each consumer warpgroup (the producer warp keeps 24)."""
+    return 232 if split_q else 200
+
+
+def hopper_attn_fwd(q, k, v, causal, softmax_scale, variant, config):
+    """`kernels.forward.attn_fwd`'s contract (without the rounding residual), computed by the
+    Hopper chassis. config: block_n (64 or 128) and num_stages are used; block_m is 128 rows
+    (split-Q) or 64 (split-K) by design."""
+    import torch
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    check_hopper_call(q, k, v, variant, config)
+    batch, heads_q, seqlen_q, head_dim = q.shape
+    heads_kv, seqlen_k = k.shape[1], k.shape[2]
+    o = torch.empty_like(q, memory_format=torch.contiguous_format)
+    stats = tuple(torch.empty((batch, heads_q, seqlen_q), device=q.device, dtype=torch.float32)
+                  for _ in range(1 if variant.defer_norm else 2))
+    m, l = (stats[0], stats[0]) if variant.defer_norm else stats
+    descs = []
+    for t, box in zip((q, k, v), block_shapes(head_dim, config.block_n, variant.split_q)):
+        layout = gl.NVMMASharedLayout.get_default_for(box, _gl_dtype(t.dtype))
+        descs.append(TensorDescriptor(t, list(t.shape), list(t.stride()), box, layout))
+    rows = ROWS_PER_WARPGROUP.value * (2 if variant.split_q else 1)
+    grid = (triton.cdiv(seqlen_q, rows), batch * heads_q)
+    _hopper_attn_fwd[grid](
+        *descs, o, stats[0], m, l, seqlen_q, seqlen_k, heads_q, heads_q // heads_kv,
+        int(causal), softmax_scale * LOG2E, o.stride(0), o.stride(1), o.stride(2),
+        stats[0].stride(0), stats[0].stride(1),
+        DEFER_NORM=variant.defer_norm, SPLIT_Q=variant.split_q, STAGES=config.num_stages,
+        CONSUMER_REGS=consumer_registers(variant.split_q), num_warps=4)
+    return o, stats
+
+
+def compile_for_sm90(variant, dtype="bfloat16", head_dim=128, block_n=128, stages=2):
+    """triton.compile of the Hopper chassis for sm_90 without a GPU; returns the CompiledKernel."""
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    short = {"float16": "fp16", "bfloat16": "bf16"}[dtype]
+    signature, boxes = {}, block_shapes(head_dim, block_n, variant.split_q)
+    for name, box in zip(("q_desc", "k_desc", "v_desc"), boxes):
+        layout = gl.NVMMASharedLayout.get_default_for(box, _gl_dtype(dtype))
+        signature[name] = f"tensordesc<{short}[{','.join(map(str, box))}],{layout!r}>"
+    signature.update(O=f"*{short}", LSE="*fp32", M="*fp32", L="*fp32", seqlen_q="i32",
+                     seqlen_k="i32", heads_q="i32", group_size="i32", causal="i32",
+                     qk_scale="fp32", stride_ob="i64", stride_oh="i64", stride_om="i64",
+                     stride_lb="i32", stride_lh="i32", DEFER_NORM="constexpr",
+                     SPLIT_Q="constexpr", STAGES="constexpr", CONSUMER_REGS="constexpr")
+    constexprs = {"DEFER_NORM": variant.defer_norm, "SPLIT_Q": variant.split_q,
+                  "STAGES": stages, "CONSUMER_REGS": consumer_registers(variant.split_q)}
+    source = GluonASTSource(_hopper_attn_fwd, signature, constexprs, {})
+    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))
