@@ -332,6 +332,19 @@ def unsupported(dtype, head_dim: int) -> str | None:
     return None
 
 
+SHARED_LIMIT = 232448 - 1024  # sm_90's 227 KB a block, less room for barriers and alignment
+
+
+def shared_bytes(head_dim: int, block_n: int, stages: int, split_q: bool) -> int:
+    """Shared memory of the chassis's buffers: Q (one or two warpgroups' rows), the K/V ring,
+    and split-K's exchange (partial outputs, 64 x D/2 float32 a consumer) and the row
+    statistics' buffers (2 x 2 x 64 float32)."""
+    q = (2 if split_q else 1) * ROWS_PER_WARPGROUP.value * head_dim * 2
+    ring = stages * 2 * block_n * head_dim * 2
+    exchange = 0 if split_q else 2 * ROWS_PER_WARPGROUP.value * (head_dim // 2) * 4
+    return q + ring + exchange + 4 * ROWS_PER_WARPGROUP.value * 4
+
+
 def check_hopper_call(q, k, v, variant, config):
     """Raise ValueError for what the Hopper chassis cannot do (the Triton backend can)."""
     why = unsupported(q.dtype, q.shape[-1])
@@ -341,6 +354,10 @@ def check_hopper_call(q, k, v, variant, config):
         why = f"the hopper backend takes block_n 64 or 128, got {config.block_n}"
     if why is None and config.num_stages not in (2, 3):
         why = f"the hopper backend takes num_stages 2 or 3, got {config.num_stages}"
+    need = shared_bytes(q.shape[-1], config.block_n, config.num_stages, variant.split_q)
+    if why is None and need > SHARED_LIMIT:
+        why = (f"the hopper backend's tiles need {need} bytes of shared memory at block_n "
+               f"{config.block_n}, {config.num_stages} stages (sm_90: {SHARED_LIMIT}); use fewer")
     for name, t in (("q", q), ("k", k), ("v", v)):
         if why is None and (t.stride(-1) != 1 or any(s * t.element_size() % 16
                                                      for s in t.stride()[:-1])
