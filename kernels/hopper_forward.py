@@ -91,7 +91,7 @@ def _work(seqlen_q, seqlen_k, heads_q, group_size, causal, ROWS: gl.constexpr,
 
 @gluon.jit
 def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, kv_ready, kv_empty,
-              x_max, x_sum, x_out, bar_max, bar_sum, bar_out, O, LSE, M, L, seqlen_q, seqlen_k, heads_q, group_size,
+              x_max, x_sum, x_out, bar_max, bar_out, O, LSE, M, L, seqlen_q, seqlen_k, heads_q, group_size,
               causal, qk_scale, stride_ob, stride_oh, stride_om, stride_lb, stride_lh,
               DEFER_NORM: gl.constexpr, SPLIT_Q: gl.constexpr, CONSUMER: gl.constexpr):
     """One warp: Q once, then K_j and V_j into the ring (V in column halves under split-K)."""
@@ -123,18 +123,17 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, kv_ready,
 
 
 @gluon.jit
-def _exchange(mine, buffers, bars, phase, ME: gl.constexpr, layout: gl.constexpr):
-    """Give `mine` to the other consumer and take theirs: a store to my shared buffer, an
-    arrive on my mbarrier, a wait on theirs (`phase`: how many times before) and a load."""
-    buffers.index(ME).store(mine)
+def _rendezvous(bars, phase, ME: gl.constexpr):
+    """Arrive on my mbarrier (the compiler puts a barrier of my warpgroup's 128 threads before
+    it, so my shared-memory stores are done) and wait on the other consumer's; `phase`: how
+    many rendezvous on these barriers came before."""
     mbarrier.arrive(bars.index(ME), count=1)
     mbarrier.wait(bars.index(1 - ME), phase & 1)
-    return buffers.index(1 - ME).load(layout)
 
 
 @gluon.jit
 def _consumer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, kv_ready, kv_empty,
-              x_max, x_sum, x_out, bar_max, bar_sum, bar_out, O, LSE, M, L, seqlen_q, seqlen_k, heads_q, group_size,
+              x_max, x_sum, x_out, bar_max, bar_out, O, LSE, M, L, seqlen_q, seqlen_k, heads_q, group_size,
               causal, qk_scale, stride_ob, stride_oh, stride_om, stride_lb, stride_lh,
               DEFER_NORM: gl.constexpr, SPLIT_Q: gl.constexpr, CONSUMER: gl.constexpr):
     BM: gl.constexpr = ROWS_PER_WARPGROUP
@@ -187,8 +186,9 @@ def _consumer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, kv_ready,
                 s = gl.where((keys < seqlen_k)[None, :], s, float("-inf"))
         m_tile = gl.max(s, 1)
         if not SPLIT_Q:  # exchange 1: the tile's row max over both halves of its keys
-            m_tile = gl.maximum(m_tile, _exchange(m_tile, x_max, bar_max, j, CONSUMER,
-                                                  row_layout))
+            x_max.index(CONSUMER).store(m_tile)
+            _rendezvous(bar_max, j, CONSUMER)
+            m_tile = gl.maximum(m_tile, x_max.index(1 - CONSUMER).load(row_layout))
         m_new = gl.maximum(m_i, m_tile)
         m_use = gl.where(m_new == float("-inf"), 0.0, m_new)  # a row with nothing visible yet
         p = gl.exp2((s - m_use[:, None]) * qk_scale)
@@ -212,12 +212,18 @@ def _consumer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, kv_ready,
             p_op = gl.convert_layout(p.to(dtype), p_layout)
             v_mine = v_smem.index(slot * V_PARTS + CONSUMER).reshape([BLOCK_N, COLS])
             v_other = v_smem.index(slot * V_PARTS + 1 - CONSUMER).reshape([BLOCK_N, COLS])
-            pv_other = warpgroup_mma(p_op, v_other.slice(KEY0, KEYS, 0), o_zero, use_acc=False)
-            pv = warpgroup_mma(p_op, v_mine.slice(KEY0, KEYS, 0), o_zero, use_acc=False)
+            pv_other = warpgroup_mma(p_op, v_other.slice(KEY0, KEYS, 0), o_zero, use_acc=False,
+                                     is_async=True)
+            pv = warpgroup_mma(p_op, v_mine.slice(KEY0, KEYS, 0), o_zero, use_acc=False,
+                               is_async=True)
+            pv_other, pv = warpgroup_mma_wait(num_outstanding=0, deps=(pv_other, pv))
             mbarrier.arrive(kv_empty.index(slot), count=1)
             # exchange 2: the other's columns of my partial output, and my partial row sum
-            pv = pv + _exchange(pv_other, x_out, bar_out, j, CONSUMER, o_layout)
-            l_tile = l_tile + _exchange(l_tile, x_sum, bar_sum, j, CONSUMER, row_layout)
+            x_out.index(CONSUMER).store(pv_other)
+            x_sum.index(CONSUMER).store(l_tile)
+            _rendezvous(bar_out, j, CONSUMER)
+            pv = pv + x_out.index(1 - CONSUMER).load(o_layout)
+            l_tile = l_tile + x_sum.index(1 - CONSUMER).load(row_layout)
             l_new = alpha * l_i + l_tile
             alpha_o = gl.convert_layout(alpha, orow_layout)
             if DEFER_NORM:
@@ -279,16 +285,17 @@ def _hopper_attn_fwd(q_desc, k_desc, v_desc, O, LSE, M, L, seqlen_q, seqlen_k, h
     BM: gl.constexpr = ROWS_PER_WARPGROUP
     HALF_D: gl.constexpr = v_desc.block_type.shape[3]
     # split-K's rendezvous: each consumer's row maxima, row sums and partial outputs (D/2
-    # columns), and one mbarrier per consumer and exchange
+    # columns), and one mbarrier per consumer and exchange (maxima; outputs with sums)
     X_ROWS: gl.constexpr = 1 if SPLIT_Q else BM  # split-Q exchanges nothing
     rows_layout: gl.constexpr = gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1,
                                                         order=[0])
     x_max = gl.allocate_shared_memory(gl.float32, [2, BM], rows_layout)
     x_sum = gl.allocate_shared_memory(gl.float32, [2, BM], rows_layout)
+    # 8-element swizzle: the wgmma accumulator's stores and loads meet no bank conflict
+    # (gl.bank_conflicts: 0, against 3 extra wavefronts an access unswizzled)
     x_out = gl.allocate_shared_memory(gl.float32, [2, X_ROWS, HALF_D], gl.SwizzledSharedLayout(
-        vec=1, per_phase=1, max_phase=1, order=[1, 0]))
+        vec=8, per_phase=1, max_phase=8, order=[1, 0]))
     bar_max = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    bar_sum = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     bar_out = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     q_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     kv_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -299,11 +306,10 @@ def _hopper_attn_fwd(q_desc, k_desc, v_desc, O, LSE, M, L, seqlen_q, seqlen_k, h
         mbarrier.init(kv_empty.index(i), count=2)  # released by both consumers
     for i in gl.static_range(2):
         mbarrier.init(bar_max.index(i), count=1)
-        mbarrier.init(bar_sum.index(i), count=1)
         mbarrier.init(bar_out.index(i), count=1)
 
     args = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, kv_ready, kv_empty,
-            x_max, x_sum, x_out, bar_max, bar_sum, bar_out, O, LSE, M, L, seqlen_q, seqlen_k, heads_q, group_size,
+            x_max, x_sum, x_out, bar_max, bar_out, O, LSE, M, L, seqlen_q, seqlen_k, heads_q, group_size,
             causal, qk_scale, stride_ob, stride_oh, stride_om, stride_lb, stride_lh)
     gl.warp_specialize([(_consumer0, (args, DEFER_NORM, SPLIT_Q)),
                         (_consumer1, (args, DEFER_NORM, SPLIT_Q)),
