@@ -1,0 +1,52 @@
+"""kernels/hopper_forward.py, compiled for sm_90 on the CPU (Triton's interpreter cannot run
+Gluon; `fa2check.verify --impl hopper` checks its outputs on the GPU): both splits use wgmma
+for both products with no spills, split-Q's consumers own their rows and exchange nothing, and
+split-K's consumers share the rows, take half of each tile's keys (wgmma N = block_n / 2) and
+meet twice a tile through shared memory."""
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from compile_cli import ROOT
+
+PROBE = """
+import json
+from fa2check.compile_gate import ptxas_usage, rerun_ptxas
+from kernels import Variant
+from kernels.hopper_forward import compile_for_sm90
+out = {{}}
+for split_q in (True, False):
+    k = compile_for_sm90(Variant(True, True, split_q), head_dim={d}, block_n=128)
+    ptx, ttgir = k.asm["ptx"], k.asm["ttgir"]
+    out[split_q] = dict(ptxas_usage(rerun_ptxas(ptx)), shared=k.metadata.shared,
+                        wgmma=ptx.count("wgmma.mma_async"), arrives=ptx.count("mbarrier.arrive"),
+                        shared_stores=ptx.count("st.shared"),
+                        instr_shapes=sorted(set(re.findall(r"instrShape = \\[(\\d+, \\d+, \\d+)\\]",
+                                                           ttgir))))
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_hopper_splits_compile_as_designed(head_dim):
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    proc = subprocess.run([sys.executable, "-c", "import re\n" + PROBE.format(d=head_dim)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    split_q, split_k = json.loads(proc.stdout.strip().splitlines()[-1]).values()
+    for usage in (split_q, split_k):
+        assert usage["spill_stores"] == usage["spill_loads"] == 0, usage
+        assert usage["wgmma"] > 0, usage
+    # split-Q: one warpgroup's 64 rows against the whole 128-key tile, and P V over all of D
+    assert split_q["instr_shapes"] == sorted({"16, 128, 16", f"16, {head_dim}, 16"}), split_q
+    # split-K: S over half the keys (64), P V in halves of D, one per consumer
+    assert split_k["instr_shapes"] == sorted({"16, 64, 16", f"16, {head_dim // 2}, 16"}), split_k
+    # split-K's two rendezvous a tile: 2 more arrives per consumer's loop than split-Q's, and the
+    # partial outputs and statistics stored to shared memory; split-Q stores none in its loop
+    assert split_k["arrives"] == split_q["arrives"] + 4, (split_q, split_k)
+    assert split_k["shared_stores"] > split_q["shared_stores"], (split_q, split_k)
