@@ -1,0 +1,127 @@
+"""Question: with the "off" switches rebuilt after FA1 (seq_parallel off: K/V blocks outer, the
+fp32 partial output round-tripping through HBM, one program per (batch, head); defer_norm
+off: P scaled by 1/l_new before P V), what does each Triton variant reach, as a share of the
+matmul rate measured in the same run, and what does FA1's num_splits heuristic add?
+
+Prediction, written before the run: at d=128 bf16 1k-2k the (batch, head) grid has 256 and
+128 programs for 132 SMs, so the FA1 schedule's extra HBM traffic (per head about
+10 N^2 D / Bc bytes: Q read and the fp32 output read and written once per K/V block) is the
+cost: at N = 2k, D = 128, Bc = 64 that is 10.7 GB for the 128 heads, about 2.5 ms at
+4.3 TB/s, against 0.3-0.4 ms for FA2, so -seqpar variants several times slower than FA2
+even where the grid fills the GPU; the heuristic cannot help there (128 programs already
+fill one wave). From 8k (16 programs) the grid leaves most SMs idle, and the heuristic's
+splits should recover a large part of that.
+
+    python3 ablations/probes/fa1_schedule.py --out DIR
+    python3 ablations/probes/fa1_schedule.py --ncu-cell   # one launch, for Nsight Compute
+"""
+import argparse
+import itertools
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+from triton.testing import do_bench
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from fa2check.grids import Cell, paper_batch, paper_heads  # noqa: E402
+from fa2check.timing import tflops  # noqa: E402
+from kernels import Variant, flash_attention  # noqa: E402
+from kernels.config import default_config  # noqa: E402
+
+NCU_CELL = (2048, 128, False)  # seqlen, head_dim, causal
+
+
+def time_fn(fn):
+    fn()
+    torch.cuda.synchronize()
+    return do_bench(fn, warmup=25, rep=120, return_mode="median")
+
+
+def inputs(cell):
+    shape = (cell.batch, cell.heads_q, cell.seqlen, cell.head_dim)
+    return [torch.randn(shape, device="cuda", dtype=cell.torch_dtype) for _ in range(3)]
+
+
+def dram_model_bytes(cell, config):
+    """FA1 schedule's DRAM bytes (kernels/forward.py's model): K, V read and O written once; Q
+    read and the fp32 partial output read and written once per K/V block after the first."""
+    n, d, heads = cell.seqlen, cell.head_dim, cell.batch * cell.heads_q
+    blocks = -(-n // config.block_n)
+    per_head = 3 * n * d * 2 + blocks * n * d * 2 + 2 * (blocks - 1) * n * d * 4
+    return heads * per_head
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", default=os.environ.get("OUT", "out"))
+    p.add_argument("--seqlens", default="1024,2048,8192")
+    p.add_argument("--ncu-cell", action="store_true", help="run the FA1-schedule forward of "
+                   f"{NCU_CELL} once (profile it with ncu) and print its model bytes")
+    args = p.parse_args()
+    variant = Variant(False, False, True)
+    if args.ncu_cell:
+        n, d, causal = NCU_CELL
+        cell = Cell(paper_batch(n), paper_heads(d), paper_heads(d), n, d, "bfloat16", causal)
+        config = default_config(d, True, variant, torch.bfloat16)
+        q, k, v = inputs(cell)
+        flash_attention(q, k, v, causal=causal, variant=variant, config=config)
+        torch.cuda.synchronize()
+        print(json.dumps(dict(cell=str(cell), config=str(config),
+                              model_bytes=dram_model_bytes(cell, config))))
+        return 0
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    commit = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True,
+                            text=True).stdout.strip()
+    provenance = dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__,
+                      triton=__import__("triton").__version__, commit=commit,
+                      date=time.strftime("%Y-%m-%dT%H:%M:%S%z"), command=" ".join(sys.argv))
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    matmul = 2 * 8192 ** 3 / (time_fn(lambda: a @ a) * 1e-3) / 1e12
+    print(f"matmul bf16 8192^3: {matmul:.0f} TFLOP/s", flush=True)
+    rows = []
+    for d, causal, n in itertools.product((128, 64), (False, True),
+                                          map(int, args.seqlens.split(","))):
+        cell = Cell(paper_batch(n), paper_heads(d), paper_heads(d), n, d, "bfloat16", causal)
+        q, k, v = inputs(cell)
+        row = dict(cell=cell.as_dict(), ms={}, configs={})
+        runs = [(str(var), var, default_config(d, True, var, torch.bfloat16))
+                for var in Variant.all()]
+        runs += [(str(var) + " fa1-heuristic-splits", var,
+                  replace(default_config(d, True, var, torch.bfloat16), fa1_splits=0))
+                 for var in Variant.all() if not var.seq_parallel]
+        for name, var, config in runs:
+            try:
+                row["ms"][name] = time_fn(lambda: flash_attention(
+                    q, k, v, causal=causal, variant=var, config=config))
+                row["configs"][name] = str(config)
+            except Exception as e:  # noqa: BLE001 - a row that cannot run is reported
+                row["ms"][name] = None
+                row["configs"][name] = f"{type(e).__name__}: {str(e)[:200]}"
+        row["pct_of_matmul"] = {name: (None if ms is None else
+                                       100 * tflops(cell.flops("fwd"), ms) / matmul)
+                                for name, ms in row["ms"].items()}
+        rows.append(row)
+        print(f"  timed {cell}", flush=True)
+        del q, k, v
+    (out / "fa1_schedule.json").write_text(json.dumps(
+        dict(provenance=provenance, matmul_tflops=matmul, cells=rows), indent=1))
+    names = list(rows[0]["ms"])
+    print("\n% of matmul (bf16 forward, default tiles):")
+    print(f"{'cell':38s} " + " ".join(f"{n.replace(' fa1-heuristic-splits', '+h'):>21s}"
+                                      for n in names))
+    for row in rows:
+        pct = row["pct_of_matmul"]
+        print(f"{str(Cell(**row['cell'])):38s} " + " ".join(
+            f"{pct[n]:21.1f}" if pct[n] is not None else f"{'error':>21s}" for n in names))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
