@@ -1,6 +1,9 @@
-"""Exploration behind tuning.GLUON_FWD_SPACE: the Gluon forward by variant and tile config, bf16,
+"""Question: which tiles suit the Gluon forward's split-Q and split-K? (D42)
+
+Exploration behind tuning.GLUON_FWD_SPACE: the Gluon forward by variant and tile config, bf16,
 seqlen 1k and 4k, d 64 and 128, one do_bench each, beside the Triton FA2 (not a benchmark of
-record; results/20261130-h200-gluon-tiles-exploration.json).  python3 ablations/gluon_tiles.py"""
+record; its results are in git history, ablations/results/MANIFEST.md).
+    python3 ablations/probes/gluon_tiles.py"""
 import json
 import os
 import sys

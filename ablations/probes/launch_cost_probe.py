@@ -1,7 +1,9 @@
-"""Where a short call's time goes: the host (Python, argument checks, launches) against the
+"""Question: where does a short call's time go, host or GPU? (D28, D29)
+
+Where a short call's time goes: the host (Python, argument checks, launches) against the
 GPU's kernel time.
 
-    python3 ablations/launch_cost_probe.py SEQLEN,D,causal|full,IMPL[:field=value,...] ...
+    python3 ablations/probes/launch_cost_probe.py SEQLEN,D,causal|full,IMPL[:field=value,...] ...
         [--mode fwd|fwd+bwd] [--breakdown] [--json P]
 
 IMPL is `fa2` (our kernels, all improvements on, the launcher's GPU default config with the
@@ -34,7 +36,7 @@ from pathlib import Path
 import torch
 import triton
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from fa2check.environment import describe_environment  # noqa: E402
 from fa2check.grids import paper_batch, paper_heads  # noqa: E402
 from fa2check.sdpa_backends import BACKENDS, forced, sdpa  # noqa: E402

@@ -1,11 +1,14 @@
-"""Markdown table of A/B results: one row per cell, one column per kernel version, each time
+"""Question: how much did each kernel version change each cell? (A/B tables; D22, D38)
+
+Markdown table of A/B results: one row per cell, one column per kernel version, each time
 with its change against the first version's (the baseline).
 
-    python3 ablations/ab_table.py results/...-float16.json results/...-bfloat16.json
+    python3 ablations/probes/ab_table.py results/...-float16.json results/...-bfloat16.json
 
-Reads the JSON that `ablations/compare_kernels.py --json` writes (its rows carry no dtype: it is
-taken from the recorded command's --dtype, bfloat16 by default as in compare_kernels.py).
-For ablations/NOTES.md, so that its A/B tables are generated from the committed files.
+Reads the JSON that `ablations/probes/compare_kernels.py --json` writes (its rows carry no
+dtype: it is taken from the recorded command's --dtype, bfloat16 by default as in
+compare_kernels.py).
+So that the A/B tables in docs/decisions.md are generated from the result files, not typed.
 """
 import json
 import shlex

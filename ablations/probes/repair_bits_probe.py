@@ -1,7 +1,9 @@
-"""Do the other rows of a row block that the causal forward's REPAIR launch recomputed keep their
-bits? Prints the largest difference per case (results/20261130-h200-repair-bits-probe.log).
+"""Question: do REPAIR's recomputed row blocks keep their other rows' bits? (D03)
 
-    python3 ablations/repair_bits_probe.py      (on a GPU, from the repository root)
+Do the other rows of a row block that the causal forward's REPAIR launch recomputed keep their
+bits? Prints the largest difference per case (float32 split-K: 1 ulp, docs/decisions.md#D03).
+
+    python3 ablations/probes/repair_bits_probe.py      (on a GPU, from the repository root)
 """
 import os
 import sys

@@ -1,7 +1,9 @@
-"""Are two kernel trees' outputs and gradients bitwise equal? For refactors that must not change
+"""Question: are two kernel trees' outputs and gradients bitwise equal? (D25, D38)
+
+Are two kernel trees' outputs and gradients bitwise equal? For refactors that must not change
 numbers:
 
-    TRITON_INTERPRET=1 python ablations/same_gradients.py kernels ablations/ab/NAME/kernels
+    TRITON_INTERPRET=1 python ablations/probes/same_gradients.py kernels ablations/ab/NAME/kernels
 
 Each tree is imported as a package of its own (as compare_kernels.py does). For every problem
 below (odd lengths, causal, GQA, one query row, one key, float16/bfloat16/float32), both places

@@ -1,16 +1,18 @@
-"""A/B timing of kernel versions: the forward (or, with --mode fwd+bwd, forward and backward) of
+"""Question: what does a kernel change cost, cell by cell? (most decisions: D03, D25)
+
+A/B timing of kernel versions: the forward (or, with --mode fwd+bwd, forward and backward) of
 several copies of the kernels/ package, timed interleaved on the same cells with the same tile
 config (the launcher's default for the GPU, or the fields given after a colon on top of it),
 with do_bench at the benchmark's settings (--warmup-ms 5, --rep-ms 20).
 
-    python3 ablations/compare_kernels.py DIR[:FIELD=VALUE,...] [DIR ...] [--json PATH]
+    python3 ablations/probes/compare_kernels.py DIR[:FIELD=VALUE,...] [DIR ...] [--json PATH]
 
 e.g. `kernels:block_m=64,block_n=64,num_warps=4,num_stages=3 kernels:...,tma=1` compares one
 tile choice within today's kernels.
 
 Each DIR holds a copy of kernels/ (e.g. exported from an older commit with
-`git show COMMIT:kernels/forward.py > DIR/forward.py` ...). For use in ablations/NOTES.md when a
-kernel change must show what it costs; `fa2check.ablate` remains the benchmark of record.
+`git show COMMIT:kernels/forward.py > DIR/forward.py` ...). For docs/decisions.md when a kernel
+change must show what it costs; `fa2check.ablate` remains the benchmark of record.
 """
 import argparse
 import importlib.util
@@ -21,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from fa2check.environment import describe_environment  # noqa: E402
 from fa2check.grids import FLOP_FACTOR, paper_batch, paper_heads  # noqa: E402
 from fa2check.timing import summary, tflops  # noqa: E402
@@ -41,8 +43,8 @@ def load(directory: Path, name: str):
 
 def rotated(names: list, r: int) -> list:
     """Round r's order: the versions starting from the (r mod n)-th. With a fixed order the
-    first version was measured slower than an identical copy in most cells (an A/A control of
-    the eighteenth session, ablations/NOTES.md), so every version takes each place in turn."""
+    first version was measured slower than an identical copy in most cells (A/A controls,
+    docs/ablation.md, "The A/B harness"), so every version takes each place in turn."""
     r %= len(names)
     return names[r:] + names[:r]
 
@@ -86,9 +88,9 @@ def main():
     parser.add_argument("--head-dim", type=int, action="append", help="repeatable; default 64, 128")
     parser.add_argument("--mode", choices=("fwd", "fwd+bwd"), default="fwd",
                         help="fwd+bwd: the forward and torch.autograd.grad of q, k, v")
-    # the benchmark's own do_bench settings (python -m fa2check.ablate's defaults); A/Bs before
-    # the ninth session ran do_bench's defaults (25 ms warm-up, 100 ms timed), a longer load
-    # under which the tiles of a cell can rank differently (ablations/NOTES.md)
+    # the benchmark's own do_bench settings (python -m fa2check.ablate's defaults); early A/Bs
+    # ran do_bench's defaults (25 ms warm-up, 100 ms timed), a longer load under which the
+    # tiles of a cell can rank differently (docs/ablation.md, "The A/B harness")
     parser.add_argument("--warmup-ms", type=float, default=5.0)
     parser.add_argument("--rep-ms", type=float, default=20.0)
     parser.add_argument("--rounds", type=int, default=ROUNDS,

@@ -1,8 +1,10 @@
-"""A model of a causal launch's tail: how much longer than its work the grid takes, with the
-programs started in index order or longest first (ablations/NOTES.md, eighteenth session). A
-model, not a measurement: it prints what a schedule costs if its assumptions hold.
+"""Question: how long is a causal launch's tail, index order or longest first? (D25, D39)
 
-    python ablations/launch_tail.py [--solo 1.3] [--dq-cost 0.75]
+A model of a causal launch's tail: how much longer than its work the grid takes, with the
+programs started in index order or longest first (docs/decisions.md#D25). A model, not a
+measurement: it prints what a schedule costs if its assumptions hold.
+
+    python ablations/probes/launch_tail.py [--solo 1.3] [--dq-cost 0.75]
 
 Assumptions: the GPU starts programs in launch order, each on the first free slot of 132 SMs
 (slots an SM: as many CTAs of the tile as fit); in the backward a dK/dV step (4 products)

@@ -1,7 +1,9 @@
-"""A static look at ptxas's schedule: the sm_90 SASS of a kernel's inner loops, for tile
+"""Question: did ptxas reschedule an unchanged loop after a change elsewhere? (D04, D23)
+
+A static look at ptxas's schedule: the sm_90 SASS of a kernel's inner loops, for tile
 configs compiled on this machine (no GPU needed).
 
-    python ablations/sass_loops.py [--kernel K] [--head-dim D] [--dtype T] [--full]
+    python ablations/probes/sass_loops.py [--kernel K] [--head-dim D] [--dtype T] [--full]
                                    [--variant V] FIELDS...
 
 FIELDS is 'field=value,...' on top of the launcher's GPU default config, as in
@@ -16,7 +18,7 @@ control bits (the fewest cycles one warp needs to issue the loop once, before an
 result), how many instructions wait on a scoreboard barrier, and the most common opcodes.
 
 Why: the same PTX loop ran 5-14% slower on the H200 after a change elsewhere in the kernel
-(ablations/NOTES.md, thirteenth and fourteenth sessions). The stall sum is a cheap screen for
+(docs/tools.md, "The schedule lottery"; D04). The stall sum is a cheap screen for
 such a schedule change before device time is spent; it says nothing about dynamic waits
 (memory, tensor cores, the other warps), so it is no substitute for a measurement.
 """
@@ -29,7 +31,7 @@ import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 # A line of `cuobjdump -sass`: /*ADDR*/ INSTRUCTION ; /* low 64 bits */, and the next line
 # /* high 64 bits */, whose bits 41-62 are the control bits of Volta and later.

@@ -1,23 +1,25 @@
-"""SM clock and board power (fa2check.clocks: nvidia-smi every 50 ms) while FA2 calls run, to
+"""Question: what clock and power do ours and sdpa-flash get at the 700 W cap? (D20)
+
+SM clock and board power (fa2check.clocks: nvidia-smi every 50 ms) while FA2 calls run, to
 tell a kernel's speed from the clock the GPU gives it (the H200 caps the board at 700 W).
 
-    python3 ablations/clock_probe.py --mode fwd|fwd+bwd [--head-dim 64] [--seqlen 1024]
+    python3 ablations/probes/clock_probe.py --mode fwd|fwd+bwd [--head-dim 64] [--seqlen 1024]
         [--causal] [--dtype bfloat16 --dtype float16] [--tile 64,64,4,3,tma]
         [--bwd-tile 32,128,4,3,dqpass] [--rep-ms 20 --rep-ms 100] [--loop-s 6]
         [--subject ours --subject sdpa-flash] [--json PATH]
 
 On the GPU, from the repository root. The cell is the paper grid's (16k tokens, hidden 2048).
 For each dtype and each regime the call is timed while nvidia-smi samples: do_bench with
-5 ms warm-up and each --rep-ms (the benchmark times 20 ms a contender, the A/B tool did 100
-before the ninth session), then back-to-back calls for --loop-s seconds (sustained use).
+5 ms warm-up and each --rep-ms (the benchmark times 20 ms a contender, the A/B tool once timed
+100), then back-to-back calls for --loop-s seconds (sustained use).
 Prints ms a call and the mean clock and power of each (over the samples after the first
 RAMP_S seconds); --json keeps the samples. --subject sdpa-flash (or another
 fa2check.sdpa_backends name) times that SDPA backend the same way, for a ratio under
 sustained use. A do_bench regime shorter than RAMP_S gets no samples (printed as nan).
 
-Written for the eighth session's question (fp16 trails bf16 at the same tiles: its clock is
-lower at the power limit) and the ninth's (do d=64 forward tiles rank differently under a
-100 ms load than under 20 ms because of the clock?); see ablations/NOTES.md.
+Written for two questions: does fp16 trail bf16 at the same tiles because its clock is lower
+at the power limit, and do d=64 forward tiles rank differently under a 100 ms load than under
+20 ms because of the clock? (docs/ablation.md, "The power cap").
 """
 import argparse
 import itertools
@@ -28,12 +30,12 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from fa2check import clocks, sdpa_backends, tuning  # noqa: E402
 from fa2check.grids import paper_batch, paper_heads  # noqa: E402
 
-# the power takes ~0.5 s to reach the 700 W cap (213 -> 513 -> 693 W in the tenth session's
-# loops): means skip that ramp
+# the power takes ~0.5 s to reach the 700 W cap (213 -> 513 -> 693 W in the
+# measured loops): means skip that ramp
 RAMP_S = 0.5
 
 

@@ -1,7 +1,9 @@
-"""An experiment, not a backend: a FlashAttention-3-style forward in Gluon (Hopper wgmma + TMA
-+ warp specialisation), the lever ablations/NOTES.md names for the d=64 misses of issue 7.
-Measured on the H200 in the twelfth session (NOTES.md, "Twelfth session"): it beats the Triton
-kernel's tuned tiles only at d=64 non-causal 1k, with persistent programs.
+"""Question: does an FA3-style ping-pong forward close the d=64 misses? (D43: no)
+
+An experiment, not a backend: a FlashAttention-3-style forward in Gluon (Hopper wgmma + TMA
++ warp specialisation), tried for the d=64 misses of issue 7. Measured on the H200
+(docs/decisions.md#D43): it beats the Triton kernel's tuned tiles only at d=64 non-causal 1k,
+with persistent programs.
 
 A program walks work items of CONSUMERS * BLOCK_M query rows of one (batch, head) with
 CONSUMERS + 1 partitions:
@@ -22,8 +24,8 @@ multiple of BLOCK_N (K/V are read through a descriptor over the flattened (B*H*S
 a partial last tile would read the next head's keys), causal or not, GQA by the head mapping;
 no non-finite V semantics, no backward. None of the verify cases fits it.
 
-    env -u TRITON_INTERPRET python3 ablations/gluon_pingpong.py --compile   # sm_90, no GPU
-    python3 ablations/gluon_pingpong.py --check [--causal] --programs 0,132  # on the GPU
+    env -u TRITON_INTERPRET python3 ablations/probes/gluon_pingpong.py --compile   # sm_90, no GPU
+    python3 ablations/probes/gluon_pingpong.py --check [--causal] --programs 0,132  # on the GPU
 
 --check compares batch 0 with the float64 oracle and times it beside kernels.flash_attention
 (with the FA2 tiles of a saved forward run) and sdpa flash on one cell of the paper's grid.
@@ -38,7 +40,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
     mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from kernels.forward import LN2 as _LN2, LOG2E  # noqa: E402
 
 LN2 = gl.constexpr(_LN2)
@@ -414,7 +416,7 @@ def main(argv=None) -> int:
     p.add_argument("--dtype", choices=("bfloat16", "float16"), default="bfloat16")
     p.add_argument("--programs", default="0", help="comma-separated program counts to time (0: "
                    "one per work item; else persistent programs)")
-    p.add_argument("--tuned-from", default="ablations/results/20261201-033057-nvidia-h200-paper-"
+    p.add_argument("--tuned-from", default="ablations/results/20261202-024307-nvidia-h200-paper-"
                    "fwd.json", help="time kernels.flash_attention with this run's FA2 tiles")
     args = p.parse_args(argv)
     if args.compile:

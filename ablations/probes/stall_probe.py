@@ -1,11 +1,13 @@
-"""What holds a kernel back, read from the hardware counters: run under Nsight Compute, which
+"""Question: what holds a kernel back, by the hardware counters? (D14)
+
+What holds a kernel back, read from the hardware counters: run under Nsight Compute, which
 profiles only the one call of each case made between cudaProfilerStart and Stop.
 
     ncu --clock-control none --profile-from-start off --section SpeedOfLight \
         --section ComputeWorkloadAnalysis --section SchedulerStats --section WarpStateStats \
         --section Occupancy --section InstructionStats --csv --page details \
-        python3 ablations/stall_probe.py CASE ... [--mode fwd|fwd+bwd] > stalls.csv
-    python3 ablations/stall_probe.py --summarize stalls.csv      # one line per kernel
+        python3 ablations/probes/stall_probe.py CASE ... [--mode fwd|fwd+bwd] > stalls.csv
+    python3 ablations/probes/stall_probe.py --summarize stalls.csv      # one line per kernel
 
 CASE as in launch_cost_probe.py (`SEQLEN,D,causal|full,fa2[:field=value,...]` or an SDPA
 backend). Each case's call runs twice first (compiling, warming), then once profiled.

@@ -1,6 +1,8 @@
-"""Issue 7's performance targets, checked against saved ablation results (no GPU needed):
+"""Question: which cells meet issue 7's performance targets? (D16, D22, D23)
 
-    python ablations/targets.py ablations/results/A.json [B.json ...] [--across]
+Issue 7's performance targets, checked against saved ablation results (no GPU needed):
+
+    python ablations/probes/targets.py ablations/results/A.json [B.json ...] [--across]
 
 For every file and every mode it holds, FA2 (all three changes on) against torch SDPA's flash
 backend in the same run, cell by cell: forward >= 1.3x at seqlen >= 1k and >= 1.5x at
