@@ -363,7 +363,7 @@ def test_d64_tries_register_capped_tiles_in_every_variant_and_mask():
 def test_jobs_that_compile_different_kernels_have_different_keys():
     """Precompiling runs one job per key: a tile choice that changes the forward's code
     (nan_flags, key_slices) must change the key, or its kernels compile lazily while tuning
-    times them (the thirteenth session's nan_flags twins did); backward fields must not."""
+    times them (D04's nan_flags twins did); backward fields must not."""
     from dataclasses import replace
 
     from fa2check import tuning

@@ -130,7 +130,7 @@ def test_ptxas_log_parsing():
            "ptxas info    : Used 254 registers, used 1 barriers, 208 bytes cumulative stack size\n")
     assert ptxas_usage(log) == dict(registers=254, spill_stores=212, spill_loads=348,
                                     stack_bytes=208, wgmma_serialized=False)
-    # the note as ptxas printed it for a d=128 forward tried in the fifth session (NOTES)
+    # the note as ptxas printed it for a d=128 forward tried with scores ahead (D12)
     note = ("ptxas info    : (C7515) Potential Performance Loss: wgmma.mma_async instructions are "
             "serialized due to non wgmma instructions defining accumulator registers of a wgmma "
             "between start and end of the pipeline stage in the function '_attn_fwd'\n")
