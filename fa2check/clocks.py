@@ -5,7 +5,7 @@ windows, wall-clock start and end) is credited to that contender. Read only: not
 GPU is changed.
 
 Why: at the H200's 700 W cap the clock falls, and a kernel that does the same work in less
-time falls further (ablations/NOTES.md, tenth session: 1800 MHz for ours against 1910 MHz
+time falls further (docs/ablation.md, the power cap: 1800 MHz for ours against 1910 MHz
 for sdpa-flash in the same loop), so a short measurement from a cool GPU and a sustained one
 give different ratios. A do_bench call (5 + 20 ms) is about half the sampling period, so a
 contender gets a sample in about every other call; the report pools them by seqlen. Samples

@@ -13,7 +13,7 @@ The model is deliberately simple and is written down so that a run can be compar
   programs can fill (2 per SM); split-K and FA1's normalisation cost factors SPLIT_K_COST and
   DEFER_OFF_COST.
 This is a budgeting model, on the slow side on purpose so that a run fits its time; the
-physical predictions that the measurements are compared with are in ablations/NOTES.md.
+physical predictions that the measurements are compared with are in docs/decisions.md.
 """
 from __future__ import annotations
 
@@ -21,17 +21,18 @@ from .tuning import FINAL_ROUNDS, FINALISTS
 
 SMS = 132
 PROGRAMS_PER_SM = 2
-# Calibrated on the first H200 run (ablations/results/20261130-100200-*-paper-fwd.log): the
-# first model (1.5 / 7.0 / 2.0 s, split-K 1.8x slower, ours at 300/260 forward and 200/170
-# backward) predicted 76 s of precompiling where 168 s were measured, and a 55 s sweep where
-# 116 s were measured; split-K ran about 15x slower than split-Q, and the backward (default
-# tiles, quick grid) at about 95 TFLOP/s. Recalibrated after the fourth session's tuned
-# backward with the dQ pass (results/20261130-153348-*): FA2 bwd 246-392 TFLOP/s non-causal,
-# 145-358 causal; at 95/85 the plan predicted a 366 s bwd,fwd+bwd sweep where 197 s were measured.
+# Calibrated on the first H200 run (20261130-100200-*-paper-fwd.log, in git history: see
+# ablations/results/MANIFEST.md): the first model (1.5 / 7.0 / 2.0 s, split-K 1.8x slower, ours at
+# 300/260 forward and 200/170 backward) predicted 76 s of precompiling where 168 s were measured,
+# and a 55 s sweep where 116 s were measured; split-K ran about 15x slower than split-Q, and the
+# backward (default tiles, quick grid) at about 95 TFLOP/s. Recalibrated on the first tuned backward
+# with the dQ pass (docs/decisions.md#D30, results/20261130-153348-*): FA2 bwd 246-392 TFLOP/s
+# non-causal, 145-358 causal; at 95/85 the plan predicted a 366 s bwd,fwd+bwd sweep where 197 s were
+# measured.
 COMPILE_S = {"split_q": 3.2, "split_k": 15.0, "bwd": 4.0}
-# A causal forward compiles two kernels, the main launch and REPAIR (kernels/forward.py): the
-# thirteenth session's d=128 causal tuning precompiled 136 such jobs in about 190 s where one
-# kernel a job predicted 94 s; with both counted, 160 jobs were planned at 203 s and took 194 s.
+# A causal forward compiles two kernels, the main launch and REPAIR (kernels/forward.py): the d=128
+# causal tuning with nan_flags twins (D04) precompiled 136 such jobs in about 190 s where one kernel
+# a job predicted 94 s; with both counted, 160 jobs were planned at 203 s and took 194 s.
 CAUSAL_FWD_KERNELS = 2
 WORKER_START_S = 15.0
 OVERHEAD_MS = 3.0  # host work around each measurement

@@ -252,7 +252,7 @@ def backends_table(view: str, triton: dict, gluon: dict) -> Grid:
 CLOCK_CAPTION = ("MHz / W: SM clock and board power, medians of the nvidia-smi samples taken "
                  "during that contender's timing in this seqlen's cells (fa2check.clocks). In "
                  "5 s loops at the H200's 700 W cap, our kernels ran 105-123 MHz below "
-                 "sdpa-flash in the two cells probed (ablations/NOTES.md, tenth session).")
+                 "sdpa-flash in the two cells probed (docs/ablation.md, the power cap).")
 
 
 def versus_sdpa_table(mode: str, data: dict) -> Grid:

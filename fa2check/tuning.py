@@ -49,27 +49,27 @@ FWD_SPACE = {
           (128, 128, 8, 2, True)],
 }  # default_config's choices are among them (split-K at d=128 defaults to (64, 64, 8, 3)).
 # TMA (K/V through tensor descriptors) was 4-9% faster than the same tiles with pointer loads
-# at 1k-4k in an A/B on the H200 (ablations/NOTES.md, fifth session), so every tile that won
+# at 1k-4k in an A/B on the H200 (docs/decisions.md#D10), so every tile that won
 # for some variant before has a TMA twin; TMA also takes the split-K tiles' spills down
 # (compile gate: (32, 128, 4, 2) at d=128 from 1288 to 816 bytes). Dropped as never in any
 # variant's best three in the tuned runs so far: (128, 32, 4, 3) and (64, 32, 4, 2) at d=64.
-# Added in the ninth session: (64, 64, 4, 2, True) at d=64 (42 KB of shared memory: room for 5
+# Added with D19: (64, 64, 4, 2, True) at d=64 (42 KB of shared memory: room for 5
 # CTAs an SM, though its 111 registers allow 4), the fastest FA2 tile of a 1k-2k causal A/B (up
 # to 5% ahead of the winners at 2k, timed 100 ms a version, a longer load than the benchmark's;
 # the tuner has not picked it for FA2).
 # (A tile choice computing 1/4 or 1/2 of the exp2 by a polynomial on the FMA units was built
-# for d=64 and measured 8-14% and 22-26% slower on the H200; removed, ablations/NOTES.md.)
+# for d=64 and measured 8-14% and 22-26% slower on the H200; removed, D14.)
 # (bwd_block_m, bwd_block_n, bwd_num_warps, bwd_num_stages, bwd_dq_pass): both places of the
 # dQ computation (kernels/backward.py). Chosen from the sm_90 compile gate's spill census
 # (python -m fa2check.compile_gate --kernel attn_bwd --bwd-...) and the first tuned run
 # (results/20261130-151801-*: the dQ pass won every key, and 3 stages beat 2 everywhere),
 # so the list is mostly dQ-pass tiles around those winners, with more stages, and the best
 # dQ-in-loop tiles of that run. (TMA loads in the backward's loops were built and measured
-# no faster, 1-4% slower at d=64: ablations/NOTES.md, sixth session; removed.) Those runs
-# timed dQ in the loop with fenced (acq_rel) atomics; with relaxed ones (sixth session) the
+# no faster, 1-4% slower at d=64: D32; removed.) Those runs timed dQ in the loop with
+# fenced (acq_rel) atomics; with relaxed ones (D31) the
 # space gained the dQ-in-loop tiles the compile gate shows spilling least: d=64 (32, 64, 4, 2)
 # none, (32, 64, 4, 3) 52 bytes causal; d=128 (16, 64, 4, 3) 92/116 bytes. Measured after (A/B,
-# seventh session): relaxed adds made dQ in the loop 1.7-2.0x faster, still 1.2-1.5x slower
+# D31): relaxed adds made dQ in the loop 1.7-2.0x faster, still 1.2-1.5x slower
 # than the dQ pass, and none of these tiles won a long-sequence key; the short-sequence
 # winners in the committed results were tuned before they were added.
 BWD_SPACE = {
@@ -88,18 +88,18 @@ BWD_SPACE = {
 # off and the other TMA tiles here 2.8-11.7%; pointer-load tiles were slower off (d=128
 # (64, 64, 4, 3) by up to 8%, d=64's tuned tile by 5-14%), though the main loop's PTX is the
 # same: ptxas schedules it differently. No d=64 tile off beat d=64's best on, so d=64 has none
-# (ablations/NOTES.md, thirteenth session).
+# (docs/decisions.md#D04).
 CAUSAL_FWD_NAN_FLAGS_OFF = {128: [(64, 64, 4, 3, True), (64, 64, 4, 4, True),
                                   (128, 64, 8, 3, True)]}
 # d=64 also tries these (block_m, block_n, num_warps, num_stages, tma, max_registers): the
 # forward is latency-bound there (two CTAs of 4 warps an SM left half the cycles with no warp
-# to issue, Nsight Compute, seventh session), and a register cap adds a resident CTA without
+# to issue, Nsight Compute, D14), and a register cap adds a resident CTA without
 # spilling (sm_90 compile gate, bf16, causal and full): the pointer tiles use 133 registers,
 # 3 CTAs an SM, and 128 without spills (4 CTAs; shared memory allows 4 with 3 stages, 5 with
 # 2); the 2-stage TMA tile uses 111 (4 CTAs) and 96 with 4 bytes of spills (5 CTAs, 41 KB of
-# shared memory each). Since the forward's causal-only mask (sixteenth session) the causal main
+# shared memory each). Since the forward's causal-only mask (D23) the causal main
 # launch needs 128 (pointer tile) and 112 (TMA tile) uncapped, and the TMA tile at 96
-# spills nothing. On the H200 (fifteenth session) the TMA tile at 96 registers was the
+# spills nothing. On the H200 (D22) the TMA tile at 96 registers was the
 # fastest of five tiles (these three, two uncapped) in 15 of 16 d=64 cells (1k-16k, both
 # masks and dtypes), and FA2's re-tuned winner below 2k; the pointer tile at 128 gained 1-6%
 # with the full mask, nothing causal; the 2-stage pointer tile at 128 lost 0.4-8%.
@@ -123,7 +123,7 @@ CPU_BWD_SPACE = [(16, 32, 4, 1, False), (32, 16, 4, 1, True)]
 # interleaved rounds, and the lowest median of those wins. The top tiles of a key are often
 # within 1-3% of each other, and a pass times them one after another while the GPU's clock
 # and power drift (on the H200 the finalists' final medians were -0.7% to +7.3% off their own
-# first-pass times; ablations/NOTES.md, ninth session). In their first use they kept the first
+# first-pass times; docs/decisions.md#D18). In their first use they kept the first
 # pass's leader in all 32 keys.
 FINALISTS = 3
 FINAL_ROUNDS = 3
@@ -132,12 +132,12 @@ TUNE_SEQLEN = 4096
 # Seqlen bands, per part: {band: (first seqlen of the band, seqlen it is tuned on)}; the band
 # "" is tuned at TUNE_SEQLEN (--tune-seqlen). Why more than one:
 # - bwd "long": the tile tuned at 4k for FA2 d=128 causal, (32, 64, 4, 3), ran 16k fwd+bwd 4.4%
-#   slower than (64, 128, 8, 3) on the H200 (ablations/NOTES.md, seventh session). The forward
+#   slower than (64, 128, 8, 3) on the H200 (docs/decisions.md#D17). The forward
 #   has no long band: at 16k its slowest variants would make the 32 forward keys' tuning about
 #   800 s (fa2check.plan's estimate), more than a device call.
 # - fwd "short": at 1k a row block walks a quarter of the K/V tiles it walks at 4k, so the
 #   per-program costs weigh more; every tile of the space timed at 1k and 2k on the H200 found
-#   tiles 2-3% faster than the 4k winners at 1k and none at 2k (NOTES, sixth session, call 4).
+#   tiles 2-3% faster than the 4k winners at 1k and none at 2k (docs/decisions.md#D16).
 TUNE_BANDS = {"fwd": {"short": (0, 1024), "": (2048, TUNE_SEQLEN)},
               "bwd": {"": (0, TUNE_SEQLEN), "long": (8192, 16384)}}
 

@@ -363,7 +363,7 @@ def test_d64_tries_register_capped_tiles_in_every_variant_and_mask():
 def test_jobs_that_compile_different_kernels_have_different_keys():
     """Precompiling runs one job per key: a tile choice that changes the forward's code
     (nan_flags, key_slices) must change the key, or its kernels compile lazily while tuning
-    times them (the thirteenth session's nan_flags twins did); backward fields must not."""
+    times them (D04's nan_flags twins did); backward fields must not."""
     from dataclasses import replace
 
     from fa2check import tuning
@@ -644,20 +644,20 @@ def test_sharded_run_keeps_every_cell_in_grid_order(tmp_path, device, monkeypatc
 
 
 def _ablations_script(name: str):
-    """A script of ablations/ (not a package), imported as a module."""
+    """A script of ablations/probes/ (not a package), imported as a module."""
     import importlib.util
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     spec = importlib.util.spec_from_file_location(name, os.path.join(root, "ablations",
-                                                                     f"{name}.py"))
+                                                                     "probes", f"{name}.py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
 def test_stall_probe_summarizes_a_saved_nsight_compute_csv():
-    """ablations/stall_probe.py --summarize on the committed counters of the d=64 forward
-    (the numbers ablations/NOTES.md quotes)."""
+    """ablations/probes/stall_probe.py --summarize on the committed counters of the d=64
+    forward (the numbers docs/decisions.md#D14 quotes)."""
     probe = _ablations_script("stall_probe")
     rows = probe.summarize(Path(__file__).resolve().parents[1] / "ablations" / "results"
                            / "20261130-h200-ncu-fwd.csv")
@@ -668,7 +668,7 @@ def test_stall_probe_summarizes_a_saved_nsight_compute_csv():
 
 
 def test_targets_across_runs_tell_a_shared_miss_from_a_single_runs(tmp_path, capsys):
-    """ablations/targets.py --across: each cell that missed in some run, with every run's
+    """ablations/probes/targets.py --across: each cell that missed in some run, with every run's
     ratio. Synthetic runs: FA2 at about 0.97 ms, sdpa-flash 1.1 ms (1.13x, a miss) in both,
     but 1.4 ms (1.44x) in the second run's first cell."""
     targets = _ablations_script("targets")
@@ -705,7 +705,7 @@ def test_targets_across_runs_tell_a_shared_miss_from_a_single_runs(tmp_path, cap
 
 
 def test_same_gradients_tells_a_changed_kernel_from_an_equal_one(tmp_path):
-    """ablations/same_gradients.py: the tree against itself has no difference; a copy whose
+    """ablations/probes/same_gradients.py: the tree against itself has no difference; a copy whose
     backward scales dK by 1.0001 differs in dk alone; one whose forward's log2(e) is off by
     0.5% differs in o and lse too."""
     import shutil
@@ -732,7 +732,7 @@ def test_same_gradients_tells_a_changed_kernel_from_an_equal_one(tmp_path):
 
 
 def test_clock_probe_reads_tiles_and_skips_the_power_ramp():
-    """ablations/clock_probe.py's parsing (the probe itself needs a GPU)."""
+    """ablations/probes/clock_probe.py's parsing (the probe itself needs a GPU)."""
     probe = _ablations_script("clock_probe")
     assert probe.parse_tile("64,64,4,3,tma", backward=False) == {
         "block_m": 64, "block_n": 64, "num_warps": 4, "num_stages": 3, "tma": True}
@@ -783,10 +783,10 @@ def test_a_compressed_results_file_is_read_under_its_first_name(tmp_path):
 
 
 def test_sass_loops_reads_control_bits_and_keeps_the_innermost_loops():
-    """ablations/sass_loops.py's parsing, on made-up `cuobjdump -sass` lines: the stall cycles
-    and wait mask come from the high word's control bits, and of two nested loops that issue
-    HGMMA only the inner one is kept; a loop without HGMMA, and a region from a branch after a
-    loop back into its body, are dropped."""
+    """ablations/probes/sass_loops.py's parsing, on made-up `cuobjdump -sass` lines: the stall
+    cycles and wait mask come from the high word's control bits, and of two nested loops that
+    issue HGMMA only the inner one is kept; a loop without HGMMA, and a region from a branch
+    after a loop back into its body, are dropped."""
     sass_loops = _ablations_script("sass_loops")
 
     def line(addr, text, stall, wait=0):
@@ -820,9 +820,9 @@ def test_sass_loops_reads_control_bits_and_keeps_the_innermost_loops():
 
 
 def test_ab_table_names_versions_by_what_differs_and_measures_against_the_first():
-    """ablations/ab_table.py: each time's change is against the first version of its cell, the
-    shared fields are named once, the dtype comes from the recorded command, and a version
-    missing from a cell shows '-' rather than a change."""
+    """ablations/probes/ab_table.py: each time's change is against the first version of its
+    cell, the shared fields are named once, the dtype comes from the recorded command, and a
+    version missing from a cell shows '-' rather than a change."""
     ab_table = _ablations_script("ab_table")
     base, capped = "kernels:block_m=64,num_stages=3", "kernels:block_m=64,num_stages=3,maxreg=96"
 
@@ -841,7 +841,7 @@ def test_ab_table_names_versions_by_what_differs_and_measures_against_the_first(
 
 
 def test_ab_copy_applies_the_kernels_part_of_a_patch(tmp_path):
-    """ablations/ab_copy.sh makes ablations/ab/NAME/kernels from kernels/ and a patch's
+    """ablations/probes/ab_copy.sh makes ablations/ab/NAME/kernels from kernels/ and a patch's
     kernels/ hunks only; a patch that changes nothing there, or no patch, is an error; several
     patches go on in order, each on top of the ones before, into ablations/ab/A+B."""
     import difflib
@@ -854,7 +854,7 @@ def test_ab_copy_applies_the_kernels_part_of_a_patch(tmp_path):
     kernels_part = "".join(difflib.unified_diff(source, changed, "a/kernels/forward.py",
                                                 "b/kernels/forward.py"))
     other_part = ("--- a/README.md\n+++ b/README.md\n@@ -1 +1 @@\n-x\n+y\n")
-    script = os.path.join(root, "ablations", "ab_copy.sh")
+    script = os.path.join(root, "ablations", "probes", "ab_copy.sh")
 
     twice = [changed[0].rstrip("\n") + " twice\n"] + source[1:]
     on_top = "".join(difflib.unified_diff(changed, twice, "a/kernels/forward.py",
@@ -906,7 +906,7 @@ def test_every_kept_patch_applies_to_the_kernels():
 
 
 def test_launch_tail_model_starts_programs_in_order_on_the_first_free_slot():
-    """ablations/launch_tail.py: a long program started last runs alone at the end; started
+    """ablations/probes/launch_tail.py: a long program started last runs alone at the end; started
     first, it overlaps the short ones. The heaviest-first launch ranks every head's programs
     alike, the longest first, each kind alternating."""
     tail = _ablations_script("launch_tail")
@@ -923,7 +923,7 @@ def test_launch_tail_model_starts_programs_in_order_on_the_first_free_slot():
 
 
 def test_compare_kernels_puts_every_version_first_in_turn():
-    """ablations/compare_kernels.py rotates the order of the versions each round, so no
+    """ablations/probes/compare_kernels.py rotates the order of the versions each round, so no
     version is always measured first."""
     compare = _ablations_script("compare_kernels")
     names = ["a", "b", "c"]

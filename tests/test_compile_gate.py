@@ -130,7 +130,7 @@ def test_ptxas_log_parsing():
            "ptxas info    : Used 254 registers, used 1 barriers, 208 bytes cumulative stack size\n")
     assert ptxas_usage(log) == dict(registers=254, spill_stores=212, spill_loads=348,
                                     stack_bytes=208, wgmma_serialized=False)
-    # the note as ptxas printed it for a d=128 forward tried in the fifth session (NOTES)
+    # the note as ptxas printed it for a d=128 forward tried with scores ahead (D12)
     note = ("ptxas info    : (C7515) Potential Performance Loss: wgmma.mma_async instructions are "
             "serialized due to non wgmma instructions defining accumulator registers of a wgmma "
             "between start and end of the pipeline stage in the function '_attn_fwd'\n")
@@ -206,7 +206,7 @@ def test_a_run_into_a_log_shows_its_progress(fa2_all_shapes):
 
 
 def test_sass_loops_finds_the_forwards_k_v_loops_in_real_sass():
-    """ablations/sass_loops.py on kernels compiled for sm_90: the forward's main launch has
+    """ablations/probes/sass_loops.py on kernels compiled for sm_90: the forward's main launch has
     two inner loops that issue HGMMA, the unmasked key tiles and then the masked ones (the
     diagonal when causal, the ragged key tail either way), the masked one longer by its
     compares and selects, and ptxas wrote stall cycles into both."""
@@ -216,7 +216,7 @@ def test_sass_loops_finds_the_forwards_k_v_loops_in_real_sass():
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     tile = "block_m=64,block_n=64,num_warps=4,num_stages=2"
     for mask in ([], ["--full"]):
-        proc = subprocess.run([sys.executable, "ablations/sass_loops.py", tile, *mask],
+        proc = subprocess.run([sys.executable, "ablations/probes/sass_loops.py", tile, *mask],
                               cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
         assert proc.returncode == 0, proc.stderr[-2000:]
         found = [(int(n), int(stall)) for n, stall in re.findall(

@@ -1,7 +1,8 @@
-"""ablations/gluon_pingpong.py (the FlashAttention-3-style Gluon forward, an experiment) still
-compiles for sm_90 with Triton's Gluon as installed: warp-specialised (setmaxnreg), wgmma, no
-register spills. Triton's interpreter cannot run Gluon, so this is all the CPU can check; its
-results are checked against the oracle on the GPU (`--check`, ablations/NOTES.md)."""
+"""ablations/probes/gluon_pingpong.py (the FlashAttention-3-style Gluon forward, an
+experiment) still compiles for sm_90 with Triton's Gluon as installed: warp-specialised
+(setmaxnreg), wgmma, no register spills. Triton's interpreter cannot run Gluon, so this is all
+the CPU can check; its results are checked against the oracle on the GPU (`--check`,
+docs/decisions.md#D43)."""
 import json
 import os
 import subprocess
@@ -13,7 +14,7 @@ from compile_cli import ROOT
 
 PROBE = """
 import json, sys
-sys.path.insert(0, "ablations")
+sys.path.insert(0, "ablations/probes")
 import gluon_pingpong
 print(json.dumps(gluon_pingpong.compile_report(head_dim={d}, block_n=128, consumers={c})))
 """

@@ -85,7 +85,7 @@ GPU_PROBLEMS = [
     Problem(2, 4, 2, 513, 1024, 256, "float16", False),
     # float32 runs on the CUDA cores, and the variants without seq_parallel put a whole head
     # in one program: at 4096^2 this case alone did not finish in 225 s on the H200; at
-    # 2048^2 it passed alone in 243 s on a fresh device (compiles included, tenth session)
+    # 2048^2 it passed alone in 243 s on a fresh device (compiles included, D09)
     Problem(1, 4, 4, 2048, 2048, 128, "float32", True),
     Problem(1, 10, 2, 333, 4000, 32, "bfloat16", True),
     Problem(1, 4, 4, 1500, 1500, 16, "float16", False),

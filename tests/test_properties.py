@@ -163,7 +163,7 @@ def test_recomputed_row_blocks_keep_the_bits_of_their_other_rows(variant, tma, n
     if device == "cuda" and not variant.split_q:
         # known open: float32 split-K on the GPU gave rows 1 ulp apart on the H200, probably
         # because the repair's code (sanitised V) changes how the batched FMA product is contracted
-        # (ablations/results/20261130-h200-repair-bits-probe.log)
+        # (docs/decisions.md#D03)
         request.applymarker(pytest.mark.xfail(strict=True, reason="float32 split-K REPAIR "
                                               "rows 1 ulp apart on the GPU"))
     assert torch.equal(flagged[others], clean[others])
