@@ -4,7 +4,7 @@ specialization, without Triton's per-call argument binding.
 Triton's launcher (`JITFunction.run`) binds and specializes every argument at every call (one
 C call an argument, then a cache key built from all of them and the options). For our kernels,
 with 20-40 arguments, that is most of a launch's host time, which short calls feel
-(ablations/NOTES.md). `CachedLaunch` wraps a jit function: its first launch for a given key
+(docs/decisions.md D28). `CachedLaunch` wraps a jit function: its first launch for a given key
 goes through Triton's own path, which compiles or finds the kernel; later launches with the
 same key call that compiled kernel directly.
 

@@ -4,10 +4,10 @@ Causal programs differ in length: a query row block i (the forward's, the dQ pas
 keys up to i's diagonal, the backward's column block j walks the query rows from j's diagonal
 down. The GPU starts programs in launch order, so with every head's programs in index order the
 last heads' longest row blocks start last and end alone: a tail of about 3-8% of a causal
-launch in ablations/launch_tail.py's model. The causal forward uses it from
-LONGEST_FIRST_MIN_KEYS keys; the backward's use (column blocks and dQ row blocks) is
-ablations/patches/heaviest-first-bwd.patch, measured slower at d=64 causal 16k
-(ablations/NOTES.md, eighteenth session).
+launch in ablations/probes/launch_tail.py's model. The causal forward uses it from
+LONGEST_FIRST_MIN_KEYS keys (docs/decisions.md D25, D26); the backward's use (column blocks and
+dQ row blocks) is ablations/patches/heaviest-first-bwd.patch, measured faster and not yet
+adopted (D39).
 """
 import triton
 import triton.language as tl
@@ -15,12 +15,12 @@ import triton.language as tl
 # Windows of heads whose tensors that many programs read again (the forward: K and V; the
 # backward: Q, dO, K and V) take about this many bytes in 2-byte types: a window's data stays in
 # the 50 MB L2, and a window holds enough work that its longest programs, started first, end
-# with the rest (ablations/NOTES.md, eighteenth session).
+# with the rest (docs/decisions.md D25).
 WINDOW_BYTES = tl.constexpr(32 << 20)
 
 # Below this many keys the causal forward runs in index order: at 1k keys longest first was
 # 4% slower in an A/B (d=128 bf16) and 5-8% in the forward tables; at 2k it was as fast
-# (d=128) or 3% faster (d=64) (ablations/NOTES.md, nineteenth and twentieth sessions).
+# (d=128) or 3% faster (d=64) (docs/decisions.md D26).
 LONGEST_FIRST_MIN_KEYS = tl.constexpr(2048)
 
 
