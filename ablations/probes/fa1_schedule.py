@@ -60,6 +60,7 @@ def dram_model_bytes(cell, config):
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default=os.environ.get("OUT", "out"))
+    p.add_argument("--commit", help="the git commit to record (the device's copy has a stale .git)")
     p.add_argument("--seqlens", default="1024,2048,8192")
     p.add_argument("--ncu-cell", action="store_true", help="run the FA1-schedule forward of "
                    f"{NCU_CELL} once (profile it with ncu) and print its model bytes")
@@ -77,8 +78,8 @@ def main():
         return 0
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    commit = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True,
-                            text=True).stdout.strip()
+    commit = args.commit or subprocess.run(["git", "rev-parse", "--short=12", "HEAD"],
+                                           capture_output=True, text=True).stdout.strip()
     provenance = dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__,
                       triton=__import__("triton").__version__, commit=commit,
                       date=time.strftime("%Y-%m-%dT%H:%M:%S%z"), command=" ".join(sys.argv))

@@ -95,18 +95,44 @@ def time_fn(fn):
     return do_bench(fn, warmup=25, rep=120, return_mode="median")
 
 
+def render(path) -> str:
+    """A saved run as markdown: TFLOP/s and % of the run's matmul rate per variant, and the
+    split-K / split-Q time ratio with defer_norm on and off."""
+    data = json.loads(Path(path).read_text())
+    prov, matmul = data["provenance"], data["matmul_tflops"]
+    names = ["hopper" + str(v) for v in HOPPER_VARIANTS]
+    lines = [f"Measured on {prov['gpu']}, torch {prov['torch']}, triton {prov['triton']}, git "
+             f"{prov['commit']}, {prov['date']}; `{prov['command']}`; bf16 matmul "
+             f"{matmul:.0f} TFLOP/s in the same run. TFLOP/s (% of matmul); each variant on "
+             "its own tiles (block_n, stages), tuned at 4k.", "",
+             "| cell | FA2 (split-Q) | split-K | defer_norm off, split-Q | defer_norm off, "
+             "split-K | split_q factor | split_q factor, defer_norm off |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for row in data["cells"]:
+        t, ms = row["tflops"], row["ms"]
+        cells = [f"{t[n]:.0f} ({100 * t[n] / matmul:.0f}%)" for n in names]
+        lines.append(f"| {Cell(**row['cell'])} | " + " | ".join(cells) +
+                     f" | {ms[names[1]] / ms[names[0]]:.2f}x | {ms[names[3]] / ms[names[2]]:.2f}x |")
+    return "\n".join(lines)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default=os.environ.get("OUT", "out"))
+    p.add_argument("--commit", help="the git commit to record (the device's copy has a stale .git)")
     p.add_argument("--seqlens", default="1024,2048,4096,8192,16384")
     p.add_argument("--dtypes", default="bfloat16")
     p.add_argument("--tune-seqlen", type=int, default=4096)
     p.add_argument("--skip-check", action="store_true")
+    p.add_argument("--render", metavar="JSON", help="print a saved run as markdown and exit")
     args = p.parse_args()
+    if args.render:
+        print(render(args.render))
+        return 0
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    commit = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True,
-                            text=True).stdout.strip()
+    commit = args.commit or subprocess.run(["git", "rev-parse", "--short=12", "HEAD"],
+                                           capture_output=True, text=True).stdout.strip()
     provenance = dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__,
                       triton=__import__("triton").__version__, commit=commit,
                       date=time.strftime("%Y-%m-%dT%H:%M:%S%z"), command=" ".join(sys.argv))
