@@ -65,49 +65,69 @@ def mma_layout(n):
                                      instr_shape=[16, n, 16])
 
 
-@gluon.constexpr_function
-def exchange_layout():
-    return gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[1, 0])
+@gluon.jit
+def _heads(heads_q, group_size):
+    """This program's batch, query head and kv head (grid axis 1)."""
+    bh = gl.program_id(1)
+    off_h = bh % heads_q
+    return bh // heads_q, off_h, off_h // group_size
 
 
 @gluon.jit
-def _work(seqlen_q, seqlen_k, heads_q, group_size, causal, ROWS: gl.constexpr,
-          BLOCK_N: gl.constexpr):
-    """This program's (batch, query head, kv head), its first query row, and its number of K/V
-    tiles (causal: up to what its last row sees). Causal row blocks go longest first."""
+def _row_block_span(seqlen_q, seqlen_k, causal: gl.constexpr, ROWS: gl.constexpr, BLOCK_N: gl.constexpr):
+    """seq_parallel: this program's row block (causal: longest first) and its K/V tile count."""
     row_blocks = gl.cdiv(seqlen_q, ROWS)
     block = gl.program_id(0)
     if causal:
         block = row_blocks - 1 - block
-    bh = gl.program_id(1)
-    off_b = bh // heads_q
-    off_h = bh % heads_q
-    start_m = block * ROWS
-    hi = seqlen_k
-    if causal:
-        hi = gl.minimum(gl.maximum(start_m + ROWS + seqlen_k - seqlen_q, 0), seqlen_k)
-    return off_b, off_h, off_h // group_size, start_m, gl.cdiv(hi, BLOCK_N)
+    return block * ROWS, _tiles_seen(block * ROWS, seqlen_q, seqlen_k, causal, ROWS, BLOCK_N)
 
 
 @gluon.jit
-def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, kv_ready, kv_empty,
-              x_max, x_sum, x_out, bar_max, bar_out, O, LSE, M, L, seqlen_q, seqlen_k, heads_q, group_size,
-              causal, qk_scale, stride_ob, stride_oh, stride_om, stride_lb, stride_lh,
-              DEFER_NORM: gl.constexpr, SPLIT_Q: gl.constexpr, CONSUMER: gl.constexpr):
-    """One warp: Q once, then K_j and V_j into the ring (V in column halves under split-K)."""
-    Q_BOXES: gl.constexpr = q_smem.type.shape[0]
+def _tiles_seen(start_m, seqlen_q, seqlen_k, causal: gl.constexpr, ROWS: gl.constexpr, BLOCK_N: gl.constexpr):
+    """How many K/V tiles rows start_m .. start_m + ROWS - 1 see (causal: up to the last
+    row's diagonal, query i seeing key j iff j <= i + seqlen_k - seqlen_q)."""
+    hi = seqlen_k
+    if causal:
+        hi = gl.minimum(gl.maximum(start_m + ROWS + seqlen_k - seqlen_q, 0), seqlen_k)
+    return gl.cdiv(hi, BLOCK_N)
+
+
+@gluon.jit
+def _first_row_block(j, seqlen_q, seqlen_k, causal: gl.constexpr, ROWS: gl.constexpr, BLOCK_N: gl.constexpr):
+    """FA1's schedule: the first row block that sees a key of K/V tile j (row block i's last
+    row i ROWS + ROWS - 1 sees key j BLOCK_N iff i >= (j BLOCK_N - diag) // ROWS)."""
+    if causal:
+        return gl.maximum(j * BLOCK_N - (seqlen_k - seqlen_q), 0) // ROWS
+    return 0
+
+
+@gluon.jit
+def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, kv_ready,
+              kv_empty, x_max, x_sum, x_out, bar_max, bar_out, O, LSE, M, L, O_TMP, STATS_TMP,
+              seqlen_q, seqlen_k, heads_q, group_size, qk_scale, stride_ob, stride_oh,
+              stride_om, stride_lb, stride_lh, stats_tmp_stride,
+              DEFER_NORM: gl.constexpr, SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr,
+              causal: gl.constexpr, CONSUMER: gl.constexpr):
+    """One warp. seq_parallel: Q once, then K_j and V_j into the ring. FA1's schedule: for each
+    K/V tile j, K_j and V_j into the ring, then Q_i of every row block that sees it into the
+    two-slot Q ring (Q is read again for every K/V tile, as FA1 read it). Under split-K V
+    arrives in column halves, one a consumer."""
+    BM: gl.constexpr = ROWS_PER_WARPGROUP
+    Q_BOXES: gl.constexpr = 2 if SPLIT_Q else 1
+    ROWS: gl.constexpr = Q_BOXES * BM
     V_PARTS: gl.constexpr = v_smem.type.shape[0] // k_smem.type.shape[0]
     STAGES: gl.constexpr = k_smem.type.shape[0]
     BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
     V_COLS: gl.constexpr = v_desc.block_type.shape[3]
-    off_b, off_h, off_hkv, start_m, n_tiles = _work(
-        seqlen_q, seqlen_k, heads_q, group_size, causal,
-        Q_BOXES * ROWS_PER_WARPGROUP, BLOCK_N)
-    mbarrier.expect(q_ready, Q_BOXES * q_desc.block_type.nbytes)
-    for c in gl.static_range(Q_BOXES):
-        tma.async_copy_global_to_shared(
-            q_desc, [off_b, off_h, start_m + c * ROWS_PER_WARPGROUP, 0], q_ready,
-            q_smem.index(c))
+    off_b, off_h, off_hkv = _heads(heads_q, group_size)
+    if SEQ_PARALLEL:
+        start_m, n_tiles = _row_block_span(seqlen_q, seqlen_k, causal, ROWS, BLOCK_N)
+        _load_q(q_desc, q_smem, q_ready, q_empty, 0, off_b, off_h, start_m, Q_BOXES)
+    else:
+        n_tiles = gl.cdiv(seqlen_k, BLOCK_N)
+        row_blocks = gl.cdiv(seqlen_q, ROWS)
+    t = 0  # (row block, K/V tile) steps so far: the Q ring's position
     for j in range(n_tiles):
         slot = j % STAGES
         # a slot is free once both consumers released it (mbarriers start with the phase
@@ -120,6 +140,24 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, kv_ready,
         for part in gl.static_range(V_PARTS):
             tma.async_copy_global_to_shared(v_desc, [off_b, off_hkv, j * BLOCK_N, part * V_COLS],
                                             ready, v_smem.index(slot * V_PARTS + part))
+        if not SEQ_PARALLEL:
+            for i in range(_first_row_block(j, seqlen_q, seqlen_k, causal, ROWS, BLOCK_N),
+                           row_blocks):
+                _load_q(q_desc, q_smem, q_ready, q_empty, t, off_b, off_h, i * ROWS, Q_BOXES)
+                t += 1
+
+
+@gluon.jit
+def _load_q(q_desc, q_smem, q_ready, q_empty, t, off_b, off_h, start_m, Q_BOXES: gl.constexpr):
+    """Rows start_m .. start_m + Q_BOXES * 64 - 1 into Q ring slot t % 2, once both consumers
+    released what that slot held."""
+    qs = t % 2
+    mbarrier.wait(q_empty.index(qs), ((t // 2) & 1) ^ 1)
+    mbarrier.expect(q_ready.index(qs), Q_BOXES * q_desc.block_type.nbytes)
+    for c in gl.static_range(Q_BOXES):
+        tma.async_copy_global_to_shared(
+            q_desc, [off_b, off_h, start_m + c * ROWS_PER_WARPGROUP, 0], q_ready.index(qs),
+            q_smem.index(qs * Q_BOXES + c))
 
 
 @gluon.jit
@@ -132,108 +170,104 @@ def _rendezvous(bars, phase, ME: gl.constexpr):
 
 
 @gluon.jit
-def _consumer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, kv_ready, kv_empty,
-              x_max, x_sum, x_out, bar_max, bar_out, O, LSE, M, L, seqlen_q, seqlen_k, heads_q, group_size,
-              causal, qk_scale, stride_ob, stride_oh, stride_om, stride_lb, stride_lh,
-              DEFER_NORM: gl.constexpr, SPLIT_Q: gl.constexpr, CONSUMER: gl.constexpr):
+def _fold_tile(m_i, l_i, acc, q, k_smem, v_smem, slot, j, t, row0, seqlen_q, seqlen_k,
+               causal: gl.constexpr, qk_scale, q_empty, kv_empty, x_max, x_sum, x_out, bar_max, bar_out,
+               DEFER_NORM: gl.constexpr, SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr,
+               CONSUMER: gl.constexpr):
+    """Fold K/V tile j (ring slot `slot`) into my rows' (m_i, l_i, acc); t counts this
+    consumer's tiles so far (the rendezvous' phase and, in FA1's schedule, the Q ring's)."""
     BM: gl.constexpr = ROWS_PER_WARPGROUP
-    Q_BOXES: gl.constexpr = q_smem.type.shape[0]
     STAGES: gl.constexpr = k_smem.type.shape[0]
     V_PARTS: gl.constexpr = v_smem.type.shape[0] // STAGES
-    BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
-    HEAD_DIM: gl.constexpr = k_desc.block_type.shape[3]
+    BLOCK_N: gl.constexpr = k_smem.type.shape[3]
+    HEAD_DIM: gl.constexpr = k_smem.type.shape[4]
     KEYS: gl.constexpr = BLOCK_N if SPLIT_Q else BLOCK_N // 2  # keys of a tile I take
     COLS: gl.constexpr = HEAD_DIM if SPLIT_Q else HEAD_DIM // 2  # output columns I own
+    KEY0: gl.constexpr = 0 if SPLIT_Q else CONSUMER * KEYS  # my first key within a tile
     s_layout: gl.constexpr = mma_layout(KEYS)
     o_layout: gl.constexpr = mma_layout(COLS)
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
     row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
     orow_layout: gl.constexpr = gl.SliceLayout(1, o_layout)
-    dtype: gl.constexpr = q_desc.dtype
-
-    off_b, off_h, off_hkv, start_m, n_tiles = _work(
-        seqlen_q, seqlen_k, heads_q, group_size, causal, Q_BOXES * BM, BLOCK_N)
-    KEY0: gl.constexpr = 0 if SPLIT_Q else CONSUMER * KEYS  # my first key within a tile
-    if SPLIT_Q:
-        row0 = start_m + CONSUMER * BM  # my own rows
-        q = q_smem.index(CONSUMER).reshape([BM, HEAD_DIM])
-    else:
-        row0 = start_m  # both consumers' rows
-        q = q_smem.index(0).reshape([BM, HEAD_DIM])
+    dtype: gl.constexpr = k_smem.dtype
     diag = seqlen_k - seqlen_q  # query i sees key j iff j <= i + diag
-    rows = row0 + gl.arange(0, BM, layout=row_layout)
-    if causal:  # tiles from here on hide a key from my first row
+
+    k_tile = k_smem.index(slot).reshape([BLOCK_N, HEAD_DIM]).slice(KEY0, KEYS, 0)
+    s = warpgroup_mma(q, k_tile.permute((1, 0)), gl.zeros([BM, KEYS], gl.float32, s_layout),
+                      use_acc=False)  # raw scores
+    if not SEQ_PARALLEL:
+        mbarrier.arrive(q_empty.index(t % 2), count=1)  # Q_i is read again next K/V tile
+    if causal:  # tiles from full_tiles on hide a key from my first row
         full_tiles = gl.minimum(gl.maximum(row0 + diag + 1, 0), seqlen_k) // BLOCK_N
     else:
         full_tiles = seqlen_k // BLOCK_N
-
-    m_i = gl.full([BM], float("-inf"), gl.float32, row_layout)
-    l_i = gl.zeros([BM], gl.float32, row_layout)
-    acc = gl.zeros([BM, COLS], gl.float32, o_layout)
-    s_zero = gl.zeros([BM, KEYS], gl.float32, s_layout)
-    o_zero = gl.zeros([BM, COLS], gl.float32, o_layout)
-    mbarrier.wait(q_ready, 0)
-    for j in range(n_tiles):
-        slot = j % STAGES
-        mbarrier.wait(kv_ready.index(slot), (j // STAGES) & 1)
-        k_tile = k_smem.index(slot).reshape([BLOCK_N, HEAD_DIM]).slice(KEY0, KEYS, 0)
-        s = warpgroup_mma(q, k_tile.permute((1, 0)), s_zero, use_acc=False)  # raw scores
-        if j >= full_tiles:
-            keys = j * BLOCK_N + KEY0 + gl.arange(0, KEYS, layout=gl.SliceLayout(0, s_layout))
-            if causal:  # row i sees keys j < i + diag + 1 (<= seqlen_k for stored rows)
-                s = gl.where(keys[None, :] <= rows[:, None] + diag, s, float("-inf"))
-            else:
-                s = gl.where((keys < seqlen_k)[None, :], s, float("-inf"))
-        m_tile = gl.max(s, 1)
-        if not SPLIT_Q:  # exchange 1: the tile's row max over both halves of its keys
-            x_max.index(CONSUMER).store(m_tile)
-            _rendezvous(bar_max, j, CONSUMER)
-            m_tile = gl.maximum(m_tile, x_max.index(1 - CONSUMER).load(row_layout))
-        m_new = gl.maximum(m_i, m_tile)
-        m_use = gl.where(m_new == float("-inf"), 0.0, m_new)  # a row with nothing visible yet
-        p = gl.exp2((s - m_use[:, None]) * qk_scale)
-        l_tile = gl.sum(p, 1)
-        alpha = gl.exp2((m_i - m_use) * qk_scale)
-        if SPLIT_Q:
-            l_new = alpha * l_i + l_tile
-            alpha_o = gl.convert_layout(alpha, orow_layout)
-            v_tile = v_smem.index(slot).reshape([BLOCK_N, HEAD_DIM])
-            if DEFER_NORM:
-                acc = warpgroup_mma(gl.convert_layout(p.to(dtype), p_layout), v_tile,
-                                    acc * alpha_o[:, None])
-            else:  # FA1: normalised at every tile; 1/l_new goes into P, acc stays in place
-                inv_l_new = 1.0 / gl.where(l_new == 0.0, 1.0, l_new)
-                p_n = p * inv_l_new[:, None]
-                keep = gl.convert_layout(l_i * alpha * inv_l_new, orow_layout)
-                acc = warpgroup_mma(gl.convert_layout(p_n.to(dtype), p_layout), v_tile,
-                                    acc * keep[:, None])
-            mbarrier.arrive(kv_empty.index(slot), count=1)
+    if j >= full_tiles:
+        keys = j * BLOCK_N + KEY0 + gl.arange(0, KEYS, layout=gl.SliceLayout(0, s_layout))
+        if causal:  # row i sees keys j < i + diag + 1 (<= seqlen_k for stored rows)
+            rows = row0 + gl.arange(0, BM, layout=row_layout)
+            s = gl.where(keys[None, :] <= rows[:, None] + diag, s, float("-inf"))
         else:
-            p_op = gl.convert_layout(p.to(dtype), p_layout)
-            v_mine = v_smem.index(slot * V_PARTS + CONSUMER).reshape([BLOCK_N, COLS])
-            v_other = v_smem.index(slot * V_PARTS + 1 - CONSUMER).reshape([BLOCK_N, COLS])
-            pv_other = warpgroup_mma(p_op, v_other.slice(KEY0, KEYS, 0), o_zero, use_acc=False,
-                                     is_async=True)
-            pv = warpgroup_mma(p_op, v_mine.slice(KEY0, KEYS, 0), o_zero, use_acc=False,
-                               is_async=True)
-            pv_other, pv = warpgroup_mma_wait(num_outstanding=0, deps=(pv_other, pv))
-            mbarrier.arrive(kv_empty.index(slot), count=1)
-            # exchange 2: the other's columns of my partial output, and my partial row sum
-            x_out.index(CONSUMER).store(pv_other)
-            x_sum.index(CONSUMER).store(l_tile)
-            _rendezvous(bar_out, j, CONSUMER)
-            pv = pv + x_out.index(1 - CONSUMER).load(o_layout)
-            l_tile = l_tile + x_sum.index(1 - CONSUMER).load(row_layout)
-            l_new = alpha * l_i + l_tile
-            alpha_o = gl.convert_layout(alpha, orow_layout)
-            if DEFER_NORM:
-                acc = acc * alpha_o[:, None] + pv
-            else:
-                inv_l_new = 1.0 / gl.where(l_new == 0.0, 1.0, l_new)
-                keep = gl.convert_layout(l_i * alpha * inv_l_new, orow_layout)
-                acc = acc * keep[:, None] + pv * gl.convert_layout(inv_l_new, orow_layout)[:, None]
-        m_i, l_i = m_new, l_new
+            s = gl.where((keys < seqlen_k)[None, :], s, float("-inf"))
+    m_tile = gl.max(s, 1)
+    if not SPLIT_Q:  # exchange 1: the tile's row max over both halves of its keys
+        x_max.index(CONSUMER).store(m_tile)
+        _rendezvous(bar_max, t, CONSUMER)
+        m_tile = gl.maximum(m_tile, x_max.index(1 - CONSUMER).load(row_layout))
+    m_new = gl.maximum(m_i, m_tile)
+    m_use = gl.where(m_new == float("-inf"), 0.0, m_new)  # a row with nothing visible yet
+    p = gl.exp2((s - m_use[:, None]) * qk_scale)
+    l_tile = gl.sum(p, 1)
+    alpha = gl.exp2((m_i - m_use) * qk_scale)
+    if SPLIT_Q:
+        l_new = alpha * l_i + l_tile
+        alpha_o = gl.convert_layout(alpha, orow_layout)
+        v_tile = v_smem.index(slot).reshape([BLOCK_N, HEAD_DIM])
+        if DEFER_NORM:
+            acc = warpgroup_mma(gl.convert_layout(p.to(dtype), p_layout), v_tile,
+                                acc * alpha_o[:, None])
+        else:  # FA1: normalised at every tile; 1/l_new goes into P, acc stays in place
+            inv_l_new = 1.0 / gl.where(l_new == 0.0, 1.0, l_new)
+            p_n = p * inv_l_new[:, None]
+            keep = gl.convert_layout(l_i * alpha * inv_l_new, orow_layout)
+            acc = warpgroup_mma(gl.convert_layout(p_n.to(dtype), p_layout), v_tile,
+                                acc * keep[:, None])
+    else:
+        o_zero = gl.zeros([BM, COLS], gl.float32, o_layout)
+        p_op = gl.convert_layout(p.to(dtype), p_layout)
+        v_mine = v_smem.index(slot * V_PARTS + CONSUMER).reshape([BLOCK_N, COLS])
+        v_other = v_smem.index(slot * V_PARTS + 1 - CONSUMER).reshape([BLOCK_N, COLS])
+        pv_other = warpgroup_mma(p_op, v_other.slice(KEY0, KEYS, 0), o_zero, use_acc=False,
+                                 is_async=True)
+        pv = warpgroup_mma(p_op, v_mine.slice(KEY0, KEYS, 0), o_zero, use_acc=False,
+                           is_async=True)
+        pv_other, pv = warpgroup_mma_wait(num_outstanding=0, deps=(pv_other, pv))
+        # exchange 2: the other's columns of my partial output, and my partial row sum
+        x_out.index(CONSUMER).store(pv_other)
+        x_sum.index(CONSUMER).store(l_tile)
+        _rendezvous(bar_out, t, CONSUMER)
+        pv = pv + x_out.index(1 - CONSUMER).load(o_layout)
+        l_tile = l_tile + x_sum.index(1 - CONSUMER).load(row_layout)
+        l_new = alpha * l_i + l_tile
+        alpha_o = gl.convert_layout(alpha, orow_layout)
+        if DEFER_NORM:
+            acc = acc * alpha_o[:, None] + pv
+        else:
+            inv_l_new = 1.0 / gl.where(l_new == 0.0, 1.0, l_new)
+            keep = gl.convert_layout(l_i * alpha * inv_l_new, orow_layout)
+            acc = acc * keep[:, None] + pv * gl.convert_layout(inv_l_new, orow_layout)[:, None]
+    return m_new, l_new, acc
 
+
+@gluon.jit
+def _store_outputs(m_i, l_i, acc, O, LSE, M, L, off_b, off_h, row0, seqlen_q, qk_scale,
+                   stride_ob, stride_oh, stride_om, stride_lb, stride_lh,
+                   DEFER_NORM: gl.constexpr, SPLIT_Q: gl.constexpr, CONSUMER: gl.constexpr):
+    """My rows' O (my columns) and, from one consumer, their L (or m and l): the epilogue."""
+    BM: gl.constexpr = ROWS_PER_WARPGROUP
+    o_layout: gl.constexpr = acc.type.layout
+    orow_layout: gl.constexpr = gl.SliceLayout(1, o_layout)
+    COLS: gl.constexpr = acc.type.shape[1]
+    row_layout: gl.constexpr = m_i.type.layout
     sees_a_key = l_i > 0.0
     l_safe = gl.where(sees_a_key, l_i, 1.0)
     if DEFER_NORM:  # the one deferred division
@@ -243,8 +277,9 @@ def _consumer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, kv_ready,
                                                           layout=gl.SliceLayout(0, o_layout))
     o_ptrs = (O + off_b.to(gl.int64) * stride_ob + off_h.to(gl.int64) * stride_oh
               + o_rows.to(gl.int64)[:, None] * stride_om + cols[None, :])
-    gl.store(o_ptrs, acc.to(dtype), mask=(o_rows < seqlen_q)[:, None])
+    gl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=(o_rows < seqlen_q)[:, None])
     if SPLIT_Q or CONSUMER == 0:  # split-K: both hold the same statistics
+        rows = row0 + gl.arange(0, BM, layout=row_layout)
         stat = off_b * stride_lb + off_h * stride_lh + rows
         if DEFER_NORM:
             lse = gl.where(sees_a_key, (m_i * qk_scale + gl.log2(l_safe)) * LN2, float("-inf"))
@@ -255,34 +290,153 @@ def _consumer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, kv_ready,
 
 
 @gluon.jit
-def _consumer0(args, DEFER_NORM: gl.constexpr, SPLIT_Q: gl.constexpr):
-    _consumer(*args, DEFER_NORM=DEFER_NORM, SPLIT_Q=SPLIT_Q, CONSUMER=0)
+def _partial_state(O_TMP, STATS_TMP, bh, row0, rows_tmp, stats_tmp_stride,
+                   COLS: gl.constexpr, o_layout: gl.constexpr, row_layout: gl.constexpr,
+                   CONSUMER: gl.constexpr, SPLIT_Q: gl.constexpr):
+    """FA1's schedule: pointers to my rows' fp32 partial output (my columns) in O_TMP
+    (B*H, rows_tmp, D) and to my copy of their m and l in STATS_TMP (2 consumers, m/l,
+    B*H*rows_tmp); rows_tmp is seqlen_q rounded up to whole row blocks, so no mask. The
+    scalar base carries the row block, the tensor part only the position within it (pointer
+    tensors that do not change with the row block would be hoisted out of the loops and
+    spilled)."""
+    BM: gl.constexpr = ROWS_PER_WARPGROUP
+    HEAD_DIM: gl.constexpr = COLS if SPLIT_Q else 2 * COLS
+    col0: gl.constexpr = 0 if SPLIT_Q else CONSUMER * COLS
+    o_base = O_TMP + (bh.to(gl.int64) * rows_tmp + row0) * HEAD_DIM + col0
+    acc_ptrs = (o_base + (gl.arange(0, BM, layout=gl.SliceLayout(1, o_layout)) * HEAD_DIM)[:, None]
+                + gl.arange(0, COLS, layout=gl.SliceLayout(0, o_layout))[None, :])
+    m_ptrs = (STATS_TMP + (2 * CONSUMER) * stats_tmp_stride + bh.to(gl.int64) * rows_tmp + row0
+              + gl.arange(0, BM, layout=row_layout))
+    return acc_ptrs, m_ptrs
 
 
 @gluon.jit
-def _consumer1(args, DEFER_NORM: gl.constexpr, SPLIT_Q: gl.constexpr):
-    _consumer(*args, DEFER_NORM=DEFER_NORM, SPLIT_Q=SPLIT_Q, CONSUMER=1)
-
-
-@gluon.jit
-def _load_warp(args, DEFER_NORM: gl.constexpr, SPLIT_Q: gl.constexpr):
-    _producer(*args, DEFER_NORM=DEFER_NORM, SPLIT_Q=SPLIT_Q, CONSUMER=0)
-
-
-@gluon.jit
-def _hopper_attn_fwd(q_desc, k_desc, v_desc, O, LSE, M, L, seqlen_q, seqlen_k, heads_q,
-                     group_size, causal, qk_scale, stride_ob, stride_oh, stride_om, stride_lb,
-                     stride_lh, DEFER_NORM: gl.constexpr, SPLIT_Q: gl.constexpr,
-                     STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr):
+def _consumer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, kv_ready,
+              kv_empty, x_max, x_sum, x_out, bar_max, bar_out, O, LSE, M, L, O_TMP, STATS_TMP,
+              seqlen_q, seqlen_k, heads_q, group_size, qk_scale, stride_ob, stride_oh,
+              stride_om, stride_lb, stride_lh, stats_tmp_stride,
+              DEFER_NORM: gl.constexpr, SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr,
+              causal: gl.constexpr, CONSUMER: gl.constexpr):
+    BM: gl.constexpr = ROWS_PER_WARPGROUP
     Q_BOXES: gl.constexpr = 2 if SPLIT_Q else 1
+    ROWS: gl.constexpr = Q_BOXES * BM
+    MY_BOX: gl.constexpr = CONSUMER if SPLIT_Q else 0
+    STAGES: gl.constexpr = k_smem.type.shape[0]
+    BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
+    HEAD_DIM: gl.constexpr = k_desc.block_type.shape[3]
+    KEYS: gl.constexpr = BLOCK_N if SPLIT_Q else BLOCK_N // 2
+    COLS: gl.constexpr = HEAD_DIM if SPLIT_Q else HEAD_DIM // 2
+    o_layout: gl.constexpr = mma_layout(COLS)
+    row_layout: gl.constexpr = gl.SliceLayout(1, mma_layout(KEYS))
+    off_b, off_h, off_hkv = _heads(heads_q, group_size)
+    m_0 = gl.full([BM], float("-inf"), gl.float32, row_layout)
+    l_0 = gl.zeros([BM], gl.float32, row_layout)
+    acc_0 = gl.zeros([BM, COLS], gl.float32, o_layout)
+
+    if SEQ_PARALLEL:  # FA2: one row block, its state in registers for every K/V tile
+        start_m, n_tiles = _row_block_span(seqlen_q, seqlen_k, causal, ROWS, BLOCK_N)
+        row0 = start_m + CONSUMER * BM if SPLIT_Q else start_m
+        q = q_smem.index(MY_BOX).reshape([BM, HEAD_DIM])
+        m_i, l_i, acc = m_0, l_0, acc_0
+        mbarrier.wait(q_ready.index(0), 0)
+        for j in range(n_tiles):
+            slot = j % STAGES
+            mbarrier.wait(kv_ready.index(slot), (j // STAGES) & 1)
+            m_i, l_i, acc = _fold_tile(m_i, l_i, acc, q, k_smem, v_smem, slot, j, j, row0,
+                                       seqlen_q, seqlen_k, causal, qk_scale, q_empty, kv_empty,
+                                       x_max, x_sum, x_out, bar_max, bar_out, DEFER_NORM,
+                                       SPLIT_Q, SEQ_PARALLEL, CONSUMER)
+            mbarrier.arrive(kv_empty.index(slot), count=1)
+        _store_outputs(m_i, l_i, acc, O, LSE, M, L, off_b, off_h, row0, seqlen_q, qk_scale,
+                       stride_ob, stride_oh, stride_om, stride_lb, stride_lh, DEFER_NORM,
+                       SPLIT_Q, CONSUMER)
+    else:  # FA1: K/V tiles outer, row blocks inner, each row block's state through HBM
+        bh = gl.program_id(1)
+        row_blocks = gl.cdiv(seqlen_q, ROWS)
+        rows_tmp = row_blocks * ROWS
+        # row blocks that see no key at all (causal, seqlen_q > seqlen_k): O = 0, L = -inf
+        for i in range(_first_row_block(0, seqlen_q, seqlen_k, causal, ROWS, BLOCK_N)):
+            _store_outputs(m_0, l_0, acc_0, O, LSE, M, L, off_b, off_h,
+                           i * ROWS + MY_BOX * BM, seqlen_q, qk_scale, stride_ob, stride_oh,
+                           stride_om, stride_lb, stride_lh, DEFER_NORM, SPLIT_Q, CONSUMER)
+        t = 0
+        for j in range(gl.cdiv(seqlen_k, BLOCK_N)):
+            slot = j % STAGES
+            mbarrier.wait(kv_ready.index(slot), (j // STAGES) & 1)
+            for i in range(_first_row_block(j, seqlen_q, seqlen_k, causal, ROWS, BLOCK_N),
+                           row_blocks):
+                row0 = i * ROWS + MY_BOX * BM
+                if j == 0:
+                    m_i, l_i, acc = m_0, l_0, acc_0
+                else:  # what the last K/V tile left in HBM (FA1's o_tmp)
+                    acc_ptrs, m_ptrs = _partial_state(
+                        O_TMP, STATS_TMP, bh, row0, rows_tmp, stats_tmp_stride, COLS, o_layout,
+                        row_layout, CONSUMER, SPLIT_Q)
+                    m_i = gl.load(m_ptrs)
+                    l_i = gl.load(m_ptrs + stats_tmp_stride)
+                    acc = gl.load(acc_ptrs)
+                mbarrier.wait(q_ready.index(t % 2), (t // 2) & 1)
+                q = q_smem.index((t % 2) * Q_BOXES + MY_BOX).reshape([BM, HEAD_DIM])
+                m_i, l_i, acc = _fold_tile(m_i, l_i, acc, q, k_smem, v_smem, slot, j, t, row0,
+                                           seqlen_q, seqlen_k, causal, qk_scale, q_empty,
+                                           kv_empty, x_max, x_sum, x_out, bar_max, bar_out,
+                                           DEFER_NORM, SPLIT_Q, SEQ_PARALLEL, CONSUMER)
+                if j == _tiles_seen(i * ROWS, seqlen_q, seqlen_k, causal, ROWS, BLOCK_N) - 1:
+                    _store_outputs(m_i, l_i, acc, O, LSE, M, L, off_b, off_h, row0, seqlen_q,
+                                   qk_scale, stride_ob, stride_oh, stride_om, stride_lb,
+                                   stride_lh, DEFER_NORM, SPLIT_Q, CONSUMER)
+                else:  # pointers made again here: kept through the tile they cost registers
+                    acc_ptrs, m_ptrs = _partial_state(
+                        O_TMP, STATS_TMP, bh, row0, rows_tmp, stats_tmp_stride, COLS, o_layout,
+                        row_layout, CONSUMER, SPLIT_Q)
+                    gl.store(m_ptrs, m_i)
+                    gl.store(m_ptrs + stats_tmp_stride, l_i)
+                    gl.store(acc_ptrs, acc)
+                    # my threads read back what other threads of my warpgroup wrote (the row
+                    # statistics are held by 4 threads, stored by one)
+                    gl.thread_barrier()
+                t += 1
+            mbarrier.arrive(kv_empty.index(slot), count=1)
+
+
+@gluon.jit
+def _consumer0(args, DEFER_NORM: gl.constexpr, SPLIT_Q: gl.constexpr,
+               SEQ_PARALLEL: gl.constexpr, IS_CAUSAL: gl.constexpr):
+    _consumer(*args, DEFER_NORM=DEFER_NORM, SPLIT_Q=SPLIT_Q, SEQ_PARALLEL=SEQ_PARALLEL,
+              causal=IS_CAUSAL, CONSUMER=0)
+
+
+@gluon.jit
+def _consumer1(args, DEFER_NORM: gl.constexpr, SPLIT_Q: gl.constexpr,
+               SEQ_PARALLEL: gl.constexpr, IS_CAUSAL: gl.constexpr):
+    _consumer(*args, DEFER_NORM=DEFER_NORM, SPLIT_Q=SPLIT_Q, SEQ_PARALLEL=SEQ_PARALLEL,
+              causal=IS_CAUSAL, CONSUMER=1)
+
+
+@gluon.jit
+def _load_warp(args, DEFER_NORM: gl.constexpr, SPLIT_Q: gl.constexpr,
+               SEQ_PARALLEL: gl.constexpr, IS_CAUSAL: gl.constexpr):
+    _producer(*args, DEFER_NORM=DEFER_NORM, SPLIT_Q=SPLIT_Q, SEQ_PARALLEL=SEQ_PARALLEL,
+              causal=IS_CAUSAL, CONSUMER=0)
+
+
+@gluon.jit
+def _hopper_attn_fwd(q_desc, k_desc, v_desc, O, LSE, M, L, O_TMP, STATS_TMP, seqlen_q, seqlen_k,
+                     heads_q, group_size, qk_scale, stride_ob, stride_oh, stride_om,
+                     stride_lb, stride_lh, stats_tmp_stride, DEFER_NORM: gl.constexpr,
+                     SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr, IS_CAUSAL: gl.constexpr,
+                     STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr):
+    """Grid (row blocks, B * Hq) with seq_parallel, (1, B * Hq) without."""
+    BM: gl.constexpr = ROWS_PER_WARPGROUP
+    Q_BOXES: gl.constexpr = 2 if SPLIT_Q else 1
+    Q_SLOTS: gl.constexpr = 1 if SEQ_PARALLEL else 2  # FA1's schedule reloads Q every step
     V_PARTS: gl.constexpr = 1 if SPLIT_Q else 2
-    q_smem = gl.allocate_shared_memory(q_desc.dtype, [Q_BOXES] + q_desc.block_type.shape,
-                                       q_desc.layout)
+    q_smem = gl.allocate_shared_memory(q_desc.dtype, [Q_SLOTS * Q_BOXES] +
+                                       q_desc.block_type.shape, q_desc.layout)
     k_smem = gl.allocate_shared_memory(k_desc.dtype, [STAGES] + k_desc.block_type.shape,
                                        k_desc.layout)
     v_smem = gl.allocate_shared_memory(v_desc.dtype, [STAGES * V_PARTS] + v_desc.block_type.shape,
                                        v_desc.layout)
-    BM: gl.constexpr = ROWS_PER_WARPGROUP
     HALF_D: gl.constexpr = v_desc.block_type.shape[3]
     # split-K's rendezvous: each consumer's row maxima, row sums and partial outputs (D/2
     # columns), and one mbarrier per consumer and exchange (maxima; outputs with sums)
@@ -297,24 +451,27 @@ def _hopper_attn_fwd(q_desc, k_desc, v_desc, O, LSE, M, L, seqlen_q, seqlen_k, h
         vec=8, per_phase=1, max_phase=8, order=[1, 0]))
     bar_max = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     bar_out = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    q_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    q_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    q_empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     kv_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     kv_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    mbarrier.init(q_ready, count=1)
     for i in gl.static_range(STAGES):
         mbarrier.init(kv_ready.index(i), count=1)
         mbarrier.init(kv_empty.index(i), count=2)  # released by both consumers
     for i in gl.static_range(2):
+        mbarrier.init(q_ready.index(i), count=1)
+        mbarrier.init(q_empty.index(i), count=2)
         mbarrier.init(bar_max.index(i), count=1)
         mbarrier.init(bar_out.index(i), count=1)
 
-    args = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, kv_ready, kv_empty,
-            x_max, x_sum, x_out, bar_max, bar_out, O, LSE, M, L, seqlen_q, seqlen_k, heads_q, group_size,
-            causal, qk_scale, stride_ob, stride_oh, stride_om, stride_lb, stride_lh)
-    gl.warp_specialize([(_consumer0, (args, DEFER_NORM, SPLIT_Q)),
-                        (_consumer1, (args, DEFER_NORM, SPLIT_Q)),
-                        (_load_warp, (args, DEFER_NORM, SPLIT_Q))],
-                       [4, 1], [CONSUMER_REGS, 24])
+    args = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, kv_ready,
+            kv_empty, x_max, x_sum, x_out, bar_max, bar_out, O, LSE, M, L, O_TMP, STATS_TMP,
+            seqlen_q, seqlen_k, heads_q, group_size, qk_scale, stride_ob, stride_oh,
+            stride_om, stride_lb, stride_lh, stats_tmp_stride)
+    gl.warp_specialize([(_consumer0, (args, DEFER_NORM, SPLIT_Q, SEQ_PARALLEL, IS_CAUSAL)),
+                        (_consumer1, (args, DEFER_NORM, SPLIT_Q, SEQ_PARALLEL, IS_CAUSAL)),
+                        (_load_warp, (args, DEFER_NORM, SPLIT_Q, SEQ_PARALLEL, IS_CAUSAL))],
+                       [4, 1], [CONSUMER_REGS, 56])
 
 
 def _gl_dtype(dtype):
@@ -341,26 +498,27 @@ def unsupported(dtype, head_dim: int) -> str | None:
 SHARED_LIMIT = 232448 - 1024  # sm_90's 227 KB a block, less room for barriers and alignment
 
 
-def shared_bytes(head_dim: int, block_n: int, stages: int, split_q: bool) -> int:
-    """Shared memory of the chassis's buffers: Q (one or two warpgroups' rows), the K/V ring,
-    and split-K's exchange (partial outputs, 64 x D/2 float32 a consumer) and the row
-    statistics' buffers (2 x 2 x 64 float32)."""
-    q = (2 if split_q else 1) * ROWS_PER_WARPGROUP.value * head_dim * 2
+def shared_bytes(head_dim: int, block_n: int, stages: int, split_q: bool,
+                 seq_parallel: bool = True) -> int:
+    """Shared memory of the chassis's buffers: Q (one or two warpgroups' rows; two slots in
+    FA1's schedule), the K/V ring, split-K's exchange (partial outputs, 64 x D/2 float32 a
+    consumer) and the row statistics' buffers (2 x 2 x 64 float32)."""
+    rows = ROWS_PER_WARPGROUP.value
+    q = (1 if seq_parallel else 2) * (2 if split_q else 1) * rows * head_dim * 2
     ring = stages * 2 * block_n * head_dim * 2
-    exchange = 0 if split_q else 2 * ROWS_PER_WARPGROUP.value * (head_dim // 2) * 4
-    return q + ring + exchange + 4 * ROWS_PER_WARPGROUP.value * 4
+    exchange = 0 if split_q else 2 * rows * (head_dim // 2) * 4
+    return q + ring + exchange + 4 * rows * 4
 
 
 def check_hopper_call(q, k, v, variant, config):
     """Raise ValueError for what the Hopper chassis cannot do (the Triton backend can)."""
     why = unsupported(q.dtype, q.shape[-1])
-    if why is None and not variant.seq_parallel:
-        why = "the hopper backend runs seq_parallel variants only (one program per row block)"
     if why is None and config.block_n not in (64, 128):
         why = f"the hopper backend takes block_n 64 or 128, got {config.block_n}"
     if why is None and config.num_stages not in (2, 3):
         why = f"the hopper backend takes num_stages 2 or 3, got {config.num_stages}"
-    need = shared_bytes(q.shape[-1], config.block_n, config.num_stages, variant.split_q)
+    need = shared_bytes(q.shape[-1], config.block_n, config.num_stages, variant.split_q,
+                        variant.seq_parallel)
     if why is None and need > SHARED_LIMIT:
         why = (f"the hopper backend's tiles need {need} bytes of shared memory at block_n "
                f"{config.block_n}, {config.num_stages} stages (sm_90: {SHARED_LIMIT}); use fewer")
@@ -381,8 +539,10 @@ def consumer_registers(split_q: bool) -> int:
 
 def hopper_attn_fwd(q, k, v, causal, softmax_scale, variant, config):
     """`kernels.forward.attn_fwd`'s contract (without the rounding residual), computed by the
-    Hopper chassis. config: block_n (64 or 128) and num_stages are used; block_m is 128 rows
-    (split-Q) or 64 (split-K) by design."""
+    Hopper chassis. config: block_n (64 or 128) and num_stages are used; a row block is 128
+    rows (split-Q) or 64 (split-K) by design. Without seq_parallel, FA1's schedule: one
+    program per (batch, head), its row blocks' fp32 partial outputs and statistics in
+    scratch buffers between K/V tiles."""
     import torch
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
@@ -398,17 +558,28 @@ def hopper_attn_fwd(q, k, v, causal, softmax_scale, variant, config):
         layout = gl.NVMMASharedLayout.get_default_for(box, _gl_dtype(t.dtype))
         descs.append(TensorDescriptor(t, list(t.shape), list(t.stride()), box, layout))
     rows = ROWS_PER_WARPGROUP.value * (2 if variant.split_q else 1)
-    grid = (triton.cdiv(seqlen_q, rows), batch * heads_q)
+    if variant.seq_parallel:
+        grid = (triton.cdiv(seqlen_q, rows), batch * heads_q)
+        o_tmp = stats_tmp = stats[0]  # not read
+    else:  # FA1's o_tmp, and m, l of each consumer
+        grid = (1, batch * heads_q)
+        rows_tmp = triton.cdiv(seqlen_q, rows) * rows  # whole row blocks: no masks
+        o_tmp = torch.empty((batch * heads_q, rows_tmp, head_dim), device=q.device,
+                            dtype=torch.float32)
+        stats_tmp = torch.empty((4, batch * heads_q * rows_tmp), device=q.device,
+                                dtype=torch.float32)
     _hopper_attn_fwd[grid](
-        *descs, o, stats[0], m, l, seqlen_q, seqlen_k, heads_q, heads_q // heads_kv,
-        int(causal), softmax_scale * LOG2E, o.stride(0), o.stride(1), o.stride(2),
-        stats[0].stride(0), stats[0].stride(1),
-        DEFER_NORM=variant.defer_norm, SPLIT_Q=variant.split_q, STAGES=config.num_stages,
+        *descs, o, stats[0], m, l, o_tmp, stats_tmp, seqlen_q, seqlen_k, heads_q,
+        heads_q // heads_kv, softmax_scale * LOG2E, o.stride(0), o.stride(1), o.stride(2),
+        stats[0].stride(0), stats[0].stride(1), stats_tmp.shape[-1],
+        DEFER_NORM=variant.defer_norm, SPLIT_Q=variant.split_q,
+        SEQ_PARALLEL=variant.seq_parallel, IS_CAUSAL=bool(causal), STAGES=config.num_stages,
         CONSUMER_REGS=consumer_registers(variant.split_q), num_warps=4)
     return o, stats
 
 
-def compile_for_sm90(variant, dtype="bfloat16", head_dim=128, block_n=128, stages=2):
+def compile_for_sm90(variant, dtype="bfloat16", head_dim=128, block_n=128, stages=2,
+                     causal=False):
     """triton.compile of the Hopper chassis for sm_90 without a GPU; returns the CompiledKernel."""
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
@@ -418,12 +589,14 @@ def compile_for_sm90(variant, dtype="bfloat16", head_dim=128, block_n=128, stage
     for name, box in zip(("q_desc", "k_desc", "v_desc"), boxes):
         layout = gl.NVMMASharedLayout.get_default_for(box, _gl_dtype(dtype))
         signature[name] = f"tensordesc<{short}[{','.join(map(str, box))}],{layout!r}>"
-    signature.update(O=f"*{short}", LSE="*fp32", M="*fp32", L="*fp32", seqlen_q="i32",
-                     seqlen_k="i32", heads_q="i32", group_size="i32", causal="i32",
-                     qk_scale="fp32", stride_ob="i64", stride_oh="i64", stride_om="i64",
-                     stride_lb="i32", stride_lh="i32", DEFER_NORM="constexpr",
-                     SPLIT_Q="constexpr", STAGES="constexpr", CONSUMER_REGS="constexpr")
+    signature.update(O=f"*{short}", LSE="*fp32", M="*fp32", L="*fp32", O_TMP="*fp32",
+                     STATS_TMP="*fp32", seqlen_q="i32", seqlen_k="i32", heads_q="i32",
+                     group_size="i32", qk_scale="fp32", stride_ob="i64", stride_oh="i64",
+                     stride_om="i64", stride_lb="i32", stride_lh="i32",
+                     stats_tmp_stride="i32")
     constexprs = {"DEFER_NORM": variant.defer_norm, "SPLIT_Q": variant.split_q,
-                  "STAGES": stages, "CONSUMER_REGS": consumer_registers(variant.split_q)}
+                  "SEQ_PARALLEL": variant.seq_parallel, "IS_CAUSAL": causal, "STAGES": stages,
+                  "CONSUMER_REGS": consumer_registers(variant.split_q)}
+    signature.update({name: "constexpr" for name in constexprs})
     source = GluonASTSource(_hopper_attn_fwd, signature, constexprs, {})
     return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))

@@ -1,7 +1,8 @@
-"""Question: what is split-Q worth over split-K when both run on Hopper's own machinery
-(kernels/hopper_forward.py: wgmma, TMA ring, warp-specialised producer, two consumer
-warpgroups), with deferred normalisation on and off? Checks every variant against the float64
-oracle first, then tunes block_n x stages per variant and head_dim, then times the cells.
+"""Question: what is each of FA2's changes worth when every variant runs on Hopper's own
+machinery (kernels/hopper_forward.py: wgmma, TMA ring, warp-specialised producer, two consumer
+warpgroups), split-K splitting the keys across the warpgroups and seq_parallel off following
+FA1's schedule? Tunes block_n x stages per variant, head_dim and mask, then times the cells
+(`--check` first compares every variant with the float64 oracle on small shapes: slow).
 
 Cost model, written before the first measurement (per program and K/V tile of BN keys, head
 dim D, 64 query rows under split-K):
@@ -15,6 +16,11 @@ dim D, 64 query rows under split-K):
   that put both consumers in lockstep (split-Q's consumers drift apart, so one's softmax runs
   under the other's products; split-K's cannot). Predicted split-Q / split-K time ratio
   ~ 1 + r (1 - overlap): 1.25-1.5x at BN = 128, 1.5-2x at BN = 64; the lockstep may add.
+  FA1's schedule (seq_parallel off: one program per (batch, head), K/V tiles outer, each row
+  block's fp32 output and statistics read from and written to HBM at every K/V tile): per
+  head about 10 N^2 D / BN bytes (N = 1k, D = 128, BN = 128: 10 MB a head, 2.7 GB for the 256
+  heads, 0.55 ms at 4.8 TB/s against FA2's ~0.08 ms), so FA1-style should be memory-bound near
+  55-65 TFLOP/s (7-8% of matmul) at 1k, unless L2 holds part of the round trip.
   Everything else is the same per row: K/V bytes through wgmma (split-Q reads each tile twice
   for 128 rows, split-K once for 64), and deferred normalisation moves only O(rows) work per tile.
 
@@ -23,6 +29,7 @@ dim D, 64 query rows under split-K):
 import argparse
 import itertools
 import json
+import math
 import os
 import subprocess
 import sys
@@ -41,8 +48,8 @@ from kernels import Variant, flash_attention  # noqa: E402
 from kernels.config import TileConfig, default_config  # noqa: E402
 from kernels.hopper_forward import SHARED_LIMIT, shared_bytes  # noqa: E402
 
-HOPPER_VARIANTS = [Variant(d, True, s) for d in (True, False) for s in (True, False)]
-TILES = [(bn, st) for bn in (128, 64) for st in (2, 3)]
+HOPPER_VARIANTS = Variant.all()  # FA2 first, FA1-style (all off) last
+TILES = [(128, 2), (128, 3), (64, 2)]
 
 
 def hopper_config(head_dim, block_n, stages):
@@ -66,7 +73,7 @@ def check(out):
         k = torch.randn(b, hkv, sk, d, device="cuda", dtype=dtype, generator=gen)
         vv = torch.randn(b, hkv, sk, d, device="cuda", dtype=dtype, generator=gen)
         for bn, st in TILES:
-            if shared_bytes(d, bn, st, v.split_q) > SHARED_LIMIT:
+            if shared_bytes(d, bn, st, v.split_q, v.seq_parallel) > SHARED_LIMIT:
                 continue
             o, lse = flash_attention(q, k, vv, causal=causal, variant=v, return_lse=True,
                                      config=hopper_config(d, bn, st), backend="hopper")
@@ -96,23 +103,29 @@ def time_fn(fn):
 
 
 def render(path) -> str:
-    """A saved run as markdown: TFLOP/s and % of the run's matmul rate per variant, and the
-    split-K / split-Q time ratio with defer_norm on and off."""
+    """A saved run as markdown: TFLOP/s and % of the run's matmul rate of FA2 and the
+    FA1-style baseline, FA2 / FA1-style, and each switch's Shapley factor in each cell (on log
+    time over the 8 variants, fa2check.contributions; one sweep, so no intervals)."""
+    from fa2check.contributions import FLAGS, decompose, subsets, variant_for
+
     data = json.loads(Path(path).read_text())
     prov, matmul = data["provenance"], data["matmul_tflops"]
-    names = ["hopper" + str(v) for v in HOPPER_VARIANTS]
     lines = [f"Measured on {prov['gpu']}, torch {prov['torch']}, triton {prov['triton']}, git "
              f"{prov['commit']}, {prov['date']}; `{prov['command']}`; bf16 matmul "
-             f"{matmul:.0f} TFLOP/s in the same run. TFLOP/s (% of matmul); each variant on "
+             f"{matmul:.0f} TFLOP/s in the same run. TFLOP/s (% of matmul); every variant on "
              "its own tiles (block_n, stages), tuned at 4k.", "",
-             "| cell | FA2 (split-Q) | split-K | defer_norm off, split-Q | defer_norm off, "
-             "split-K | split_q factor | split_q factor, defer_norm off |",
+             "| cell | FA2 | FA1-style | FA2 / FA1-style | defer_norm | seq_parallel | split_q |",
              "|---|---:|---:|---:|---:|---:|---:|"]
     for row in data["cells"]:
         t, ms = row["tflops"], row["ms"]
-        cells = [f"{t[n]:.0f} ({100 * t[n] / matmul:.0f}%)" for n in names]
-        lines.append(f"| {Cell(**row['cell'])} | " + " | ".join(cells) +
-                     f" | {ms[names[1]] / ms[names[0]]:.2f}x | {ms[names[3]] / ms[names[2]]:.2f}x |")
+        fa2, fa1 = "hopper" + str(Variant()), "hopper" + str(Variant(False, False, False))
+        log_time = {on: math.log(ms["hopper" + str(variant_for(on, FLAGS))])
+                    for on in subsets(FLAGS)}
+        phi = decompose(log_time, FLAGS)
+        factors = " | ".join(f"{math.exp(phi[f]):.2f}x" for f in FLAGS)
+        lines.append(f"| {Cell(**row['cell'])} | {t[fa2]:.0f} ({100 * t[fa2] / matmul:.0f}%) | "
+                     f"{t[fa1]:.0f} ({100 * t[fa1] / matmul:.0f}%) | {ms[fa1] / ms[fa2]:.2f}x | "
+                     f"{factors} |")
     return "\n".join(lines)
 
 
@@ -123,7 +136,7 @@ def main():
     p.add_argument("--seqlens", default="1024,2048,4096,8192,16384")
     p.add_argument("--dtypes", default="bfloat16")
     p.add_argument("--tune-seqlen", type=int, default=4096)
-    p.add_argument("--skip-check", action="store_true")
+    p.add_argument("--check", action="store_true", help="first compare with the oracle (slow)")
     p.add_argument("--render", metavar="JSON", help="print a saved run as markdown and exit")
     args = p.parse_args()
     if args.render:
@@ -136,7 +149,7 @@ def main():
     provenance = dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__,
                       triton=__import__("triton").__version__, commit=commit,
                       date=time.strftime("%Y-%m-%dT%H:%M:%S%z"), command=" ".join(sys.argv))
-    ok = True if args.skip_check else check(out)
+    ok = check(out) if args.check else True
 
     a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
     matmul = 2 * 8192 ** 3 / (time_fn(lambda: a @ a) * 1e-3) / 1e12
@@ -155,6 +168,8 @@ def main():
             for var in HOPPER_VARIANTS:
                 best = None
                 for bn, st in TILES:
+                    if shared_bytes(d, bn, st, var.split_q, var.seq_parallel) > SHARED_LIMIT:
+                        continue
                     cfg = hopper_config(d, bn, st)
                     try:
                         ms = time_fn(lambda: flash_attention(q, k, v, causal=causal, variant=var,
@@ -189,14 +204,12 @@ def main():
     (out / "hopper_split.json").write_text(json.dumps(
         dict(provenance=provenance, matmul_tflops=matmul, oracle_ok=ok, cells=results),
         indent=1))
-    print(f"\n{'cell':42s} {'FA2':>6s} {'-splitq':>7s} {'-defer':>6s} {'-d-s':>6s} "
-          f"{'sq(d+)':>6s} {'sq(d-)':>6s} {'tri':>5s} {'sdpa':>5s}  TFLOP/s; sq = split-K/split-Q time")
+    names = ["hopper" + str(v) for v in HOPPER_VARIANTS]
+    print("\nTFLOP/s: " + ", ".join(f"{i}={v}" for i, v in enumerate(HOPPER_VARIANTS)))
+    print(f"{'cell':42s} " + " ".join(f"{i:>5d}" for i in range(len(names))) + "   tri  sdpa")
     for row in results:
         t = row["tflops"]
-        ms = row["ms"]
-        names = ["hopper" + str(v) for v in HOPPER_VARIANTS]
-        print(f"{str(Cell(**row['cell'])):42s} " + " ".join(f"{t[n]:6.0f}" for n in names) +
-              f" {ms[names[1]] / ms[names[0]]:6.2f} {ms[names[3]] / ms[names[2]]:6.2f}"
+        print(f"{str(Cell(**row['cell'])):42s} " + " ".join(f"{t[n]:5.0f}" for n in names) +
               f" {t['triton+defer+seqpar+splitq (default tiles)']:5.0f} {t['sdpa-flash']:5.0f}")
     print("tiles (block_n, stages):", {" ".join(map(str, k)): v for k, v in tiles.items()})
     return 0 if ok else 1
