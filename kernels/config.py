@@ -23,6 +23,10 @@ class TileConfig:
     # W * 32 * registers (rounded up to 256 a warp) of an SM's 65536, so a cap can buy one more
     # resident CTA: 133 registers at 4 warps fit 3 CTAs an SM, 128 fit 4.
     max_registers: int = 0
+    # forward, seq_parallel off: splits of each (batch, head)'s query row blocks, grid
+    # (batch * heads, splits), split s owning row blocks s, s + splits, ... as in FA1; 1 is one
+    # program per (batch, head), the design of record; 0 is FA1's heuristic (kernels/forward.py)
+    fa1_splits: int = 1
     # backward: one program per key/value column block of bwd_block_n keys
     bwd_block_m: int = 64
     bwd_block_n: int = 64
