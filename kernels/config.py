@@ -97,6 +97,16 @@ def default_config(head_dim: int, on_gpu: bool, variant=None, dtype=None,
                          bwd_block_n=64 if head_dim <= 128 else 32,
                          bwd_num_warps=4 if head_dim <= 64 else 8,
                          bwd_num_stages=2 if head_dim <= 128 else 1)
+    if variant is not None and not variant.seq_parallel and on_gpu and head_dim <= 128:
+        # FA1's schedule (kernels/forward.py), which reads and writes each row block's acc at
+        # every step. sm_90 compile gate, bf16, both defer_norm, full and causal: at d <= 64
+        # these tiles take 235-247 registers and no spills (4 warps on 128 rows spill); at
+        # d = 128 one stage takes 234-247 with the full mask and no spills, and causal spills
+        # 196-224 bytes (every tile tried spilled some there).
+        # FA1 itself stepped 16 rows at a time on mma.sync; a wgmma needs 64 rows a warpgroup,
+        # and the tuning space holds both (fa2check/tuning.py).
+        config = replace(config, block_m=128, block_n=64, num_warps=8,
+                         num_stages=2 if head_dim <= 64 else 1)
     if variant is not None and not variant.split_q and on_gpu and head_dim >= 128:
         # split-K keeps one partial output per slice: (slices, BLOCK_M, D) float32 registers
         config = replace(config, block_m=64)
