@@ -294,7 +294,7 @@ def _geomean(values):
 TILE_FIELDS = ("block_m", "block_n", "num_warps", "num_stages")  # with a bwd_ prefix for bwd
 # tile choices shown when they differ from TileConfig's default: field -> (label, shown value)
 CHOICES = {"tma": ("TMA loads", True), "bwd_dq_pass": ("dQ pass", True),
-           "nan_flags": ("NaN check in REPAIR", False)}
+           "nan_flags": ("NaN check in REPAIR", False), "key_slices": ("2 key slices", 2)}
 
 
 def configs_table(results: dict) -> Grid:

@@ -4,8 +4,11 @@ per variant, and compiling the candidates ahead of time in parallel processes.
 Each variant gets its own winner from the same candidates, so no variant runs on another's
 tiles. Candidates a variant cannot use are left out for it: split-K variants need block_n >= 64
 so that a tile still splits into the 4 key slices of at least 16 keys that define them (FA1's 4
-warps); with block_n = 32 the launcher would quietly cut the split to 2 slices, a milder
-baseline than the one named.
+warps); with block_n = 32 the launcher would quietly cut the split to 2 slices. Two slices are
+tried only where a candidate names them (key_slices=2, recorded with the winner). The "off"
+designs also get what FA1 used that the FA2 tiles lack: 16-row query steps for seq_parallel
+off (SEQ_SERIAL_FWD). TileConfig.fa1_splits is not tuned: seq_parallel off is timed with one
+program per (batch, head), the design of record, and FA1's split heuristic is a reference.
 
 A winner is chosen per (part, variant, head_dim, causal) and seqlen band (`TUNE_BANDS`): each
 band's winner is tuned on one representative cell (the first dtype of the grid, the seqlen
@@ -105,6 +108,17 @@ CAUSAL_FWD_NAN_FLAGS_OFF = {128: [(64, 64, 4, 3, True), (64, 64, 4, 4, True),
 # with the full mask, nothing causal; the 2-stage pointer tile at 128 lost 0.4-8%.
 REGISTER_CAPPED_FWD = {64: [(64, 64, 4, 3, False, 128), (64, 64, 4, 2, False, 128),
                             (64, 64, 4, 2, True, 96)]}
+# seq_parallel off (FA1's schedule, kernels/forward.py) also tries FA1's own 16-row query
+# steps (mma.sync rather than wgmma, which needs 64 rows a warpgroup) with FA1's 128-key tiles
+# and 64-key ones; 64-row steps are in the space above. Its HBM traffic falls as 1/block_n
+# (the partial outputs go through HBM once a K/V tile).
+SEQ_SERIAL_FWD = {64: [(16, 64, 4, 2), (16, 128, 4, 2)], 128: [(16, 64, 4, 2), (16, 128, 4, 2)]}
+SEQ_SERIAL_FWD_OTHER = [(16, 64, 4, 2)]
+# Split-K's key slices: 4 (FA1's 4 warps, WARPS_N = 4) on every candidate, and 2 on these
+# (each slice's partial output is a (block_m, D) float32 tile, so fewer slices spill less).
+SPLIT_K_TWO_SLICES = {64: [(128, 64, 4, 3), (64, 64, 4, 3), (64, 128, 4, 3)],
+                      128: [(64, 64, 8, 3), (64, 64, 4, 3), (64, 128, 8, 2)]}
+SPLIT_K_TWO_SLICES_OTHER = [(64, 64, 4, 2)]
 # Other head dims: small tiles that fit the registers and shared memory of any of them.
 FWD_SPACE_OTHER = [(64, 64, 4, 2), (64, 32, 4, 2), (32, 64, 4, 2), (128, 64, 8, 2)]
 BWD_SPACE_OTHER = [(32, 32, 4, 2, False), (32, 64, 4, 2, False), (64, 64, 8, 2, False),
@@ -206,8 +220,13 @@ def candidates(part: str, head_dim: int, variant, on_gpu: bool,
     if part == "fwd" and on_gpu:
         out += [{**dict(zip(FWD_FIELDS, c[:5])), "max_registers": c[5]}
                 for c in REGISTER_CAPPED_FWD.get(head_dim, [])]
+    if part == "fwd" and not variant.seq_parallel and on_gpu:
+        out += [dict(zip(FWD_FIELDS, c))
+                for c in SEQ_SERIAL_FWD.get(head_dim, SEQ_SERIAL_FWD_OTHER)]
     if part == "fwd" and not variant.split_q and on_gpu:
         out = [c for c in out if c["block_n"] >= SPLIT_K_MIN_BLOCK_N]
+        out += [{**dict(zip(FWD_FIELDS, c)), "key_slices": 2}
+                for c in SPLIT_K_TWO_SLICES.get(head_dim, SPLIT_K_TWO_SLICES_OTHER)]
     return out
 
 

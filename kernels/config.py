@@ -23,6 +23,10 @@ class TileConfig:
     # W * 32 * registers (rounded up to 256 a warp) of an SM's 65536, so a cap can buy one more
     # resident CTA: 133 registers at 4 warps fit 3 CTAs an SM, 128 fit 4.
     max_registers: int = 0
+    # forward, seq_parallel off: splits of each (batch, head)'s query row blocks, grid
+    # (batch * heads, splits), split s owning row blocks s, s + splits, ... as in FA1; 1 is one
+    # program per (batch, head), the design of record; 0 is FA1's heuristic (kernels/forward.py)
+    fa1_splits: int = 1
     # backward: one program per key/value column block of bwd_block_n keys
     bwd_block_m: int = 64
     bwd_block_n: int = 64
@@ -96,6 +100,16 @@ def default_config(head_dim: int, on_gpu: bool, variant=None, dtype=None,
                          bwd_block_n=64 if head_dim <= 128 else 32,
                          bwd_num_warps=4 if head_dim <= 64 else 8,
                          bwd_num_stages=2 if head_dim <= 128 else 1)
+    if variant is not None and not variant.seq_parallel and on_gpu and head_dim <= 128:
+        # FA1's schedule (kernels/forward.py), which reads and writes each row block's acc at
+        # every step. sm_90 compile gate, bf16, both defer_norm, full and causal: at d <= 64
+        # these tiles take 235-247 registers and no spills (4 warps on 128 rows spill); at
+        # d = 128 one stage takes 234-247 with the full mask and no spills, and causal spills
+        # 196-224 bytes (every tile tried spilled some there).
+        # FA1 itself stepped 16 rows at a time on mma.sync; a wgmma needs 64 rows a warpgroup,
+        # and the tuning space holds both (fa2check/tuning.py).
+        config = replace(config, block_m=128, block_n=64, num_warps=8,
+                         num_stages=2 if head_dim <= 64 else 1)
     if variant is not None and not variant.split_q and on_gpu and head_dim >= 128:
         # split-K keeps one partial output per slice: (slices, BLOCK_M, D) float32 registers
         config = replace(config, block_m=64)

@@ -14,6 +14,10 @@ raw scores S = Q K^T and c = softmax_scale * log2(e) (so exp2 replaces exp):
     for the backward.
   not DEFER_NORM (FA1, Algorithm 1 of the FA1 paper):
     acc    = (l_i * alpha * acc + P_ij V_j) / l_new  # normalised at every tile
+           = (P_ij / l_new) V_j + acc * (l_i * alpha / l_new)
+      (P is scaled before the product, so the rescaled acc is the dot's accumulator and wgmma
+      accumulates in place, as in FA2; scaling after the product took 236-243 registers at d=128
+      where this takes 170-172: bf16, 128 x 64 tiles, sm_90 compile gate.)
     after the loop: O_i = acc, and m_i * softmax_scale and l_i are stored separately.
 
 SPLIT_Q off (split-K): each K/V tile is cut into KEY_SLICES slices of keys. Every slice computes
@@ -22,27 +26,55 @@ slices are then merged (m_tile = max m_s, weights exp2((m_s - m_new) c)), which 
 communication that FA1's split-K warp partitioning pays at every tile. Triton picks the warp
 mapping itself, so this reproduces split-K's data flow, not its exact warp assignment.
 
-SEQ_PARALLEL: grid (row blocks, batch * heads), one program per row block (causal: launched
-longest first from LONGEST_FIRST_MIN_KEYS keys, kernels/launch_order.py); off: grid
-(batch * heads,) and each program walks the row blocks in turn, as FA1 scheduled the work.
-In both cases the K/V loop is the inner loop and a row block's state (m, l, acc) stays on chip.
+SEQ_PARALLEL (FA2): grid (row blocks, batch * heads), one program per row block (causal:
+launched longest first from LONGEST_FIRST_MIN_KEYS keys, kernels/launch_order.py). The K/V
+tiles are the inner loop, and a row block's state (m_i, l_i, acc) stays on chip from its first
+tile to its last.
+
+not SEQ_PARALLEL (FA1's schedule: csrc/flash_attn/src/fmha_fprop_kernel_1xN.h and
+fmha_fwd_launch_template.h in flash-attention before FlashAttention-2): the loops are swapped.
+The K/V tiles are the outer loop; K_j and V_j are loaded once and folded into every query row
+block that sees them, one row block after another (FA1 stepped 16 rows at a time; here
+BLOCK_M). Between tiles a row block's state waits in HBM: its float32 acc, m_i and l_i are read
+from a scratch (FA1's o_tmp) at every tile after its first and written back at every tile
+before its last, and the last tile it sees finalizes it (DEFER_NORM: the one division by l_i,
+L_i stored; not DEFER_NORM: acc is O already, m_i and l_i stored). FA1 kept O normalised and
+one lse a row between tiles; the scratch holds the variant's own (acc, m_i, l_i) instead, so
+every row's arithmetic is the same as with SEQ_PARALLEL and o and L are bitwise equal. Causal:
+a tile visits only the row blocks that see some of its keys; row blocks that see no key at all
+(seqlen_q > seqlen_k) get O = 0, L = -inf without a tile.
+  Grid (batch * heads, splits), TileConfig.fa1_splits: split s owns row blocks s, s + splits,
+s + 2 splits, ... (interleaved, as FA1's blockIdx.z took query steps blockIdx.z, + gridDim.z,
+...), and loads every K/V tile its row blocks see. One split, the default, is one program per
+(batch, head): FA1 as the FA2 paper describes it (parallel over batch and heads), the design
+of record; 0 takes FA1's heuristic (fa1_num_splits), which adds splits to fill the GPU's waves.
+  HBM traffic per (batch, head) with N = seqlen_q = seqlen_k, D = head_dim, Bc = BLOCK_N and
+2-byte inputs: K and V read once (4 N D bytes; once a split), O written once (2 N D), and at each
+of the N / Bc tiles Q read once (2 N D) and the float32 partial output read and written
+(8 N D, plus 16 N for m_i and l_i): about 10 N^2 D / Bc bytes, halved by causal masking. Its
+4 N^2 D FLOPs make 0.4 Bc FLOP a byte (26 at Bc = 64), against an H200's ~165 (794 TFLOP/s
+over 4.8 TB/s): HBM-bound unless the scratch of the heads in flight stays in the 50 MB L2. The
+K/V-inner schedule reads K and V once a row block, 4 N^2 D / Br bytes: Br FLOP a byte.
 
 Causal masking is bottom-right aligned: query i sees key j iff j <= i + (seqlen_k - seqlen_q).
 K/V tiles wholly above the diagonal are never visited; only tiles that cross the diagonal or the
-end of the keys compute a mask, and causal ones the causal compare alone (it hides every key
-past seqlen_k too). Masked scores are -inf. A row that sees no key gets O = 0 and L = -inf.
+end of the keys (FA1's schedule: the keys' last tile, whole or not) compute a mask, and causal
+ones the causal compare alone (it hides every key past seqlen_k too). Masked scores are -inf.
+A row that sees no key gets O = 0 and L = -inf.
 
 TMA (a tile choice, `TileConfig.tma`, not one of FA2's changes): K and V tiles are loaded
 through tensor descriptors (Hopper's TMA unit; KD, VD) instead of pointer arithmetic; keys past
-seqlen_k arrive as zeros. The math is the same code. The REPAIR launch (below) always loads
-through pointers: it rarely has work, and each descriptor is encoded on the host at every launch.
+seqlen_k arrive as zeros. The math is the same code, in both schedules. The REPAIR launch
+(below) always loads through pointers: it rarely has work, and each descriptor is encoded on the
+host at every launch.
 
 Non-finite V at hidden keys (causal): in a tile that crosses the diagonal a hidden key's P is 0,
 but 0 * NaN and 0 * inf are NaN inside P V, so a NaN or inf in V at a key a row cannot see
 would reach the row. Keeping such V out of the product in every masked tile costs the fast path
 10-35% (V must pass through registers; ablations/NOTES.md), so it is done only where needed: a
-second launch (REPAIR) recomputes just the row blocks that may hold a leak, with V sanitised in
-the masked tiles and NaN put back where a row does see a non-finite V. Which blocks, two ways (a
+second launch (REPAIR) recomputes just the row blocks that may hold a leak (K/V inner whatever
+SEQ_PARALLEL says: each row's arithmetic is the same), with V sanitised in the masked tiles and
+NaN put back where a row does see a non-finite V. Which blocks, two ways (a
 tile choice, `TileConfig.nan_flags`, since each is faster for some tiles; ablations/NOTES.md):
   NAN_FLAGS: the main launch records, per row block, whether its output holds a NaN (one
     reduction over the accumulator in the epilogue); REPAIR reads the flags.
@@ -52,10 +84,12 @@ tile choice, `TileConfig.nan_flags`, since each is faster for some tiles; ablati
     j <= i + diag), whose P there is 0, so a leaked NaN or +-inf of V[:, d] always makes the
     first row's column d NaN (0 * NaN, 0 * inf).
 """
+import math
+
 import triton
 import triton.language as tl
 
-from .launch_cache import CachedLaunch
+from .launch_cache import CachedLaunch, _argument_key
 from .launch_order import LONGEST_FIRST_MIN_KEYS, heaviest_first
 from .tma import row_descriptors
 
@@ -152,7 +186,8 @@ def _fold_tile(m_i, l_i, acc, s, v, start_n, offs_m, offs_n, seqlen_q, seqlen_k,
         m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with nothing visible yet
         p = tl.math.exp2((s - m_use[:, None]) * qk_scale)
         l_tile = tl.sum(p, 1)
-        pv = tl.dot(p.to(v.dtype), v, input_precision=INPUT_PRECISION)  # (BLOCK_M, D)
+        if DEFER_NORM:
+            pv = tl.dot(p.to(v.dtype), v, input_precision=INPUT_PRECISION)  # (BLOCK_M, D)
     else:
         SLICE: tl.constexpr = BLOCK_N // KEY_SLICES
         s3 = tl.reshape(s, (BLOCK_M, KEY_SLICES, SLICE))
@@ -168,15 +203,26 @@ def _fold_tile(m_i, l_i, acc, s, v, start_n, offs_m, offs_n, seqlen_q, seqlen_k,
         m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
         w = tl.math.exp2((m_s - m_use[:, None]) * qk_scale)  # (BLOCK_M, KEY_SLICES)
         l_tile = tl.sum(w * l_s, 1)
-        pv = tl.sum(o_s * tl.permute(w, (1, 0))[:, :, None], 0)
+        if DEFER_NORM:
+            pv = tl.sum(o_s * tl.permute(w, (1, 0))[:, :, None], 0)
 
     alpha = tl.math.exp2((m_i - m_use) * qk_scale)
     l_new = alpha * l_i + l_tile
     if DEFER_NORM:
         acc = acc * alpha[:, None] + pv
     else:
+        # acc = (l_i * alpha * acc + P_ij V_j) / l_new, with 1/l_new applied to P (split-K: to
+        # the slice weights) before the product, so that the rescaled acc is the dot's
+        # accumulator (wgmma accumulates in place) rather than a second tile added to it.
+        # A row with l_new == 0 has seen nothing: its P is 0 and acc stays 0.
         inv_l_new = 1.0 / tl.where(l_new == 0.0, 1.0, l_new)
-        acc = (acc * (l_i * alpha * inv_l_new)[:, None]) + pv * inv_l_new[:, None]
+        acc = acc * (l_i * alpha * inv_l_new)[:, None]
+        if SPLIT_Q:
+            p_n = p * inv_l_new[:, None]  # P_ij / l_new, in [0, 1]
+            acc = tl.dot(p_n.to(v.dtype), v, acc, input_precision=INPUT_PRECISION)
+        else:
+            w_n = w * inv_l_new[:, None]  # the slice weights over l_new
+            acc += tl.sum(o_s * tl.permute(w_n, (1, 0))[:, :, None], 0)
     if SANITIZE_V:
         # after the update, so the product and its accumulation are the main launch's own
         # code and a row that sees no non-finite V gets the same bits as there
@@ -203,6 +249,37 @@ def _online_softmax_step(m_i, l_i, acc, q, K_tile_ptrs, V_tile_ptrs, KD, VD, off
     return _fold_tile(m_i, l_i, acc, s, v, start_n, offs_m, offs_n, seqlen_q, seqlen_k,
                       qk_scale, DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM,
                       INPUT_PRECISION, SANITIZE_V)
+
+
+@triton.jit
+def _store_row_block(O, O_RES, LSE, M, L, FLAGS, acc, m_i, l_i, block_index, offs_m, row_ok,
+                     off_b, off_h, stride_ob, stride_oh, stride_om, stride_od, stride_lb,
+                     stride_lh, qk_scale, IS_CAUSAL: tl.constexpr, DEFER_NORM: tl.constexpr,
+                     HEAD_DIM: tl.constexpr, REPAIR: tl.constexpr, STORE_O_RES: tl.constexpr,
+                     NAN_FLAGS: tl.constexpr):
+    """A row block's epilogue, after its last K/V tile: O (DEFER_NORM: acc / l_i) and L_i, or
+    (not DEFER_NORM) O = acc, m_i and l_i; its NaN flag; O's rounding residual."""
+    offs_d = tl.arange(0, HEAD_DIM)
+    sees_a_key = l_i > 0.0
+    if DEFER_NORM:
+        acc = acc / tl.where(sees_a_key, l_i, 1.0)[:, None]  # the one deferred division
+        log2_l = tl.math.log2(tl.where(sees_a_key, l_i, 1.0))
+        lse = tl.where(sees_a_key, (m_i * qk_scale + log2_l) * 0.6931471805599453,  # ln 2
+                       float("-inf"))
+        tl.store(LSE + off_b * stride_lb + off_h * stride_lh + offs_m, lse, mask=row_ok)
+    else:
+        stat = off_b * stride_lb + off_h * stride_lh + offs_m
+        tl.store(M + stat, m_i * qk_scale * 0.6931471805599453, mask=row_ok)  # natural-log units
+        tl.store(L + stat, l_i, mask=row_ok)
+    if IS_CAUSAL and not REPAIR and NAN_FLAGS:  # a NaN may be a hidden key's 0 * NaN
+        tl.store(FLAGS + block_index, tl.max((acc != acc).to(tl.int32)))
+    o_rows = (off_b.to(tl.int64) * stride_ob + off_h.to(tl.int64) * stride_oh
+              + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od)
+    o = acc.to(O.dtype.element_ty)
+    tl.store(O + o_rows, o, mask=row_ok[:, None])
+    if STORE_O_RES:
+        tl.store(O_RES + o_rows, (acc - o.to(tl.float32)).to(O.dtype.element_ty),
+                 mask=row_ok[:, None])
 
 
 @triton.jit
@@ -255,26 +332,175 @@ def _attn_fwd_row_block(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, block_index
             True, IS_CAUSAL, DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM,
             INPUT_PRECISION, IS_CAUSAL and REPAIR, TMA)
 
-    sees_a_key = l_i > 0.0
-    if DEFER_NORM:
-        acc = acc / tl.where(sees_a_key, l_i, 1.0)[:, None]  # the one deferred division
-        log2_l = tl.math.log2(tl.where(sees_a_key, l_i, 1.0))
-        lse = tl.where(sees_a_key, (m_i * qk_scale + log2_l) * 0.6931471805599453,  # ln 2
-                       float("-inf"))
-        tl.store(LSE + off_b * stride_lb + off_h * stride_lh + offs_m, lse, mask=row_ok)
+    _store_row_block(O, O_RES, LSE, M, L, FLAGS, acc, m_i, l_i, block_index, offs_m, row_ok,
+                     off_b, off_h, stride_ob, stride_oh, stride_om, stride_od, stride_lb,
+                     stride_lh, qk_scale, IS_CAUSAL, DEFER_NORM, HEAD_DIM, REPAIR, STORE_O_RES,
+                     NAN_FLAGS)
+
+
+@triton.jit
+def _row_blocks_seeing(start_n, seqlen_q, seqlen_k, BLOCK_M: tl.constexpr,
+                       BLOCK_N: tl.constexpr, IS_CAUSAL: tl.constexpr):
+    """The inverse of _visible_key_range for the K/V tile at keys start_n .. start_n + BLOCK_N
+    that ends before the keys do: row blocks >= first see some of its keys (start_n < hi); of
+    those, row blocks < ends see none past it (hi <= start_n + BLOCK_N: their last tile), and
+    row blocks >= unmasked see all of it (start_n + BLOCK_N <= full_end: no mask).
+    first <= ends <= unmasked; without causal all three are 0."""
+    if IS_CAUSAL:
+        diag = seqlen_k - seqlen_q  # query i sees key j iff j <= i + diag
+        first = tl.maximum(start_n - diag, 0) // BLOCK_M
+        ends = tl.maximum(start_n + BLOCK_N - diag, 0) // BLOCK_M
+        unmasked = tl.cdiv(tl.maximum(start_n + BLOCK_N - 1 - diag, 0), BLOCK_M)
     else:
-        stat = off_b * stride_lb + off_h * stride_lh + offs_m
-        tl.store(M + stat, m_i * qk_scale * 0.6931471805599453, mask=row_ok)  # natural-log units
-        tl.store(L + stat, l_i, mask=row_ok)
-    if IS_CAUSAL and not REPAIR and NAN_FLAGS:  # a NaN may be a hidden key's 0 * NaN
-        tl.store(FLAGS + block_index, tl.max((acc != acc).to(tl.int32)))
-    o_rows = (off_b.to(tl.int64) * stride_ob + off_h.to(tl.int64) * stride_oh
-              + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od)
-    o = acc.to(O.dtype.element_ty)
-    tl.store(O + o_rows, o, mask=row_ok[:, None])
-    if STORE_O_RES:
-        tl.store(O_RES + o_rows, (acc - o.to(tl.float32)).to(O.dtype.element_ty),
-                 mask=row_ok[:, None])
+        first = 0
+        ends = 0
+        unmasked = 0
+    return first, ends, unmasked
+
+
+@triton.jit
+def _first_of_split(row_block, split, n_splits):
+    """The first row block >= row_block of split `split`, which owns row blocks
+    split, split + n_splits, ... (FA1's interleaving)."""
+    return row_block + (split - row_block % n_splits + n_splits) % n_splits
+
+
+@triton.jit
+def _fold_kv_block(Q, O, O_RES, LSE, M, L, FLAGS, ACC_TMP, M_TMP, L_TMP, kT, v, start_n,
+                   rb_lo, rb_hi, split, n_splits, first_block, off_b, off_h,
+                   stride_qb, stride_qh, stride_qm, stride_qd,
+                   stride_ob, stride_oh, stride_om, stride_od, stride_lb, stride_lh,
+                   seqlen_q, seqlen_k, qk_scale,
+                   MASK: tl.constexpr, LAST: tl.constexpr, IS_CAUSAL: tl.constexpr,
+                   DEFER_NORM: tl.constexpr, SPLIT_Q: tl.constexpr, KEY_SLICES: tl.constexpr,
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
+                   INPUT_PRECISION: tl.constexpr, STORE_O_RES: tl.constexpr,
+                   NAN_FLAGS: tl.constexpr):
+    """FA1's inner loop: fold the K/V tile (kT, v) at keys start_n .. start_n + BLOCK_N into
+    each of this split's row blocks in [rb_lo, rb_hi), every one of which sees some of its
+    keys. A row block's (m_i, l_i, acc) come from the HBM scratch (ACC_TMP, M_TMP, L_TMP: FA1's
+    o_tmp) unless this is its first tile; LAST: this is the last tile of every one of these
+    row blocks, which are finalized (O, L_i or m_i and l_i stored); otherwise their state goes
+    back to the scratch."""
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    q_head = Q + off_b.to(tl.int64) * stride_qb + off_h.to(tl.int64) * stride_qh
+    o_head = off_b.to(tl.int64) * stride_ob + off_h.to(tl.int64) * stride_oh
+    stat_head = off_b * stride_lb + off_h * stride_lh
+    for row_block in range(_first_of_split(rb_lo, split, n_splits), rb_hi, n_splits):
+        offs_m = row_block * BLOCK_M + tl.arange(0, BLOCK_M)
+        row_ok = offs_m < seqlen_q
+        # addresses from the row block's index inside the loop: offsets hoisted out of it
+        # would hold about 40 more registers a thread (sm_90 compile gate)
+        q = tl.load(q_head + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
+                    mask=row_ok[:, None], other=0.0)  # (BLOCK_M, D), read again at every tile
+        acc_ptrs = ACC_TMP + o_head + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od
+        # every row block's first tile is the keys' first (a row sees a prefix of the keys);
+        # then its state is the scratch's, written by this program at the previous tile
+        resumed = row_ok & (start_n > 0)
+        acc = tl.load(acc_ptrs, mask=resumed[:, None], other=0.0)  # (BLOCK_M, D) float32
+        m_i = tl.load(M_TMP + stat_head + offs_m, mask=resumed, other=float("-inf"))
+        l_i = tl.load(L_TMP + stat_head + offs_m, mask=resumed, other=0.0)
+        s = _tile_scores(q, kT, start_n, offs_m, offs_n, seqlen_q, seqlen_k, MASK, IS_CAUSAL,
+                         INPUT_PRECISION)
+        m_i, l_i, acc = _fold_tile(m_i, l_i, acc, s, v, start_n, offs_m, offs_n, seqlen_q,
+                                   seqlen_k, qk_scale, DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_M,
+                                   BLOCK_N, HEAD_DIM, INPUT_PRECISION, False)
+        if LAST:
+            _store_row_block(O, O_RES, LSE, M, L, FLAGS, acc, m_i, l_i, first_block + row_block,
+                             offs_m, row_ok, off_b, off_h, stride_ob, stride_oh, stride_om,
+                             stride_od, stride_lb, stride_lh, qk_scale, IS_CAUSAL, DEFER_NORM,
+                             HEAD_DIM, False, STORE_O_RES, NAN_FLAGS)
+        else:
+            tl.store(acc_ptrs, acc, mask=row_ok[:, None])
+            tl.store(M_TMP + stat_head + offs_m, m_i, mask=row_ok)
+            tl.store(L_TMP + stat_head + offs_m, l_i, mask=row_ok)
+
+
+@triton.jit
+def _attn_fwd_kv_outer(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, ACC_TMP, M_TMP, L_TMP,
+                       first_block, off_b, off_h, off_hkv, split, n_splits,
+                       stride_qb, stride_qh, stride_qm, stride_qd,
+                       stride_kb, stride_kh, stride_kn, stride_kd,
+                       stride_vb, stride_vh, stride_vn, stride_vd,
+                       stride_ob, stride_oh, stride_om, stride_od,
+                       stride_lb, stride_lh,
+                       seqlen_q, seqlen_k, qk_scale,
+                       IS_CAUSAL: tl.constexpr, DEFER_NORM: tl.constexpr,
+                       SPLIT_Q: tl.constexpr, KEY_SLICES: tl.constexpr, BLOCK_M: tl.constexpr,
+                       BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
+                       INPUT_PRECISION: tl.constexpr, TMA: tl.constexpr,
+                       STORE_O_RES: tl.constexpr, NAN_FLAGS: tl.constexpr):
+    """FA1's schedule for one (batch, head) and one split of its row blocks: K/V tiles outer,
+    each loaded once and folded into every row block that sees it (see the module docstring).
+    Which row blocks a tile ends, and which need a mask, are ranges of row blocks, so every
+    call of the inner loop knows both at compile time."""
+    row_blocks = tl.cdiv(seqlen_q, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    k_base = K + off_b.to(tl.int64) * stride_kb + off_hkv.to(tl.int64) * stride_kh
+    v_base = V + off_b.to(tl.int64) * stride_vb + off_hkv.to(tl.int64) * stride_vh
+    K_ptrs = k_base + offs_n[None, :] * stride_kn + offs_d[:, None] * stride_kd  # (D, BLOCK_N)
+    V_ptrs = v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd  # (BLOCK_N, D)
+
+    # causal with seqlen_q > seqlen_k: row blocks below the first that sees key 0 see no key
+    # at all and no tile visits them; they get O = 0 and L = -inf (m = -inf, l = 0)
+    blind, _, _ = _row_blocks_seeing(0, seqlen_q, seqlen_k, BLOCK_M, BLOCK_N, IS_CAUSAL)
+    for row_block in range(split, blind, n_splits):
+        offs_m = row_block * BLOCK_M + tl.arange(0, BLOCK_M)
+        _store_row_block(O, O_RES, LSE, M, L, FLAGS, tl.zeros([BLOCK_M, HEAD_DIM], tl.float32),
+                         tl.full([BLOCK_M], float("-inf"), tl.float32),
+                         tl.zeros([BLOCK_M], tl.float32), first_block + row_block, offs_m,
+                         offs_m < seqlen_q, off_b, off_h, stride_ob, stride_oh, stride_om,
+                         stride_od, stride_lb, stride_lh, qk_scale, IS_CAUSAL, DEFER_NORM,
+                         HEAD_DIM, False, STORE_O_RES, NAN_FLAGS)
+
+    final_start = (seqlen_k - 1) // BLOCK_N * BLOCK_N  # the keys' last tile
+    for start_n in range(0, final_start, BLOCK_N):  # whole tiles, none the keys' last
+        kT = _tile_keys(K_ptrs + start_n * stride_kn, KD, off_b, off_hkv, start_n, offs_n,
+                        seqlen_k, False, BLOCK_N, HEAD_DIM, TMA)
+        v = _tile_values(V_ptrs + start_n * stride_vn, VD, off_b, off_hkv, start_n, offs_n,
+                         seqlen_k, False, BLOCK_N, HEAD_DIM, TMA)
+        # the scratch is stored and read back in different thread layouts (and read ahead by
+        # the pipeliner): a CTA barrier orders the last tile's stores before this tile's loads
+        tl.debug_barrier()
+        first, ends, unmasked = _row_blocks_seeing(start_n, seqlen_q, seqlen_k, BLOCK_M,
+                                                   BLOCK_N, IS_CAUSAL)
+        if IS_CAUSAL:  # the row blocks the diagonal crosses: ending here, then going on
+            _fold_kv_block(Q, O, O_RES, LSE, M, L, FLAGS, ACC_TMP, M_TMP, L_TMP, kT, v, start_n,
+                           first, tl.minimum(ends, row_blocks), split, n_splits, first_block,
+                           off_b, off_h, stride_qb, stride_qh, stride_qm, stride_qd, stride_ob,
+                           stride_oh, stride_om, stride_od, stride_lb, stride_lh, seqlen_q,
+                           seqlen_k, qk_scale, True, True, IS_CAUSAL, DEFER_NORM, SPLIT_Q,
+                           KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM, INPUT_PRECISION,
+                           STORE_O_RES, NAN_FLAGS)
+            _fold_kv_block(Q, O, O_RES, LSE, M, L, FLAGS, ACC_TMP, M_TMP, L_TMP, kT, v, start_n,
+                           ends, tl.minimum(unmasked, row_blocks), split, n_splits, first_block,
+                           off_b, off_h, stride_qb, stride_qh, stride_qm, stride_qd, stride_ob,
+                           stride_oh, stride_om, stride_od, stride_lb, stride_lh, seqlen_q,
+                           seqlen_k, qk_scale, True, False, IS_CAUSAL, DEFER_NORM, SPLIT_Q,
+                           KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM, INPUT_PRECISION,
+                           STORE_O_RES, NAN_FLAGS)
+        _fold_kv_block(Q, O, O_RES, LSE, M, L, FLAGS, ACC_TMP, M_TMP, L_TMP, kT, v, start_n,
+                       unmasked, row_blocks, split, n_splits, first_block, off_b, off_h,
+                       stride_qb, stride_qh, stride_qm, stride_qd, stride_ob, stride_oh,
+                       stride_om, stride_od, stride_lb, stride_lh, seqlen_q, seqlen_k, qk_scale,
+                       False, False, IS_CAUSAL, DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_M,
+                       BLOCK_N, HEAD_DIM, INPUT_PRECISION, STORE_O_RES, NAN_FLAGS)
+    # the keys' last tile, whole or not: masked, and the last of every row block that sees it
+    kT = _tile_keys(K_ptrs + final_start * stride_kn, KD, off_b, off_hkv, final_start, offs_n,
+                    seqlen_k, True, BLOCK_N, HEAD_DIM, TMA)
+    v = _tile_values(V_ptrs + final_start * stride_vn, VD, off_b, off_hkv, final_start, offs_n,
+                     seqlen_k, True, BLOCK_N, HEAD_DIM, TMA)
+    tl.debug_barrier()
+    first, _, _ = _row_blocks_seeing(final_start, seqlen_q, seqlen_k, BLOCK_M, BLOCK_N,
+                                     IS_CAUSAL)
+    _fold_kv_block(Q, O, O_RES, LSE, M, L, FLAGS, ACC_TMP, M_TMP, L_TMP, kT, v, final_start,
+                   first, row_blocks, split, n_splits, first_block, off_b, off_h,
+                   stride_qb, stride_qh, stride_qm, stride_qd, stride_ob, stride_oh,
+                   stride_om, stride_od, stride_lb, stride_lh, seqlen_q, seqlen_k, qk_scale,
+                   True, True, IS_CAUSAL, DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_M, BLOCK_N,
+                   HEAD_DIM, INPUT_PRECISION, STORE_O_RES, NAN_FLAGS)
 
 
 @triton.jit
@@ -297,7 +523,7 @@ def _needs_repair(O, FLAGS, blocks, row_blocks, heads_q, n_blocks, stride_ob, st
 
 
 @triton.jit
-def _attn_fwd(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD,
+def _attn_fwd(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, ACC_TMP, M_TMP, L_TMP,
               stride_qb, stride_qh, stride_qm, stride_qd,
               stride_kb, stride_kh, stride_kn, stride_kd,
               stride_vb, stride_vh, stride_vn, stride_vd,
@@ -356,20 +582,72 @@ def _attn_fwd(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD,
                             seqlen_q, seqlen_k, qk_scale, IS_CAUSAL, DEFER_NORM, SPLIT_Q,
                             KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM, INPUT_PRECISION, False, TMA,
                             STORE_O_RES, NAN_FLAGS)
-    else:
-        for start_m in range(0, seqlen_q, BLOCK_M):
-            _attn_fwd_row_block(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD,
-                                first_block + start_m // BLOCK_M, start_m, off_b, off_h, off_hkv,
-                                stride_qb, stride_qh, stride_qm, stride_qd,
-                                stride_kb, stride_kh, stride_kn, stride_kd,
-                                stride_vb, stride_vh, stride_vn, stride_vd,
-                                stride_ob, stride_oh, stride_om, stride_od, stride_lb, stride_lh,
-                                seqlen_q, seqlen_k, qk_scale, IS_CAUSAL, DEFER_NORM, SPLIT_Q,
-                                KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM, INPUT_PRECISION, False, TMA,
-                                STORE_O_RES, NAN_FLAGS)
+    else:  # grid (batch * heads, splits): this program owns every n_splits-th row block
+        _attn_fwd_kv_outer(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, ACC_TMP, M_TMP, L_TMP,
+                           first_block, off_b, off_h, off_hkv, tl.program_id(1),
+                           tl.num_programs(1),
+                           stride_qb, stride_qh, stride_qm, stride_qd,
+                           stride_kb, stride_kh, stride_kn, stride_kd,
+                           stride_vb, stride_vh, stride_vn, stride_vd,
+                           stride_ob, stride_oh, stride_om, stride_od, stride_lb, stride_lh,
+                           seqlen_q, seqlen_k, qk_scale, IS_CAUSAL, DEFER_NORM, SPLIT_Q,
+                           KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM, INPUT_PRECISION, TMA,
+                           STORE_O_RES, NAN_FLAGS)
 
 
 _ATTN_FWD = CachedLaunch(_attn_fwd)  # host time: kernels/launch_cache.py
+
+
+# FA1's cap on its forward's splits (fmha_fwd_launch_template.h)
+FA1_MAX_SPLITS = 30
+# the interpreter has no SMs: FA1's heuristic then assumes an H200's 132, one CTA each
+INTERPRETER_SMS = 132
+
+
+def fa1_num_splits(batch_heads: int, num_sms: int, ctas_per_sm: int, max_splits: int) -> int:
+    """FA1's num_splits_heuristic_fwd (fmha_fwd_launch_template.h): the number of splits of
+    each (batch, head)'s query row blocks, grid (batch, heads, splits). For n = 1..max_splits
+    the wave efficiency of batch_heads * n CTAs on num_sms * ctas_per_sm slots is
+    waves / ceil(waves), waves = batch_heads * n / (num_sms * ctas_per_sm); more splits mean
+    more HBM traffic (every split re-reads the K/V tiles), so FA1 takes the smallest n within
+    95% of the best efficiency. FA1 capped n at min(30, query steps) in intent; its code reads
+    `(seqlen_q + M - 1 / M)`, which C parses as seqlen_q + M, so it allowed up to 30 splits
+    even where fewer row blocks leave some empty; the caller here passes the intent."""
+    efficiency = []
+    for n in range(1, max(1, max_splits) + 1):
+        waves = batch_heads * n / (num_sms * ctas_per_sm)
+        efficiency.append(waves / math.ceil(waves))
+    best = max(efficiency)
+    return next(n for n, e in enumerate(efficiency, 1) if e > 0.95 * best)
+
+
+_CTAS_PER_SM = {}  # (device, specialization) -> resident CTAs an SM
+
+
+def _sms_and_ctas_per_sm(device, args, kwargs) -> tuple[int, int]:
+    """(SMs, CTAs of this kernel an SM can hold), as FA1 asked CUDA's occupancy calculator:
+    from the compiled kernel's registers, shared memory and warps and the device's limits."""
+    import torch
+
+    if device.type != "cuda" or not isinstance(_attn_fwd, triton.runtime.JITFunction):
+        return INTERPRETER_SMS, 1
+    props = torch.cuda.get_device_properties(device)
+    # what Triton specializes on (kernels/launch_cache.py), with ints in its classes
+    key = (device, tuple((a == 1, a % 16 == 0) if type(a) is int else _argument_key(a)
+                         for a in args), tuple(kwargs.items()))
+    if key not in _CTAS_PER_SM:
+        kernel = _attn_fwd.warmup(*args, grid=(1,), **kwargs)
+        if hasattr(kernel, "result"):  # compiled asynchronously
+            kernel = kernel.result()
+        kernel._init_handles()  # n_regs is read when the cubin is loaded
+        warps = kernel.metadata.num_warps
+        regs_per_warp = -(-kernel.n_regs * 32 // 256) * 256  # allocated 256 at a time
+        by_regs = getattr(props, "regs_per_multiprocessor", 65536) // regs_per_warp // warps
+        smem_per_sm = getattr(props, "shared_memory_per_multiprocessor", 233472)
+        by_smem = smem_per_sm // (kernel.metadata.shared + 1024)  # 1 KB reserved a block
+        by_threads = getattr(props, "max_threads_per_multi_processor", 2048) // (warps * 32)
+        _CTAS_PER_SM[key] = max(1, min(by_regs, by_smem, by_threads, 32))  # 32 blocks an SM
+    return props.multi_processor_count, _CTAS_PER_SM[key]
 
 
 def attn_fwd(q, k, v, causal, softmax_scale, variant, config, o_residual=False):
@@ -401,18 +679,24 @@ def attn_fwd(q, k, v, causal, softmax_scale, variant, config, o_residual=False):
     # holds a NaN
     flags = torch.empty(n_blocks if causal and config.nan_flags else 1, device=q.device,
                         dtype=torch.int32)
-    main_grid = (row_blocks, batch * heads_q) if variant.seq_parallel else (batch * heads_q,)
+    # FA1's o_tmp (seq_parallel off): each row block's float32 (acc, m_i, l_i) between K/V
+    # tiles, laid out as o and the stats; not touched when one tile holds every key
+    acc_tmp, m_tmp, l_tmp = o, stats[0], stats[0]
+    if not variant.seq_parallel and seqlen_k > config.block_n:
+        acc_tmp = torch.empty(o.shape, device=q.device, dtype=torch.float32)
+        m_tmp, l_tmp = torch.empty((2,) + stat_shape, device=q.device,
+                                   dtype=torch.float32).unbind(0)
     repair_grid = (triton.cdiv(n_blocks, REPAIR_CHUNK),)
     kd, vd = row_descriptors((k, v), config.block_n) if config.tma else (None, None)
     for repair in (False, True) if causal else (False,):
         # REPAIR rarely has work: pointer loads, no descriptors to encode on the host
         tma = config.tma and not repair
-        _ATTN_FWD[repair_grid if repair else main_grid](
-            q, k, v, o, o if o_res is None else o_res, lse, m, l, flags, kd if tma else None,
-            vd if tma else None,
-            *q.stride(), *k.stride(), *v.stride(), *o.stride(), stats[0].stride(0),
-            stats[0].stride(1), heads_q, heads_q // heads_kv, seqlen_q, seqlen_k,
-            softmax_scale * LOG2E, n_blocks,
+        args = (q, k, v, o, o if o_res is None else o_res, lse, m, l, flags, kd if tma else None,
+                vd if tma else None, acc_tmp, m_tmp, l_tmp,
+                *q.stride(), *k.stride(), *v.stride(), *o.stride(), stats[0].stride(0),
+                stats[0].stride(1), heads_q, heads_q // heads_kv, seqlen_q, seqlen_k,
+                softmax_scale * LOG2E, n_blocks)
+        kwargs = dict(
             IS_CAUSAL=causal, DEFER_NORM=variant.defer_norm, SEQ_PARALLEL=variant.seq_parallel,
             SPLIT_Q=variant.split_q, KEY_SLICES=config.key_slices, BLOCK_M=config.block_m,
             BLOCK_N=config.block_n, HEAD_DIM=head_dim, INPUT_PRECISION=config.input_precision,
@@ -422,4 +706,15 @@ def attn_fwd(q, k, v, causal, softmax_scale, variant, config, o_residual=False):
             num_stages=config.num_stages,
             maxnreg=config.max_registers or None,
         )
+        if repair:
+            grid = repair_grid
+        elif variant.seq_parallel:
+            grid = (row_blocks, batch * heads_q)
+        else:
+            splits = config.fa1_splits or fa1_num_splits(
+                batch * heads_q, *_sms_and_ctas_per_sm(q.device, args, kwargs),
+                max_splits=min(FA1_MAX_SPLITS, row_blocks))
+            grid = (batch * heads_q, min(splits, row_blocks))
+        _ATTN_FWD[grid](*args, **kwargs)
     return o, stats, o_res
+

@@ -18,8 +18,9 @@ class Variant:
     - defer_norm: keep the output unnormalised inside the K/V loop and divide by the softmax sum
       once at the end, storing one logsumexp per row (off: FA1's per-tile renormalisation,
       storing m and l).
-    - seq_parallel: one program per query row block (off: one program per (batch, head) that
-      walks every row block, as FA1 scheduled it).
+    - seq_parallel: one program per query row block, looping over the K/V tiles (off: FA1's
+      schedule, one program per (batch, head) looping over the K/V tiles and, inside, over
+      the row blocks, whose partial outputs wait in HBM between tiles; kernels/forward.py).
     - split_q: each program's rows own their whole softmax (off: split-K, every K/V tile is cut
       into key slices whose partial max, sum and output are merged).
     """

@@ -190,10 +190,17 @@ def test_tuning_space_keeps_split_k_honest():
         split_k = tuning.candidates("fwd", d, Variant(True, True, False), on_gpu=True)
         split_q = tuning.candidates("fwd", d, Variant(), on_gpu=True)
         assert split_k and all(c["block_n"] >= 64 for c in split_k)
-        assert all(c in split_q for c in split_k)  # the same space, less what it cannot use
-        for c in split_k:  # every split-K candidate keeps the 4 slices that define it
+        four = [c for c in split_k if "key_slices" not in c]
+        two = [c for c in split_k if "key_slices" in c]
+        assert all(c in split_q for c in four)  # the same space, less what it cannot use
+        assert two and all(c["key_slices"] == 2 for c in two)  # and 2 slices, named
+        for c in split_k:  # a candidate keeps the slices it names, else FA1's 4
             config = tuning.build_config(d, Variant(True, True, False), True, fwd=c)
-            assert config.key_slices == 4
+            assert config.key_slices == c.get("key_slices", 4)
+        # seq_parallel off also has FA1's 16-row query steps, and 64-row ones
+        serial = tuning.candidates("fwd", d, Variant(seq_parallel=False), on_gpu=True)
+        assert {16, 64} <= {c["block_m"] for c in serial}
+        assert 16 not in {c["block_m"] for c in split_q}
     assert tuning.warm_seqlen(16384) == 256 and tuning.warm_seqlen(1000) == 257
     assert tuning.warm_seqlen(1) == 1 and tuning.warm_seqlen(100) == 100
 

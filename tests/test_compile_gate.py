@@ -139,13 +139,14 @@ def test_ptxas_log_parsing():
 
 def test_float32_d128_split_k_fits_when_seqlen_k_is_one(tmp_path):
     """Found by the H200 fuzz campaign: a call with seqlen_k == 1 (compiled as a constant) made
-    3 pipeline stages of float32 d=128 tiles need 245760 bytes; float32 d>=128 now uses 2."""
+    3 pipeline stages of float32 d=128 tiles need 245760 bytes; float32 d>=128 now uses 2.
+    That was seq_parallel off walking row blocks with the K/V tiles inner; since it runs FA1's
+    schedule (K/V tiles outer, each loaded once) 3 stages need 147456 bytes there, and the
+    case stays to keep the default within an sm_90 block."""
     args = ["--kernel", "attn_fwd", "--variant=-defer-seqpar-splitq", "--dtype", "float32",
             "--head-dim", "128", "--no-causal", "--length-one", "seqlen_k", "--jobs", "1"]
     proc, reports = gate(tmp_path, *args)
     assert proc.returncode == 0 and reports[0]["error"] is None, proc.stdout[-2000:]
-    proc, reports = gate(tmp_path, *args, "--num-stages", "3")
-    assert proc.returncode != 0 and "245760 bytes of shared memory" in reports[0]["error"]
 
 
 def test_dq_atomics_in_the_loop_are_relaxed(tmp_path):

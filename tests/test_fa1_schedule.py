@@ -1,0 +1,114 @@
+"""seq_parallel off runs FA1's schedule (kernels/forward.py): K/V tiles outer, query row blocks
+inner, each row block's (acc, m, l) through an HBM scratch between tiles, grid (batch * heads,
+splits) with split s owning row blocks s, s + splits, ... Checked against the float64 oracle by
+the pass rule and bitwise against the row-block-outer schedule (seq_parallel on), whose
+arithmetic per row is the same. 16-row blocks and 16-key tiles, so that every problem has
+several tiles and several row blocks per split."""
+from dataclasses import replace
+from functools import partial
+
+import pytest
+import torch
+
+from fa2check.checks import Reference
+from fa2check.problems import Problem
+from kernels import TileConfig, Variant, default_config, flash_attention
+from kernels.forward import FA1_MAX_SPLITS, INTERPRETER_SMS, fa1_num_splits
+
+BLOCK = 16
+PROBLEMS = [
+    # GQA, causal, seqlen_q > seqlen_k: rows 0-34 see no key, whole row blocks among them
+    Problem(2, 4, 2, 100, 65, 32, "bfloat16", True, seed=31),
+    # MQA, causal, seqlen_q < seqlen_k, odd lengths: partial last row block and last tile
+    Problem(1, 3, 1, 63, 100, 16, "float16", True, seed=32),
+    # full mask, odd lengths, float32
+    Problem(2, 2, 2, 17, 63, 32, "float32", False, seed=33),
+    # one key: a single tile, no scratch; causal rows 0-98 see nothing
+    Problem(1, 2, 1, 100, 1, 16, "float16", True, seed=34),
+]
+SPLITS = (1, 3, 0)  # one program per (batch, head); three; FA1's heuristic
+VARIANTS = [Variant(defer, False, split_q) for defer in (True, False) for split_q in (True, False)]
+
+
+def _config(problem, splits):
+    base = default_config(problem.head_dim, False, None, problem.dtype)
+    return replace(base, block_m=BLOCK, block_n=BLOCK, key_slices=2, fa1_splits=splits)
+
+
+def _heuristic_splits(problem):
+    row_blocks = -(-problem.seqlen_q // BLOCK)
+    return fa1_num_splits(problem.batch * problem.heads_q, INTERPRETER_SMS, 1,
+                          min(FA1_MAX_SPLITS, row_blocks))
+
+
+@pytest.mark.parametrize("problem", PROBLEMS, ids=str)
+def test_fa1_schedule_passes_the_oracle(problem, device):
+    """Every seq_parallel-off variant, with one program per (batch, head) (forward and
+    backward), three splits and FA1's heuristic (which picks more than one split for these
+    problems) against the float64 oracle."""
+    assert _heuristic_splits(problem) > 1
+    # the backward reads the forward's o and statistics, which do not depend on the splits
+    refs = {True: Reference(problem, device), False: Reference(problem, device, backward=False)}
+    for splits in SPLITS:
+        ref = refs[splits == 1]
+        # the splits only share out row blocks: split-K is checked with one program a head
+        for variant in VARIANTS if splits == 1 else [v for v in VARIANTS if v.split_q]:
+            checks = ref.check(partial(flash_attention, config=_config(problem, splits)), variant)
+            failed = [str(c) for c in checks if not c.passed]
+            assert not failed, f"{variant} splits={splits} on {problem}: " + "; ".join(failed)
+
+
+@pytest.mark.parametrize("problem", PROBLEMS, ids=str)
+def test_fa1_schedule_bitwise_equals_row_block_schedule(problem, device):
+    """o and lse equal the seq_parallel-on kernel's bit for bit, for each number of splits:
+    the schedules differ in which program folds which (row block, tile) and where the state
+    waits between tiles (HBM or registers), not in any row's arithmetic."""
+    q, k, v, _ = problem.inputs(device)
+    for variant in VARIANTS:
+        on = replace(variant, seq_parallel=True)
+        o_on, lse_on = flash_attention(q, k, v, causal=problem.causal, variant=on,
+                                       return_lse=True, config=_config(problem, 1))
+        for splits in SPLITS:
+            o, lse = flash_attention(q, k, v, causal=problem.causal, variant=variant,
+                                     return_lse=True, config=_config(problem, splits))
+            assert torch.equal(o, o_on) and torch.equal(lse, lse_on), (
+                f"{variant} splits={splits} on {problem}: max |o - o_on| "
+                f"{(o.float() - o_on.float()).abs().max().item()}")
+
+
+def test_fa1_schedule_rows_that_see_no_key(device):
+    """Causal with seqlen_q > seqlen_k: rows that see no key get o = 0 and lse = -inf (the
+    defer_norm-off kernel stores m = -inf and l = 0, from which lse is -inf), whether or not
+    their whole row block sees nothing."""
+    problem = PROBLEMS[0]
+    q, k, v, _ = problem.inputs(device)
+    blind = problem.seqlen_q - problem.seqlen_k  # rows 0 .. blind - 1 see no key
+    for variant in VARIANTS:
+        for splits in SPLITS:
+            o, lse = flash_attention(q, k, v, causal=True, variant=variant, return_lse=True,
+                                     config=_config(problem, splits))
+            assert torch.all(o[:, :, :blind] == 0), f"{variant} splits={splits}"
+            assert torch.all(lse[:, :, :blind] == float("-inf")), f"{variant} splits={splits}"
+            assert torch.all(torch.isfinite(lse[:, :, blind:])), f"{variant} splits={splits}"
+
+
+def test_fa1_num_splits_is_fa1s_heuristic():
+    """fmha_fwd_launch_template.h: the smallest split count within 95% of the best wave
+    efficiency batch_heads * n / (sms * ctas) / ceil(...)."""
+    # 48 (batch, head)s on 108 SMs: 2 splits fill 0.89 of one wave, 3 splits 0.67 of two;
+    # up to 8 splits 0.89 is the best, so 2; up to 30, 9 splits fill 4 waves exactly
+    assert fa1_num_splits(48, 108, 1, 8) == 2
+    assert fa1_num_splits(48, 108, 1, 30) == 9
+    assert fa1_num_splits(264, 132, 1, 30) == 1  # two whole waves already
+    # 100 on an H200's 132 SMs: 29 splits would fill 0.999, 9 fill 0.974, within 95% of it
+    assert fa1_num_splits(100, 132, 1, 30) == 9
+    assert fa1_num_splits(16, 132, 2, 30) == 16  # 256 of 264 slots: 0.97
+    assert fa1_num_splits(16, 132, 2, 1) == 1
+
+
+def test_fa1_splits_must_be_a_count():
+    q = torch.randn(1, 2, 33, 16, dtype=torch.float16)
+    for bad in (-1, True, 1.5):
+        with pytest.raises(ValueError, match="fa1_splits"):
+            flash_attention(q, q, q, variant=Variant(seq_parallel=False),
+                            config=TileConfig(16, 16, fa1_splits=bad))
