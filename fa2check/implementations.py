@@ -4,7 +4,7 @@ flash_attention's signature, named as MODULE:FUNC.
     ours                  kernels:flash_attention, one column per variant
     gluon                 fa2check.adapters:gluon (our forward in Gluon), one column per variant
     hopper                fa2check.adapters:hopper (the wgmma/TMA chassis), one column per
-                          seq_parallel variant
+                          variant
     sdpa                  ours and the four torch SDPA adapters beside it
     sdpa_math (etc.)      fa2check.adapters:sdpa_math
     MODULE:FUNC           any importable callable (variant is passed; it may ignore it)
@@ -90,8 +90,7 @@ def columns(impl_specs: list[str] | None, variant_names: list[str] | None) -> li
         elif impl == GLUON:
             out += [Column(impl, str(v), f"gluon {v}") for v in (asked or Variant.all())]
         elif impl == HOPPER:
-            out += [Column(impl, str(v), f"hopper {v}")
-                    for v in (asked or [v for v in Variant.all() if v.seq_parallel])]
+            out += [Column(impl, str(v), f"hopper {v}") for v in (asked or Variant.all())]
         elif asked and len(asked) > 1:
             out += [Column(impl, str(v), f"{name} {v}") for v in asked]
         else:

@@ -62,6 +62,7 @@ def main():
     p.add_argument("--out", default=os.environ.get("OUT", "out"))
     p.add_argument("--commit", help="the git commit to record (the device's copy has a stale .git)")
     p.add_argument("--seqlens", default="1024,2048,8192")
+    p.add_argument("--head-dims", default="128,64")
     p.add_argument("--ncu-cell", action="store_true", help="run the FA1-schedule forward of "
                    f"{NCU_CELL} once (profile it with ncu) and print its model bytes")
     args = p.parse_args()
@@ -87,7 +88,7 @@ def main():
     matmul = 2 * 8192 ** 3 / (time_fn(lambda: a @ a) * 1e-3) / 1e12
     print(f"matmul bf16 8192^3: {matmul:.0f} TFLOP/s", flush=True)
     rows = []
-    for d, causal, n in itertools.product((128, 64), (False, True),
+    for d, causal, n in itertools.product(map(int, args.head_dims.split(",")), (False, True),
                                           map(int, args.seqlens.split(","))):
         cell = Cell(paper_batch(n), paper_heads(d), paper_heads(d), n, d, "bfloat16", causal)
         q, k, v = inputs(cell)
@@ -111,8 +112,8 @@ def main():
         rows.append(row)
         print(f"  timed {cell}", flush=True)
         del q, k, v
-    (out / "fa1_schedule.json").write_text(json.dumps(
-        dict(provenance=provenance, matmul_tflops=matmul, cells=rows), indent=1))
+        (out / "fa1_schedule.json").write_text(json.dumps(  # after every cell: nothing lost
+            dict(provenance=provenance, matmul_tflops=matmul, cells=rows), indent=1))
     names = list(rows[0]["ms"])
     print("\n% of matmul (bf16 forward, default tiles):")
     print(f"{'cell':38s} " + " ".join(f"{n.replace(' fa1-heuristic-splits', '+h'):>21s}"
