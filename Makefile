@@ -1,9 +1,13 @@
-# make verify: set up and run the main job. make test: set up and run the tests.
-# make fuzz: hunt for the input that breaks a kernel (ARGS="--impl MODULE:FUNC --seconds 300 ...").
-# On a machine with a CUDA GPU and torch/triton already installed (the device machine), run
+# make verify: set up and run the main job. make test: set up and run the tests (in parallel,
+# TEST_JOBS workers, when pytest-xdist is installed). make fuzz: hunt for the input that breaks
+# a kernel. Options go in ARGS: make verify ARGS="--impl sdpa", make fuzz ARGS="--seconds 300".
+# On a machine with a CUDA GPU and torch/triton already installed, run
 # `make verify PYTHON=python3` or `make test PYTHON=python3` to skip the virtualenv.
 VENV ?= .venv
 PYTHON ?= $(VENV)/bin/python
+TEST_JOBS ?= auto
+# expanded when the recipe runs, after setup has installed pytest-xdist into the virtualenv
+XDIST = $(shell $(PYTHON) -c "import xdist" 2>/dev/null && echo "-n $(TEST_JOBS) --dist loadgroup")
 # torch: the CPU wheel this project's machines carry; CUDA machines bring their own
 TORCH_CPU ?= torch==2.13.0
 STAMP := $(VENV)/.installed
@@ -26,7 +30,7 @@ fuzz: setup
 	$(PYTHON) -m fa2check.fuzz $(ARGS)
 
 test: setup
-	$(PYTHON) -m pytest $(ARGS)
+	$(PYTHON) -m pytest $(XDIST) $(ARGS)
 
 test-gpu:
 	$(PYTHON) -m pytest -m gpu $(ARGS)

@@ -3,6 +3,7 @@ backends and show what each improvement of FlashAttention-2 is worth.
 
   python -m fa2check.ablate                      # GPU: the paper grid, fwd and bwd
                                                  # no GPU: render the newest committed results
+  python -m fa2check.ablate --full               # also every cell's table and the tile configs
   python -m fa2check.ablate --grid quick --mode fwd
   python -m fa2check.ablate --seqlen 4096 --head-dim 128 --causal true --mode fwd+bwd
   python -m fa2check.ablate --grid paper --plan  # the planning estimate only
@@ -83,6 +84,9 @@ def parse_args(argv):
     o.add_argument("--merge", action="append", default=[], metavar="FILE",
                    help="merge the sweeps of runs of the same code, cells, settings and tiles "
                         "into one results file (repeatable, in order; see fa2check.merge)")
+    o.add_argument("--full", action="store_true",
+                   help="print every table: the per-cell times and contributions and the tile "
+                        "configs too (default: the headline tables, fitted to the terminal)")
     o.add_argument("--markdown", metavar="FILE", help="when rendering: write the tables as markdown")
     o.add_argument("--update-readme", action="store_true",
                    help="when rendering: replace the README's ablation section with the "
@@ -209,8 +213,8 @@ def finish(results, json_path, args, console) -> int:
 
         tflops_plot(results, analysis, base + "-tflops.png")
         contributions_plot(results, analysis, base + "-contributions.png")
-    report.render(results, analysis, console)
-    console.print(f"wrote {base}.json, .csv, .md" + ("" if args.no_plots else
+    report.render(results, analysis, console, detail=args.full)
+    console.print(f"wrote {base}.json, .csv, .md (every table)" + ("" if args.no_plots else
                                                       ", -tflops.png, -contributions.png"),
                   highlight=False)
     return 1 if any(row["status"] != "timed" for d in analysis["modes"].values()
@@ -230,7 +234,7 @@ def render_files(sources, args, console) -> int:
         if views is not None:
             analysis["same_run"] = analysis["modes"]
             analysis["modes"] = {m: d for m, d in analysis["modes"].items() if m in views}
-        report.render(results, analysis, console, source=os.path.relpath(path))
+        report.render(results, analysis, console, source=os.path.relpath(path), detail=args.full)
         base = base_name(path)
         images = [(alt, os.path.relpath(base + suffix, os.path.dirname(README)))
                   for suffix, alt in (("-tflops.png", "TFLOP/s by seqlen"),
@@ -312,8 +316,8 @@ def main(argv=None) -> int:
     from rich.console import Console
 
     console = Console()
-    if not console.is_terminal:
-        console.width = 240  # a log: room for the widest table (per-cell contributions)
+    if not console.is_terminal and not os.environ.get("COLUMNS"):
+        console.width = 120  # a log: the headline tables fit; --full prints wider ones whole
     if args.sources:
         return render_files([(path, None) for path in args.sources], args, console)
     if args.merge:

@@ -1,6 +1,9 @@
-"""The regression corpus: every counterexample `python -m fa2check.fuzz` finds is saved as one
-JSON file in tests/regressions/, and `make test` replays them all (tests/test_regressions.py),
-so nothing the fuzzer found is lost.
+"""Counterexamples and the regression corpus. Every counterexample `python -m fa2check.fuzz`
+finds is saved as one JSON file in the directory its --out names (default: OUT_DIR, outside
+the source tree, so that fuzzing never changes the project). The regression corpus,
+tests/regressions/, holds the ones added to it on purpose (`python -m fa2check.fuzz
+--add-to-corpus FILE`); `make test` replays them all (tests/test_regressions.py), so nothing
+added there is lost.
 
 An entry records the example (variant, problem with its seed, distribution, layout), the
 implementation it failed (`impl`, MODULE:FUNC), the checks that were run and the ones that
@@ -32,6 +35,14 @@ CORPUS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file
                           "regressions")
 
 
+def out_dir() -> str:
+    """Where the fuzzer saves counterexamples unless --out says otherwise: the user's data
+    directory ($XDG_DATA_HOME, else ~/.local/share), fa2check/counterexamples."""
+    data = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local",
+                                                           "share")
+    return os.path.join(data, "fa2check", "counterexamples")
+
+
 def entry(report: ExampleReport, impl: str, checks, device: str, command: str) -> dict:
     from .environment import git_commit, kernels_sha256
 
@@ -55,8 +66,9 @@ def file_name(impl: str, example: Example) -> str:
     return f"{impl.replace(':', '.').replace('/', '.')}-{digest}.json"
 
 
-def save(data: dict, directory: str = CORPUS_DIR) -> str:
-    """Write the entry (once: the same implementation and example keep their first file)."""
+def save(data: dict, directory: str) -> str:
+    """Write the entry into `directory` (once: the same implementation and example keep their
+    first file)."""
     os.makedirs(directory, exist_ok=True)
     path = os.path.join(directory, file_name(data["impl"], Example.from_dict(data["example"])))
     if not os.path.exists(path):
@@ -64,6 +76,16 @@ def save(data: dict, directory: str = CORPUS_DIR) -> str:
             json.dump(data, f, indent=1, allow_nan=True, default=str)
             f.write("\n")
     return path
+
+
+def add(path: str, directory: str = CORPUS_DIR) -> str:
+    """Add a saved counterexample (a file the fuzzer wrote) to the regression corpus."""
+    with open(path) as f:
+        data = json.load(f)
+    if not isinstance(data, dict) or not {"example", "impl", "failed", "checks"} <= set(data):
+        raise ValueError(f"{path} is not a counterexample saved by python -m fa2check.fuzz")
+    Example.from_dict(data["example"])  # it must parse
+    return save(data, directory)
 
 
 def load(directory: str = CORPUS_DIR) -> list[tuple[str, dict]]:

@@ -5,21 +5,26 @@ head_dim, dtype, causal), variants, input value distributions and memory layouts
 (properties/strategies.py); each example runs the implementation and the float64 oracle, forward
 and backward, and applies the pass rule and the properties of make verify (fa2check/fuzzer.py
 lists the checks). A failure is shrunk to a minimal example, printed with a one-line command and
-a Python snippet that reproduce it, and saved to the regression corpus (tests/regressions/) that
-make test replays. The corpus's examples are also tried first on every run. Exits 1 when a
-counterexample is found.
+a Python snippet that reproduce it, and saved as a JSON file in --out (default
+~/.local/share/fa2check/counterexamples: a run never writes into the project). Adding one to
+the regression corpus (tests/regressions/), which make test replays against our kernels, is a
+separate, explicit step: --add-to-corpus FILE. The corpus's examples are tried first on every
+run. Exits 1 when a counterexample is found.
 
   python -m fa2check.fuzz                                 # our kernels, every variant
   python -m fa2check.fuzz --impl mykernels:flash_attention  # a modified copy of the kernels
-  python -m fa2check.fuzz --profile ci                    # deterministic, 200 examples
+  python -m fa2check.fuzz --impl mymodule:attention       # a function without `variant` too
+  python -m fa2check.fuzz --profile ci --out found/       # deterministic, 200 examples
   python -m fa2check.fuzz --seconds 300 --jobs 2 --dtype bfloat16 --head-dim 64
-  python -m fa2check.fuzz --replay 'EXAMPLE'              # rerun one example (or a corpus file)
+  python -m fa2check.fuzz --replay 'EXAMPLE'              # rerun one example (or a saved file)
+  python -m fa2check.fuzz --add-to-corpus FILE            # into tests/regressions/
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import shlex
 import signal
 import sys
 import time
@@ -71,10 +76,17 @@ def parse_args(argv=None):
                         help=f"add a check ('all': every one); one of {list(CHECKS)}")
     checks.add_argument("--skip-check", action="append", default=[], metavar="NAME",
                         help="leave a check out")
-    corpus = parser.add_argument_group("regression corpus")
-    corpus.add_argument("--corpus", default=None, metavar="DIR",
-                        help="where counterexamples are saved and read (default tests/regressions)")
+    corpus = parser.add_argument_group("counterexamples and the regression corpus")
+    corpus.add_argument("--out", default=None, metavar="DIR",
+                        help="where a counterexample is saved (default: "
+                             "$XDG_DATA_HOME or ~/.local/share, then fa2check/counterexamples)")
     corpus.add_argument("--no-save", action="store_true", help="do not save a counterexample")
+    corpus.add_argument("--corpus", default=None, metavar="DIR",
+                        help="the regression corpus: examples tried first, and where "
+                             "--add-to-corpus adds (default tests/regressions)")
+    corpus.add_argument("--add-to-corpus", action="append", default=[], metavar="FILE",
+                        help="add a saved counterexample to the regression corpus (make test "
+                             "replays it against our kernels) and exit; repeatable")
     corpus.add_argument("--no-corpus-first", action="store_true",
                         help="do not try the corpus's examples before fuzzing")
     parser.add_argument("--database", default=None, metavar="DIR",
@@ -124,6 +136,16 @@ def main(argv=None) -> int:
         _list(console, CHECKS, DISTRIBUTIONS, LAYOUTS)
         return 0
     corpus_dir = args.corpus or corpus.CORPUS_DIR
+    if args.add_to_corpus:
+        for path in args.add_to_corpus:
+            try:
+                added = corpus.add(path, corpus_dir)
+            except (OSError, ValueError) as error:
+                raise SystemExit(f"--add-to-corpus {path}: {error}") from None
+            console.print(f"added {escape(path)} to the regression corpus as "
+                          f"{escape(os.path.relpath(added))} (make test replays it against "
+                          "our kernels; commit it to keep it)", soft_wrap=True)
+        return 0
     replay_entry = None
     if args.replay and os.path.isfile(args.replay):
         with open(args.replay) as f:
@@ -134,6 +156,9 @@ def main(argv=None) -> int:
         raise SystemExit(f"--impl {impl_spec!r}: fuzz one implementation at a time")
     impl_name = names[0]
     impl = Column(impl_name, str(Variant()), impl_name).load()
+    from .runner import takes_variant
+
+    with_variant = takes_variant(impl)
     base = corpus.replay_checks(replay_entry) if replay_entry else None
     checks = chosen_checks(args.check, args.skip_check, base)
 
@@ -142,6 +167,8 @@ def main(argv=None) -> int:
 
     try:
         variants = tuple(Variant.parse(v) for v in args.variant) if args.variant else None
+        if not with_variant:  # every variant is the same call: draw one
+            variants = (Variant(),)
         for name in (args.distribution or []) + args.skip_distribution:
             if name not in DISTRIBUTIONS:
                 raise ValueError(f"unknown distribution {name!r}; expected one of "
@@ -159,6 +186,9 @@ def main(argv=None) -> int:
         max_seqlen=args.max_seqlen, max_heads_q=args.max_heads)
     explicit = [] if args.no_corpus_first else [e for e in corpus.examples(corpus_dir)
                                                 if space.contains(e)]
+    if not with_variant:
+        console.print(f"{escape(impl_name)} has no `variant` parameter: examples are drawn "
+                      "with one variant", soft_wrap=True)
     return _campaign(console, escape, args, impl_name, space, checks, explicit, corpus_dir, device)
 
 
@@ -228,6 +258,9 @@ def _campaign(console, escape, args, impl_name, space, checks, explicit, corpus_
         outcome = Outcome(impl_name, live, elapsed, "interrupted")
 
     _summary(console, escape, outcome, elapsed)
+    if outcome.failure is None and not interrupted:
+        console.print(f"[green]no counterexample[/]: {outcome.tally.examples} examples passed "
+                      f"every check ({', '.join(checks)})", soft_wrap=True)
     saved = None
     if outcome.failure is not None:
         report = outcome.failure
@@ -244,9 +277,12 @@ def _campaign(console, escape, args, impl_name, space, checks, explicit, corpus_
             console.print(f"  {escape(line)}", soft_wrap=True)
         if not args.no_save:
             entry = corpus.entry(report, impl_name, checks, device, args.command)
-            saved = corpus.save(entry, corpus_dir)
-            console.print(f"saved to {os.path.relpath(saved)} (make test replays it against our "
-                          "kernels)", soft_wrap=True)
+            saved = corpus.save(entry, args.out or corpus.out_dir())
+            console.print(f"saved to {escape(saved)}", soft_wrap=True)
+            console.print("to add it to the regression corpus that make test replays against "
+                          "our kernels:", soft_wrap=True)
+            console.print(f"  python -m fa2check.fuzz --add-to-corpus {escape(shlex.quote(saved))}",
+                          soft_wrap=True)
     if args.json_path:
         from .verdicts import write_json
 
@@ -282,9 +318,9 @@ def _summary(console, escape, outcome, elapsed):
                                                else ""), soft_wrap=True)
     table = Table(title="coverage (examples per class)", show_lines=False)
     table.add_column("dimension")
-    table.add_column("classes hit")
+    table.add_column("class: examples")
     for key, counter in tally.coverage.items():
-        cells = ", ".join(f"{escape(str(value))} {n}" for value, n in sorted(
+        cells = ", ".join(f"{escape(str(value))}: {n}" for value, n in sorted(
             counter.items(), key=lambda item: (-item[1], item[0])))
         table.add_row(key, cells)
     if tally.coverage:

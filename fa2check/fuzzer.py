@@ -62,6 +62,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+import re
 import time
 import traceback
 import warnings
@@ -208,32 +209,21 @@ def check_of(result: str) -> str:
 
 
 def describe(check: Check) -> str:
-    """One line: the check, and which of its outputs failed and by how much."""
-    parts = []
-    for output, numbers in check.numbers.items():
-        if numbers is False:  # rows_without_keys: o_zero, lse_minus_inf, dq_zero
-            parts.append(output)
-        if not isinstance(numbers, dict):
-            continue
-        ratio = numbers.get("ratio")
-        if numbers.get("nonfinite_match") is False:
-            parts.append(f"{output} non-finite where the oracle is not, or the reverse")
-        elif ratio is not None and ratio > 1:
-            parts.append(f"{output} ratio {ratio:.3g}")
-        elif numbers.get("equal") is False:
-            parts.append(f"{output}: {numbers['mismatches']} elements differ")
-        elif numbers.get("passed") is False:
-            parts.append(output)
-    ratio = "" if check.ratio is None else f" ratio {check.ratio:.3g}"
-    return f"{check.name}: FAIL{ratio}" + (f" ({', '.join(parts)})" if parts else "")
+    """One line: the check, what it expected and what came out (fa2check.verdicts.explain)."""
+    from .verdicts import explain
+
+    return explain(check)
 
 
 def check_example(impl, example: Example, device: str, checks=DEFAULT_CHECKS) -> ExampleReport:
     """Run `impl` on the example and apply `checks` (names of CHECKS). Raises Unsupported when
     the implementation cannot run it."""
+    from .runner import accepting_variant
+
     unknown = set(checks) - set(CHECKS)
     if unknown:
         raise ValueError(f"unknown checks {sorted(unknown)}; expected some of {list(CHECKS)}")
+    impl = accepting_variant(impl)  # a function without a `variant` parameter runs as it is
     started = time.perf_counter()
     try:
         ref = Reference(example.problem, device, backward=example.backward,
@@ -344,6 +334,20 @@ class Tick:
     phase: str  # "generate" (before any failure) or "shrink"
 
 
+def coverage_label(key: str, value: str) -> str:
+    """A length class in words: '64k+1' (properties.strategies.length_class) is 'multiple of
+    64 plus 1', not 64,001; '1' is 'length 1'."""
+    if key not in ("seqlen_q", "seqlen_k"):
+        return value
+    if value == "1":
+        return "length 1"
+    match = re.fullmatch(r"(\d+)k([+-]1)?", value)
+    if match is None:
+        return value
+    tile, offset = match.groups()
+    return f"multiple of {tile}" + {None: "", "+1": " plus 1", "-1": " minus 1"}[offset]
+
+
 @dataclass
 class Tally:
     """Examples run, by phase, with their coverage and the closest call (highest ratio of a
@@ -363,7 +367,7 @@ class Tally:
         self.examples += 1
         self.example_seconds += tick.seconds
         for key, value in coverage_keys(tick.example, self.on_gpu).items():
-            self.coverage.setdefault(key, Counter())[value] += 1
+            self.coverage.setdefault(key, Counter())[coverage_label(key, value)] += 1
         if tick.passed and tick.ratio is not None and math.isfinite(tick.ratio):
             if self.closest is None or tick.ratio > self.closest[0]:
                 self.closest = (tick.ratio, str(tick.example))

@@ -27,6 +27,7 @@ class Grid:
 
     def __init__(self, title: str, headers: list[str], caption: str = ""):
         self.title, self.headers, self.caption, self.rows = title, headers, caption, []
+        self.detail = False  # one of the per-cell or config tables (ablate --full), not headline
 
     def add(self, *cells):
         self.rows.append([str(c) for c in cells])
@@ -379,20 +380,34 @@ def tables(results: dict, analysis: dict, detail: bool = True, headline_last: bo
         details.append(performance_table(mode, data, analysis["matmul_tflops"]))
         details.append(contributions_table(mode, data))
     details.append(configs_table(results))
+    for grid in details:
+        grid.detail = True
     if not detail:
         return headline
     return details + headline if headline_last else headline + details
 
 
-def render(results: dict, analysis: dict, console, source: str | None = None, detail=True):
+def render(results: dict, analysis: dict, console, source: str | None = None, detail=False):
+    """The provenance once, then the headline tables fitted to the console's width (rich wraps
+    their cells; nothing is cut), the gate and any problems. With detail (ablate --full) the
+    per-cell and tile-config tables come first, each at its own width where that is wider than
+    the console (a terminal wraps those lines; `less -S` scrolls them)."""
     from rich.panel import Panel
 
-    panel = Panel("\n".join(provenance_lines(results, source)), title="fa2check.ablate",
-                  expand=False)
-    console.print(panel)
+    console.print(Panel("\n".join(provenance_lines(results, source)), title="fa2check.ablate",
+                        expand=False))
     for grid in tables(results, analysis, detail, headline_last=True):
-        console.print(to_rich(grid))
-    console.print(panel)
+        table = to_rich(grid)
+        width = console.measure(table, options=console.options.update_width(100_000)).maximum
+        if not grid.detail or width <= console.width:
+            console.print(table)  # fitted: rich wraps the cells at spaces
+            continue
+        narrow = console.width
+        console.width = width
+        try:
+            console.print(table)
+        finally:
+            console.width = narrow
     console.print(gate_line(results), highlight=False)
     for line in problems(results, analysis):
         console.print(line, style="yellow", highlight=False, markup=False)

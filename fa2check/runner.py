@@ -11,6 +11,8 @@ every other group has finished, when the kernels they need are in Triton's on-di
 """
 from __future__ import annotations
 
+import functools
+import inspect
 import os
 import queue as queue_module
 import time
@@ -53,19 +55,53 @@ def plan(tier: str, columns: list[Column], property_names=None, case_ids=None, s
     return tasks
 
 
+def takes_variant(fn) -> bool:
+    """Whether `fn` accepts a `variant` keyword (a parameter of that name, or **kwargs). A
+    callable whose signature cannot be read is assumed to take it."""
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return True
+    return any(p.name == "variant" and p.kind != p.POSITIONAL_ONLY or p.kind == p.VAR_KEYWORD
+               for p in parameters)
+
+
+def accepting_variant(fn):
+    """`fn` itself when it takes `variant`; else a wrapper that drops it, so that a function
+    with flash_attention's signature less `variant` can be verified and fuzzed (its column is
+    then one implementation, whatever the variant)."""
+    if takes_variant(fn):
+        return fn
+
+    @functools.wraps(fn)
+    def without_variant(*args, variant=None, **kwargs):
+        return fn(*args, **kwargs)
+
+    return without_variant
+
+
 def run_task(task: Task, device: str) -> dict:
-    """Run one task; an implementation that raises gives an 'error' record, not an abort."""
+    """Run one task; an implementation that raises gives an 'error' record, not an abort. A
+    failed case's message says, check by check, what was expected and what came out."""
     from properties import PROPERTIES
     from properties.base import PropertyResult
 
+    from .verdicts import explain_failures
+
     started = time.time()
+    variant = task.column.variant
     try:
+        impl = task.column.load()
+        if not takes_variant(impl):
+            impl, variant = accepting_variant(impl), None
         with warnings.catch_warnings():
             # NaN and inf inputs are deliberate here; numpy's warnings about them (from the
             # interpreter) are noise: the checks judge the results
             warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"triton\.")
-            result = PROPERTIES[task.property].run(task.column.load(), task.column.load_variant(),
-                                                   task.case, device)
+            result = PROPERTIES[task.property].run(impl, task.column.load_variant(), task.case,
+                                                   device)
+        if result.status == "fail":
+            result.message = explain_failures(result.checks)
         trace = None
     except Unsupported as error:
         result = PropertyResult(task.property, task.case, "unsupported", message=str(error))
@@ -79,8 +115,12 @@ def run_task(task: Task, device: str) -> dict:
 
         torch.cuda.empty_cache()  # many workers share the GPU: hand back what this task cached
     record = result.as_dict()
-    record.update(column=task.column.label, impl=task.column.impl, variant=task.column.variant,
+    # variant: what was passed to the implementation (None: it takes none)
+    record.update(column=task.column.label, impl=task.column.impl, variant=variant,
                   seconds=round(time.time() - started, 3))
+    for check in record["checks"]:
+        if not check["passed"]:
+            check["explanation"] = explain_failures([check])
     if trace:
         record["traceback"] = trace
     return record

@@ -2,9 +2,10 @@
 
 Runs each property (properties/) on its cases for the tier, for each column: our kernels' 8
 variants by default, or the implementations given with --impl. Prints a table property x
-column (PASS/FAIL and the worst error ratio), each failure with a command that reproduces just
-that case, writes every case's numbers with the seed and the environment to --json, and exits
-non-zero iff a check fails (an implementation that cannot run a case is reported n/a).
+column (PASS/FAIL/ERROR and the worst error ratio) with a legend, each failure in words (what
+was expected, what came out) with a command that reproduces just that case, writes every
+case's numbers with the seed and the environment to --json, and exits non-zero iff a check
+fails (an implementation that cannot run a case is reported n/a).
 
 Tiers: quick (the default without a GPU: tiny problems for Triton's CPU interpreter) and full
 (the default with a GPU: sequences up to 16k, every dtype and head_dim).
@@ -101,6 +102,8 @@ def main(argv=None) -> int:
 
     title = f"fa2check verify: {tier} tier on {device}, {len(tasks)} cases, {elapsed:.0f} s"
     console.print(verdicts.table(records, columns, names, title))
+    for line in verdicts.legend(columns, names):
+        console.print(line, soft_wrap=True)
     console.print(verdicts.LEGEND, soft_wrap=True)
     for line in verdicts.failure_lines(records):
         console.print(line, soft_wrap=True)

@@ -24,6 +24,14 @@ set_hypothesis_home_dir(_HYPOTHESIS_HOME)
 atexit.register(shutil.rmtree, _HYPOTHESIS_HOME, ignore_errors=True)
 
 DEVICE = "cuda" if ON_GPU else "cpu"
+GPU_SKIP_REASON = ("needs a CUDA GPU, and there is none here; on a machine with one, "
+                   "`make test-gpu` runs it")
+
+# pytest-xdist (make test runs `-n auto`): each worker process gets its share of the cores for
+# torch's own threads, so that the workers do not oversubscribe the machine
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    torch.set_num_threads(max(1, (os.cpu_count() or 1)
+                              // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
 
 
 @pytest.fixture(scope="session")
@@ -32,9 +40,16 @@ def device():
 
 
 def pytest_collection_modifyitems(config, items):
+    # under pytest-xdist's --dist loadgroup, the tests that share a module-scoped fixture (a
+    # compile of every variant, say) run in one worker, which builds it once
+    for item in items:
+        fixtures = getattr(item, "_fixtureinfo", None)
+        if fixtures and any(d.scope == "module" for defs in fixtures.name2fixturedefs.values()
+                            for d in defs):
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
     if ON_GPU:
         return
-    skip = pytest.mark.skip(reason="needs a CUDA GPU; run `make test-gpu` on the device machine")
+    skip = pytest.mark.skip(reason=GPU_SKIP_REASON)
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)

@@ -937,3 +937,30 @@ def test_compare_kernels_puts_every_version_first_in_turn():
     orders = [compare.rotated(names, r) for r in range(4)]
     assert orders == [["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"], ["a", "b", "c"]]
     assert {order[0] for order in orders[:3]} == set(names)
+
+
+def test_without_a_gpu_the_render_fits_a_120_column_terminal(device, monkeypatch, capsys):
+    """python -m fa2check.ablate on a machine without a GPU renders the committed results: by
+    default each file's provenance once and its headline tables, every line within the
+    terminal's width and no cell cut short; --full adds the per-cell and tile-config tables,
+    at their own width rather than cut."""
+    if device != "cpu":
+        pytest.skip("with a GPU, python -m fa2check.ablate measures")
+    from fa2check import ablate
+    from fa2check.results import committed
+
+    monkeypatch.setenv("COLUMNS", "120")
+    files = len(committed())
+    assert ablate.main(["--bootstrap", "200"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert max(map(len, lines)) <= 120 and not [line for line in lines if "…" in line]
+    assert len(lines) <= 70 * files, len(lines)
+    text = "\n".join(lines)
+    assert text.count("Measured on") == text.count("Rendered from") == files
+    assert "contributions over the grid" in text and "relative to torch SDPA" in text
+    assert "tile configs" not in text and "time and throughput" not in text
+
+    assert ablate.main(["--bootstrap", "200", "--full"]) == 0
+    full = capsys.readouterr().out
+    assert "tile configs" in full and "time and throughput" in full and "…" not in full
+    assert full.count("Measured on") == files

@@ -256,11 +256,11 @@ def test_time_budget_ends_a_run_without_a_failure(tmp_path):
 
 # ----------------------------------------------------------------------------- the command
 
-def test_cli_reports_reproduces_and_saves_to_the_corpus(tmp_path, capsys, device):
+def test_cli_reports_reproduces_and_saves_where_it_is_told(tmp_path, capsys, device):
     before = sorted(os.listdir(corpus.CORPUS_DIR)) if os.path.isdir(corpus.CORPUS_DIR) else []
     report = tmp_path / "fuzz.json"
-    status = fuzz.main(["--impl", "doubles:planted_group_5", "--profile", "ci", "--corpus",
-                        str(tmp_path / "corpus"), "--json", str(report)])
+    status = fuzz.main(["--impl", "doubles:planted_group_5", "--profile", "ci", "--out",
+                        str(tmp_path / "found"), "--json", str(report)])
     out = capsys.readouterr().out
     assert status == 1
     data = json.loads(report.read_text())
@@ -274,11 +274,11 @@ def test_cli_reports_reproduces_and_saves_to_the_corpus(tmp_path, capsys, device
     # the one-line command and the Python snippet reproduce it
     assert fuzz.main(shlex.split(command)[3:]) == 1
     example = Example.from_dict(data["counterexample"]["example"])
-    with pytest.raises(AssertionError, match="oracle: FAIL"):
+    with pytest.raises(AssertionError, match="oracle: dk expected .*, got "):
         exec(corpus.snippet("doubles:planted_group_5", example), {})
 
-    # saved once, in the corpus given, with what failed; replayed against our kernels it passes
-    entries = corpus.load(str(tmp_path / "corpus"))
+    # saved once, in the directory given, with what failed; replayed against our kernels it passes
+    entries = corpus.load(str(tmp_path / "found"))
     assert len(entries) == 1
     path, entry = entries[0]
     assert path == data["counterexample"]["saved"]
@@ -296,13 +296,14 @@ def test_cli_fuzzes_our_kernels(tmp_path, capsys):
     coverage reported."""
     report = tmp_path / "fuzz.json"
     status = fuzz.main(["--profile", "ci", "--max-examples", "4", "--no-corpus-first",
-                        "--corpus", str(tmp_path), "--json", str(report)])
+                        "--out", str(tmp_path / "found"), "--json", str(report)])
     out = capsys.readouterr().out
     assert status == 0, out
     data = json.loads(report.read_text())
     assert data["examples"] == 4 and data["stopped"] == "done" and data["counterexample"] is None
     assert "examples/s" in out and "coverage" in out
-    assert not os.listdir(tmp_path / "corpus") if (tmp_path / "corpus").exists() else True
+    assert not (tmp_path / "found").exists()
+    assert out.strip().splitlines()[-2].startswith("no counterexample: 4 examples passed")
 
 
 def test_cli_rejects_unknown_names():
@@ -312,3 +313,81 @@ def test_cli_rejects_unknown_names():
         fuzz.main(["--distribution", "cauchy", "--max-examples", "1"])
     with pytest.raises(SystemExit, match="one implementation"):
         fuzz.main(["--impl", "sdpa", "--max-examples", "1"])
+
+
+# ----------------------------------------------------------------------------- a user's run
+
+def attention_without_variant(q, k, v, causal=False, softmax_scale=None, return_lse=False):
+    """A user's function with flash_attention's documented signature, less `variant`."""
+    return double("none")(q, k, v, causal=causal, softmax_scale=softmax_scale,
+                          return_lse=return_lse)
+
+
+def planted_group_5_without_variant(q, k, v, causal=False, softmax_scale=None, return_lse=False):
+    return double("planted_group_5")(q, k, v, causal=causal, softmax_scale=softmax_scale,
+                                     return_lse=return_lse)
+
+
+def test_a_users_counterexample_stays_out_of_the_project_until_added(tmp_path, capsys,
+                                                                     monkeypatch):
+    """A user's fuzzing writes into the directory named by --out, by default the user's data
+    directory, never into tests/regressions/; adding to the corpus is its own command."""
+    project = os.path.dirname(os.path.dirname(os.path.abspath(corpus.__file__)))
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    assert corpus.out_dir() == str(tmp_path / "data" / "fa2check" / "counterexamples")
+    monkeypatch.delenv("XDG_DATA_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert not corpus.out_dir().startswith(project + os.sep)
+    assert corpus.out_dir().startswith(str(tmp_path / "home"))
+
+    before = sorted(os.listdir(corpus.CORPUS_DIR))
+    impl = "test_fuzz:planted_group_5_without_variant"
+    assert fuzz.main(["--impl", impl, "--profile", "ci", "--no-corpus-first"]) == 1
+    out = capsys.readouterr().out
+    (saved,) = (tmp_path / "home").rglob("*.json")  # the default: the user's data directory
+    assert sorted(os.listdir(corpus.CORPUS_DIR)) == before
+    assert f"saved to {saved}" in out and f"--add-to-corpus {saved}" in out
+
+    assert fuzz.main(["--impl", impl, "--profile", "ci", "--no-corpus-first", "--out",
+                      str(tmp_path / "mine")]) == 1
+    (named,) = (tmp_path / "mine").glob("*.json")
+    assert named.name == saved.name and sorted(os.listdir(corpus.CORPUS_DIR)) == before
+
+    # explicit: the file is added to the corpus given (here a copy, not the project's)
+    assert fuzz.main(["--add-to-corpus", str(named), "--corpus", str(tmp_path / "corpus")]) == 0
+    assert "added" in capsys.readouterr().out
+    (added,) = corpus.load(str(tmp_path / "corpus"))
+    assert added[1] == json.loads(named.read_text())
+    (tmp_path / "junk.json").write_text("{}")
+    with pytest.raises(SystemExit, match="not a counterexample"):
+        fuzz.main(["--add-to-corpus", str(tmp_path / "junk.json"), "--corpus", str(tmp_path)])
+
+
+def test_a_function_without_variant_is_fuzzed_and_a_clean_run_says_so(tmp_path, capsys):
+    status = fuzz.main(["--impl", "test_fuzz:attention_without_variant", "--profile", "ci",
+                        "--max-examples", "6", "--no-corpus-first", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert status == 0, out
+    assert "raised" not in out and "has no `variant` parameter" in out
+    assert "variants=['+defer+seqpar+splitq']" in out  # one variant: the others are the same call
+    assert out.strip().splitlines()[-1] == (
+        "no counterexample: 6 examples passed every check (" + ", ".join(DEFAULT_CHECKS) + ")")
+    assert not os.listdir(tmp_path)
+
+
+def test_coverage_names_length_classes_in_words():
+    from fa2check.fuzzer import Tally, Tick, coverage_label
+
+    assert coverage_label("seqlen_k", "32k") == "multiple of 32"
+    assert coverage_label("seqlen_q", "64k+1") == "multiple of 64 plus 1"
+    assert coverage_label("seqlen_q", "16k-1") == "multiple of 16 minus 1"
+    assert coverage_label("seqlen_q", "1") == "length 1"
+    assert coverage_label("seqlen_k", "prime") == "prime"
+    assert coverage_label("dtype", "float16") == "float16"
+    tally = Tally()
+    example = Example.parse(f"{Variant()}:b1-h1/1-q64-k65-d16-float16-full-s0:normal:contiguous")
+    tally.add(Tick(example, True, 0.1, 0.01, "generate"))
+    classes = {key: set(counter) for key, counter in tally.coverage.items()}
+    (q_class,), (k_class,) = classes["seqlen_q"], classes["seqlen_k"]
+    assert q_class.startswith("multiple of ") and k_class.endswith(" plus 1"), classes
+    assert tally.as_dict()["coverage"]["seqlen_q"] == {q_class: 1}  # the JSON says the same

@@ -8,6 +8,7 @@ import shlex
 import pytest
 
 from conftest import DEVICE
+from doubles import double
 from fa2check import verdicts, verify
 from fa2check.adapters import sdpa_efficient, sdpa_flash, sdpa_math
 from fa2check.implementations import Column, Unsupported, columns, default_specs
@@ -63,8 +64,8 @@ def test_failures_exit_nonzero_and_reproduce(tmp_path, capsys):
     capsys.readouterr()
     assert verify.main(["--from", str(report)]) == 0  # the saved verdict as markdown
     row = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| lse_b")]
-    worst = max(r["ratio"] for r in failed)
-    assert row == [f"| lse_bounds | FAIL {worst:.2f} {len(failed)}/{len(failed)} |"]
+    worst = verdicts._ratio(max(r["ratio"] for r in failed))
+    assert row == [f"| lse_bounds | FAIL {len(failed)}/{len(failed)}, error {worst}x allowed |"]
     with gzip.open(str(report) + ".gz", "wt") as f:  # committed older verdicts are compressed
         f.write(report.read_text())
     report.unlink()
@@ -103,7 +104,14 @@ def test_verdict_cells():
     assert verdicts.cell([rec("unsupported", None)])[0] == "unsupported"
     mixed = [rec("pass", 0.2), rec("fail", float("inf")), rec("unsupported", None)]
     status, text = verdicts.cell(mixed)
-    assert status == "fail" and "inf" in text and "1/2" in text and "n/a" in text
+    assert status == "fail" and "NaN/inf" in text and "1/2" in text and "n/a" in text
+    # a large ratio reads as a number of times the allowed error, not 1560397.74
+    status, text = verdicts.cell([rec("fail", 1560397.74), rec("fail", 2.0), rec("pass", 0.1)])
+    assert "1560397" not in text and "2/3, error 1.6e+06x allowed" in text
+    # a failing exact check does not borrow the ratio of a passing check
+    assert "0.30" not in verdicts.cell([rec("fail", 0.3)])[1]
+    status, text = verdicts.cell([rec("error", None), rec("error", None)])
+    assert status == "error" and "ERROR" in text and "2/2" in text and "FAIL" not in text
 
 
 # ----------------------------------------------------------------------------- SDPA adapters
@@ -129,3 +137,125 @@ def test_sdpa_math_passes_bottom_right_causal_with_unequal_lengths():
     case = Case("q<k", Problem(1, 2, 1, 21, 37, 16, "float32", True, seed=1))
     result = PROPERTIES["causal_masking"].run(sdpa_math, None, case, "cpu")
     assert result.check("oracle").passed, result.message
+
+
+# ----------------------------------------------------------------------------- a user's function
+
+def attention(q, k, v, causal=False, softmax_scale=None, return_lse=False):
+    """A user's implementation with flash_attention's documented signature, less `variant`."""
+    return double("none")(q, k, v, causal=causal, softmax_scale=softmax_scale,
+                          return_lse=return_lse)
+
+
+def attention_in_log2(q, k, v, causal=False, softmax_scale=None, return_lse=False):
+    return double("lse_log2")(q, k, v, causal=causal, softmax_scale=softmax_scale,
+                              return_lse=return_lse)
+
+
+def attention_that_raises(q, k, v, causal=False, softmax_scale=None, return_lse=False):
+    raise RuntimeError("no kernel for this head_dim")
+
+
+def test_a_function_without_variant_is_verified(tmp_path, capsys):
+    report = tmp_path / "report.json"
+    status = verify.main(["--impl", "test_verify:attention", "--impl",
+                          "test_verify:attention_in_log2", "--property", "lse_bounds",
+                          "--jobs", "1", "--json", str(report)])
+    out = capsys.readouterr().out
+    assert status == 1  # the log2 one fails; the other passes, with nothing raised
+    results = json.loads(report.read_text())["results"]
+    mine = [r for r in results if r["impl"] == "test_verify:attention"]
+    assert mine and all(r["status"] == "pass" and r["variant"] is None for r in mine)
+    failed = [r for r in results if r["status"] == "fail"]
+    assert failed and "variant" not in out.replace("`variant`", "")
+    for r in failed:  # its commands select the implementation and the case, no variant
+        assert "--variant" not in r["reproduce"] and r["reproduce"] in out
+        args = verify.parse_args(shlex.split(r["reproduce"])[3:])
+        assert args.impl == ["test_verify:attention_in_log2"] and args.variant is None
+
+
+def test_an_implementation_that_raises_is_an_error_shown_once(tmp_path, capsys):
+    report = tmp_path / "report.json"
+    status = verify.main(["--impl", "test_verify:attention_that_raises", "--property",
+                          "lse_bounds", "--jobs", "1", "--json", str(report)])
+    out = capsys.readouterr().out
+    assert status == 1
+    results = json.loads(report.read_text())["results"]
+    n = len(PROPERTIES["lse_bounds"].CASES["quick"])
+    assert [r["status"] for r in results] == ["error"] * n
+    (row,) = [line for line in out.splitlines() if line.startswith("│ lse_bounds")]
+    assert f"ERROR {n}/{n}" in row and "FAIL" not in row
+    assert out.count("RuntimeError: no kernel for this head_dim") == 1
+    assert f"raised in {n} cases" in out and out.count("python -m fa2check.verify") == 1
+
+
+def test_the_legend_says_what_columns_and_properties_mean(tmp_path, capsys):
+    assert verify.main(["--property", "lse_bounds", "--variant", "fa2", "--jobs", "1",
+                        "--case", LSE_CASE.id]) == 0
+    out = capsys.readouterr().out
+    legend = out[out.index("columns:"):]
+    columns_line, rows_line = legend.splitlines()[:2]
+    for words in ("defer_norm", "seq_parallel", "split_q", "+defer+seqpar+splitq is FA2",
+                  "-defer-seqpar-splitq the FA1-style baseline"):
+        assert words in columns_line
+    assert rows_line.startswith("rows: lse_bounds: lse is the natural-log logsumexp")
+    # every property has its words, and every kind of column its line
+    lines = verdicts.legend(columns(["sdpa", "gluon", "test_verify:attention"], None),
+                            list(PROPERTIES))
+    assert len(lines) == 2
+    for name in PROPERTIES:
+        assert f"{name}: {verdicts.PROPERTY_WORDS[name]}" in lines[1]
+    for words in ("gluon:", "sdpa_*:", "attention = test_verify:attention"):
+        assert words in lines[0]
+
+
+# ----------------------------------------------------------------------------- failures in words
+
+FAILURES = [  # (property, double, a check it fails): together every kind of check fails once
+    ("lse_bounds", "lse_log2", "natural_log"),  # and bounds, softmax_rows, lse_oracle, lse_mpmath
+    ("lse_bounds", "finite_sentinel", "bounds"),  # rows without keys
+    ("causal_masking", "finite_sentinel", "rows_without_keys"),  # oracle (non-finite), invisible_*
+    ("causal_masking", "hidden_v_leaks", "invisible_nan"),  # differences only in NaN
+    ("extreme_logits", "dtype_scores", "finite"),  # and o, lse by extreme_logits' bound
+    ("gqa_reduction", "no_group_reduction", "group_sum"),
+    ("gqa_reduction", "unwritten_head", "every_head_written"),
+    ("variant_equivalence", "seqpar_changes_bits", "seq_parallel_bitwise"),
+    ("variant_equivalence", "splitk_drops_key", "split_q_agree"),
+    ("determinism", "nondeterministic", "bitwise_run2"),
+    ("determinism", "dq_noise", "dq_spread"),
+    ("memory_safety", "ignores_strides", "same_as_contiguous"),
+]
+RAW = ("those_rows_have_-inf", "o_zero", "lse_minus_inf", "max_abs_diff", "nonfinite_match",
+       ": FAIL")
+
+
+def _first_failing(name, bug, check):
+    """The record of the first quick case of `name` in which double `bug` fails `check`."""
+    for case in PROPERTIES[name].CASES["quick"]:
+        record = run_task(Task(Column(f"doubles:{bug}", str(Variant()), bug), name, case), "cpu")
+        if any(c["name"] == check and not c["passed"] for c in record["checks"]):
+            return record
+    raise AssertionError(f"{bug} fails {check} in no quick case of {name}")
+
+
+def test_each_failure_says_what_was_expected_and_what_came_out():
+    seen = {}
+    for name, bug, check_name in FAILURES:
+        record = _first_failing(name, bug, check_name)
+        assert record["status"] == "fail"
+        failed = [c for c in record["checks"] if not c["passed"]]
+        assert record["message"] == "; ".join(c["explanation"] for c in failed)
+        for check in failed:
+            text = check["explanation"]
+            assert text.startswith(check["name"] + ": ") and "expected " in text, text
+            assert ", got " in text or "; got " in text, text
+            assert "expected it to hold" not in text, text  # no check without its own words
+            assert not any(raw in text for raw in RAW), text
+            seen[check["name"]] = text
+    assert {"bounds", "softmax_rows", "lse_oracle", "lse_mpmath", "natural_log", "oracle",
+            "rows_without_keys", "invisible_nan", "finite", "group_sum", "every_head_written",
+            "seq_parallel_bitwise", "split_q_agree", "bitwise_run2", "dq_spread",
+            "same_as_contiguous"} <= set(seen)
+    assert seen["rows_without_keys"].endswith("got o is not 0 and lse is not -inf")
+    assert seen["bounds"].endswith("got lse is not -inf on rows that see no key")
+    assert "every one NaN or inf on one side (no finite difference)" in seen["invisible_nan"]
