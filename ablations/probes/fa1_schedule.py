@@ -57,6 +57,24 @@ def dram_model_bytes(cell, config):
     return heads * per_head
 
 
+def render(path) -> str:
+    """A saved run as markdown: % of the run's matmul rate per variant and cell."""
+    data = json.loads(Path(path).read_text())
+    prov = data["provenance"]
+    names = list(data["cells"][0]["ms"])
+    lines = [f"Measured on {prov['gpu']}, torch {prov['torch']}, triton {prov['triton']}, git "
+             f"{prov['commit']}, {prov['date']}; `{prov['command']}`; bf16 matmul "
+             f"{data['matmul_tflops']:.0f} TFLOP/s in the same run; % of it, default tiles "
+             "(`+h`: FA1's num_splits heuristic).", "",
+             "| cell | " + " | ".join(n.replace(" fa1-heuristic-splits", " +h") for n in names)
+             + " |", "|---|" + "---:|" * len(names)]
+    for row in data["cells"]:
+        pct = row["pct_of_matmul"]
+        lines.append(f"| {Cell(**row['cell'])} | " + " | ".join(
+            "error" if pct[n] is None else f"{pct[n]:.1f}%" for n in names) + " |")
+    return "\n".join(lines)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default=os.environ.get("OUT", "out"))
@@ -65,7 +83,11 @@ def main():
     p.add_argument("--head-dims", default="128,64")
     p.add_argument("--ncu-cell", action="store_true", help="run the FA1-schedule forward of "
                    f"{NCU_CELL} once (profile it with ncu) and print its model bytes")
+    p.add_argument("--render", metavar="JSON", help="print a saved run as markdown and exit")
     args = p.parse_args()
+    if args.render:
+        print(render(args.render))
+        return 0
     variant = Variant(False, False, True)
     if args.ncu_cell:
         n, d, causal = NCU_CELL

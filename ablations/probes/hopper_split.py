@@ -114,18 +114,22 @@ def render(path) -> str:
              f"{prov['commit']}, {prov['date']}; `{prov['command']}`; bf16 matmul "
              f"{matmul:.0f} TFLOP/s in the same run. TFLOP/s (% of matmul); every variant on "
              "its own tiles (block_n, stages), tuned at 4k.", "",
-             "| cell | FA2 | FA1-style | FA2 / FA1-style | defer_norm | seq_parallel | split_q |",
+             "| cell | FA2 | FA1-style | FA2 / FA1-style | Shapley defer_norm | Shapley "
+             "seq_parallel | Shapley split_q |",
              "|---|---:|---:|---:|---:|---:|---:|"]
+    fa2, fa1 = "hopper" + str(Variant()), "hopper" + str(Variant(False, False, False))
+    logs = []  # per cell: log FA2 / FA1-style and each flag's Shapley value
     for row in data["cells"]:
         t, ms = row["tflops"], row["ms"]
-        fa2, fa1 = "hopper" + str(Variant()), "hopper" + str(Variant(False, False, False))
         log_time = {on: math.log(ms["hopper" + str(variant_for(on, FLAGS))])
                     for on in subsets(FLAGS)}
         phi = decompose(log_time, FLAGS)
-        factors = " | ".join(f"{math.exp(phi[f]):.2f}x" for f in FLAGS)
+        logs.append([phi["total"]] + [phi[f"shapley/{f}"] for f in FLAGS])
+        factors = " | ".join(f"{math.exp(x):.2f}x" for x in logs[-1])
         lines.append(f"| {Cell(**row['cell'])} | {t[fa2]:.0f} ({100 * t[fa2] / matmul:.0f}%) | "
-                     f"{t[fa1]:.0f} ({100 * t[fa1] / matmul:.0f}%) | {ms[fa1] / ms[fa2]:.2f}x | "
-                     f"{factors} |")
+                     f"{t[fa1]:.0f} ({100 * t[fa1] / matmul:.0f}%) | {factors} |")
+    mean = [math.exp(sum(col) / len(col)) for col in zip(*logs)]
+    lines.append("| geometric mean | | | " + " | ".join(f"**{x:.2f}x**" for x in mean) + " |")
     return "\n".join(lines)
 
 
