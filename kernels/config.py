@@ -67,8 +67,8 @@ def default_config(head_dim: int, on_gpu: bool, variant=None, dtype=None,
             return replace(config, block_m=16, block_n=64, num_warps=4, num_stages=1)
         return replace(config, block_m=64, block_n=32, num_warps=4, num_stages=1)
     # backward: dQ in its own pass on the tiles the first tuned bf16 run chose for FA2
-    # (ablations/results/20261130-151801-*); the ablation's wider space has found faster
-    # ones since (ablations/NOTES.md), but these are the tiles verify and the GPU tests ran
+    # (docs/decisions.md D30); the ablation's wider space has found faster
+    # ones since, but these are the tiles verify and the GPU tests ran
     if not on_gpu:
         # The interpreter's cost grows with the number of tile steps, not their size; small
         # tiles still exercise partial tiles and multi-tile loops at small sequence lengths.
@@ -95,7 +95,7 @@ def default_config(head_dim: int, on_gpu: bool, variant=None, dtype=None,
         # the dQ pass on 32 x 32 tiles (fewer spills in the compile gate) the GPU test of a
         # 4096^2 causal float32 call, whose non-seq-parallel variants run 4 programs, did not
         # finish in 280 s (most likely those small tiles: 4x the serial steps); with these it had
-        # passed inside a 265 s suite (ablations/NOTES.md).
+        # passed inside a 265 s suite (docs/decisions.md D09).
         config = replace(config, bwd_dq_pass=False, bwd_block_m=64 if head_dim <= 128 else 32,
                          bwd_block_n=64 if head_dim <= 128 else 32,
                          bwd_num_warps=4 if head_dim <= 64 else 8,

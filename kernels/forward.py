@@ -71,11 +71,11 @@ host at every launch.
 Non-finite V at hidden keys (causal): in a tile that crosses the diagonal a hidden key's P is 0,
 but 0 * NaN and 0 * inf are NaN inside P V, so a NaN or inf in V at a key a row cannot see
 would reach the row. Keeping such V out of the product in every masked tile costs the fast path
-10-35% (V must pass through registers; ablations/NOTES.md), so it is done only where needed: a
+10-35% (V must pass through registers; docs/decisions.md D02), so it is done only where needed: a
 second launch (REPAIR) recomputes just the row blocks that may hold a leak (K/V inner whatever
 SEQ_PARALLEL says: each row's arithmetic is the same), with V sanitised in the masked tiles and
 NaN put back where a row does see a non-finite V. Which blocks, two ways (a
-tile choice, `TileConfig.nan_flags`, since each is faster for some tiles; ablations/NOTES.md):
+tile choice, `TileConfig.nan_flags`, since each is faster for some tiles; decisions D04):
   NAN_FLAGS: the main launch records, per row block, whether its output holds a NaN (one
     reduction over the accumulator in the epilogue); REPAIR reads the flags.
   otherwise: REPAIR reads each row block's first output row, and the main launch checks

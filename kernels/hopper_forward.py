@@ -1,5 +1,6 @@
 """The forward pass on Hopper's own machinery (wgmma, TMA, mbarriers, warp specialisation), with
-split-Q and split-K as one constexpr: the chassis on which `split_q` is measured.
+FA2's three changes as constexprs: the chassis on which each is measured against FA1's design
+(docs/decisions.md D46-D48).
 
 On Hopper a wgmma is issued by a whole warpgroup (4 warps), and its 4 warps lie along the
 accumulator's rows (16 rows each, 64 in all). So the Hopper analogue of FA1's warp split of a
@@ -29,6 +30,13 @@ Everything but the split is the same code: producer, ring, stages, masking, epil
       tile per program, the cost FA2's split-Q removes. The tile's product cannot accumulate
       in place (it is a partial sum over half the keys), which is the other cost of split-K.
 
+SEQ_PARALLEL (FA2, section 3.2): grid (row blocks, B * Hq), a row block's state in registers
+for every K/V tile. Off, FA1's schedule (fmha_fprop_kernel_1xN.h): grid (1, B * Hq), K/V tiles
+in the outer loop and the row blocks that see each tile inside; Q_i is loaded again for every
+tile (a two-slot ring), each row block's float32 output (the consumer's columns) and each
+consumer's copy of m, l go to scratch buffers in HBM and back between tiles (FA1's o_tmp), and
+the last tile a row block sees finalises it: about 10 N^2 D / BN bytes of HBM traffic a head.
+
 DEFER_NORM, as in kernels/forward.py: O is rescaled by alpha only and divided by l once after
 the loop, L = m c + log2 l (in natural log) stored; off, FA1's recurrence: O is kept normalised
 at every tile (split-Q: P scaled by 1/l_new before the product, so wgmma still accumulates in
@@ -40,7 +48,7 @@ that sees no key gets O = 0 and L = -inf. Causal row blocks are launched longest
 are read through 4-D descriptors over (B, H, S, D), so rows past a head's end arrive as zeros.
 
 Domain (an ablation chassis, not a general backend): CUDA sm_90, float16/bfloat16, head_dim 64
-or 128, seq_parallel on, unit stride along head_dim and 16-byte aligned strides. A NaN or inf
+or 128, unit stride along head_dim and 16-byte aligned strides. A NaN or inf
 in V at a key that a causal row cannot see may reach that row here (the Triton kernels keep it
 out with their REPAIR launch); `check_hopper_call` states the domain.
 """
@@ -74,7 +82,8 @@ def _heads(heads_q, group_size):
 
 
 @gluon.jit
-def _row_block_span(seqlen_q, seqlen_k, causal: gl.constexpr, ROWS: gl.constexpr, BLOCK_N: gl.constexpr):
+def _row_block_span(seqlen_q, seqlen_k, causal: gl.constexpr,
+                    ROWS: gl.constexpr, BLOCK_N: gl.constexpr):
     """seq_parallel: this program's row block (causal: longest first) and its K/V tile count."""
     row_blocks = gl.cdiv(seqlen_q, ROWS)
     block = gl.program_id(0)
@@ -84,7 +93,8 @@ def _row_block_span(seqlen_q, seqlen_k, causal: gl.constexpr, ROWS: gl.constexpr
 
 
 @gluon.jit
-def _tiles_seen(start_m, seqlen_q, seqlen_k, causal: gl.constexpr, ROWS: gl.constexpr, BLOCK_N: gl.constexpr):
+def _tiles_seen(start_m, seqlen_q, seqlen_k, causal: gl.constexpr,
+                ROWS: gl.constexpr, BLOCK_N: gl.constexpr):
     """How many K/V tiles rows start_m .. start_m + ROWS - 1 see (causal: up to the last
     row's diagonal, query i seeing key j iff j <= i + seqlen_k - seqlen_q)."""
     hi = seqlen_k
@@ -94,7 +104,8 @@ def _tiles_seen(start_m, seqlen_q, seqlen_k, causal: gl.constexpr, ROWS: gl.cons
 
 
 @gluon.jit
-def _first_row_block(j, seqlen_q, seqlen_k, causal: gl.constexpr, ROWS: gl.constexpr, BLOCK_N: gl.constexpr):
+def _first_row_block(j, seqlen_q, seqlen_k, causal: gl.constexpr,
+                     ROWS: gl.constexpr, BLOCK_N: gl.constexpr):
     """FA1's schedule: the first row block that sees a key of K/V tile j (row block i's last
     row i ROWS + ROWS - 1 sees key j BLOCK_N iff i >= (j BLOCK_N - diag) // ROWS)."""
     if causal:
@@ -171,7 +182,8 @@ def _rendezvous(bars, phase, ME: gl.constexpr):
 
 @gluon.jit
 def _fold_tile(m_i, l_i, acc, q, k_smem, v_smem, slot, j, t, row0, seqlen_q, seqlen_k,
-               causal: gl.constexpr, qk_scale, q_empty, kv_empty, x_max, x_sum, x_out, bar_max, bar_out,
+               causal: gl.constexpr, qk_scale, q_empty, kv_empty, x_max, x_sum, x_out, bar_max,
+               bar_out,
                DEFER_NORM: gl.constexpr, SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr,
                CONSUMER: gl.constexpr):
     """Fold K/V tile j (ring slot `slot`) into my rows' (m_i, l_i, acc); t counts this
