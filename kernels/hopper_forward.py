@@ -182,8 +182,7 @@ def _rendezvous(bars, phase, ME: gl.constexpr):
 
 @gluon.jit
 def _fold_tile(m_i, l_i, acc, q, k_smem, v_smem, slot, j, t, row0, seqlen_q, seqlen_k,
-               causal: gl.constexpr, qk_scale, q_empty, kv_empty, x_max, x_sum, x_out, bar_max,
-               bar_out,
+               causal: gl.constexpr, qk_scale, q_empty, x_max, x_sum, x_out, bar_max, bar_out,
                DEFER_NORM: gl.constexpr, SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr,
                CONSUMER: gl.constexpr):
     """Fold K/V tile j (ring slot `slot`) into my rows' (m_i, l_i, acc); t counts this
@@ -355,8 +354,8 @@ def _consumer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
             slot = j % STAGES
             mbarrier.wait(kv_ready.index(slot), (j // STAGES) & 1)
             m_i, l_i, acc = _fold_tile(m_i, l_i, acc, q, k_smem, v_smem, slot, j, j, row0,
-                                       seqlen_q, seqlen_k, causal, qk_scale, q_empty, kv_empty,
-                                       x_max, x_sum, x_out, bar_max, bar_out, DEFER_NORM,
+                                       seqlen_q, seqlen_k, causal, qk_scale, q_empty, x_max,
+                                       x_sum, x_out, bar_max, bar_out, DEFER_NORM,
                                        SPLIT_Q, SEQ_PARALLEL, CONSUMER)
             mbarrier.arrive(kv_empty.index(slot), count=1)
         _store_outputs(m_i, l_i, acc, O, LSE, M, L, off_b, off_h, row0, seqlen_q, qk_scale,
@@ -391,7 +390,7 @@ def _consumer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
                 q = q_smem.index((t % 2) * Q_BOXES + MY_BOX).reshape([BM, HEAD_DIM])
                 m_i, l_i, acc = _fold_tile(m_i, l_i, acc, q, k_smem, v_smem, slot, j, t, row0,
                                            seqlen_q, seqlen_k, causal, qk_scale, q_empty,
-                                           kv_empty, x_max, x_sum, x_out, bar_max, bar_out,
+                                           x_max, x_sum, x_out, bar_max, bar_out,
                                            DEFER_NORM, SPLIT_Q, SEQ_PARALLEL, CONSUMER)
                 if j == _tiles_seen(i * ROWS, seqlen_q, seqlen_k, causal, ROWS, BLOCK_N) - 1:
                     _store_outputs(m_i, l_i, acc, O, LSE, M, L, off_b, off_h, row0, seqlen_q,
