@@ -34,7 +34,8 @@ from dataclasses import dataclass
 from multiprocessing import get_context
 from typing import Callable
 
-from kernels import SUPPORTED_HEAD_DIMS, TileConfig, Variant, default_config
+from kernels import TILE_HEAD_DIMS, TileConfig, Variant, default_config
+from kernels.config import block_d
 from kernels.forward import REPAIR_CHUNK
 
 DTYPES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}  # torch name -> Triton type
@@ -116,12 +117,13 @@ def _forward_specialization(fn, case: Case, repair: bool = False, o_residual: bo
     # runtime would make group_size == 1 (plain MHA) a constexpr, which drops one division.
     unit = [f"stride_{t}d" for t in "qkvo"] + list(case.length_one)
     div16 = [f"stride_{name}" for name in ("qb", "qh", "qm", "kb", "kh", "kn", "vb", "vh", "vn",
-                                           "ob", "oh", "om")]
+                                           "ob", "oh", "om")] if case.head_dim % 16 == 0 else []
     tma = cfg.tma and not repair  # as attn_fwd: REPAIR loads through pointers
     constexprs = dict(IS_CAUSAL=case.causal, DEFER_NORM=v.defer_norm, SEQ_PARALLEL=v.seq_parallel,
                       SPLIT_Q=v.split_q, KEY_SLICES=cfg.key_slices, BLOCK_M=cfg.block_m,
                       BLOCK_N=cfg.block_n, HEAD_DIM=case.head_dim,
-                      INPUT_PRECISION=cfg.input_precision, REPAIR=repair,
+                      BLOCK_D=block_d(case.head_dim), INPUT_PRECISION=cfg.input_precision,
+                      REPAIR=repair,
                       REPAIR_CHUNK=REPAIR_CHUNK, TMA=tma, STORE_O_RES=o_residual,
                       NAN_FLAGS=cfg.nan_flags)
     box = _row_box(io, cfg.block_n, case.head_dim) if tma else None
@@ -163,9 +165,12 @@ def _backward_specialization(fn, case: Case):
     # padded_q is a whole number of blocks of >= 16 rows
     div16 = [f"stride_{t}{d}" for t in ("q", "k", "v", "do", "dk") for d in "bh"] + \
         ["stride_qm", "stride_kn", "stride_vn", "stride_dom", "stride_dkn", "padded_q"]
+    if case.head_dim % 16:  # strides are multiples of head_dim only
+        div16 = ["padded_q"]
     constexprs = dict(IS_CAUSAL=case.causal, DEFER_NORM=v.defer_norm, SEQ_PARALLEL=v.seq_parallel,
                       DQ_PASS=cfg.bwd_dq_pass, BLOCK_M=cfg.bwd_block_m, BLOCK_N=cfg.bwd_block_n,
-                      HEAD_DIM=case.head_dim, INPUT_PRECISION=cfg.input_precision)
+                      HEAD_DIM=case.head_dim, BLOCK_D=block_d(case.head_dim),
+                      INPUT_PRECISION=cfg.input_precision)
     return runtime_specialization(fn, pointers, constexprs, floats=("qk_scale", "sm_scale"),
                                   unit=unit, div16=div16)
 
@@ -541,7 +546,7 @@ BOOL_OVERRIDES = ("tma", "nan_flags", "bwd_dq_pass")
 def parse_args(argv):
     p = argparse.ArgumentParser(prog="python -m fa2check.compile_gate", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_case_arguments(p, "all", "all", "all supported")
+    add_case_arguments(p, "all", "all", "16, 32, 64, 128 and 256 (any from 1 to 256 may be asked for)")
     p.add_argument("--causal", action=argparse.BooleanOptionalAction, default=None,
                    help="only causal / only non-causal; default: both")
     for field in INT_OVERRIDES:
@@ -568,7 +573,7 @@ def main(argv=None) -> int:
                  if getattr(args, f) is not None}
     variants = args.variant or Variant.all()
     dtypes = args.dtype or list(DTYPES)
-    head_dims = args.head_dim or list(SUPPORTED_HEAD_DIMS)
+    head_dims = args.head_dim or list(TILE_HEAD_DIMS)
     causals = [args.causal] if args.causal is not None else [False, True]
     specs = args.kernel or list(SPECS)
     total = len(gate_cases(variants, dtypes, head_dims, causals, specs))

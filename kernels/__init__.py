@@ -3,7 +3,8 @@
     from kernels import flash_attention, Variant
 """
 from .config import TileConfig, default_config
-from .interface import SUPPORTED_HEAD_DIMS, flash_attention
+from .interface import SUPPORTED_HEAD_DIMS, TILE_HEAD_DIMS, flash_attention
 from .variant import Variant
 
-__all__ = ["flash_attention", "Variant", "TileConfig", "default_config", "SUPPORTED_HEAD_DIMS"]
+__all__ = ["flash_attention", "Variant", "TileConfig", "default_config", "SUPPORTED_HEAD_DIMS",
+           "TILE_HEAD_DIMS"]

@@ -41,16 +41,19 @@ l = 0); they are given P = 0, so they get dQ = 0 and add nothing to dK and dV.
 import triton
 import triton.language as tl
 
-from .forward import LOG2E, _visible_key_range
+from .config import block_d
+from .forward import LOG2E, _head_cols, _visible_key_range
 from .launch_cache import CachedLaunch
 
 
 @triton.jit
-def _load_rows(X, off_b, off_h, rows, offs_d, seqlen, stride_b, stride_h, stride_s, stride_d):
-    """Rows `rows` of X[off_b, off_h] (a (B, H, S, D) tensor), zero past seqlen: (rows, D)."""
+def _load_rows(X, off_b, off_h, rows, offs_d, seqlen, stride_b, stride_h, stride_s, stride_d,
+               HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr):
+    """Rows `rows` of X[off_b, off_h] (a (B, H, S, D) tensor), zero past seqlen and in the
+    padded columns: (rows, BLOCK_D)."""
     return tl.load(X + off_b.to(tl.int64) * stride_b + off_h.to(tl.int64) * stride_h
                    + rows[:, None] * stride_s + offs_d[None, :] * stride_d,
-                   mask=(rows < seqlen)[:, None], other=0.0)
+                   mask=_head_cols((rows < seqlen)[:, None], HEAD_DIM, BLOCK_D, 1), other=0.0)
 
 
 @triton.jit
@@ -59,7 +62,8 @@ def _attn_bwd_preprocess(O, O_RES, DO, DLSE, STAT, L, DELTA, STAT2, INV_L,
                          stride_dob, stride_doh, stride_dom, stride_dod,
                          heads_q, seqlen_q, padded_q,
                          HAS_DLSE: tl.constexpr, HAS_O_RES: tl.constexpr,
-                         DEFER_NORM: tl.constexpr, BLOCK_M: tl.constexpr, HEAD_DIM: tl.constexpr):
+                         DEFER_NORM: tl.constexpr, BLOCK_M: tl.constexpr, HEAD_DIM: tl.constexpr,
+                         BLOCK_D: tl.constexpr):
     """What every backward step reads of a query row, float32 (B, H, padded_q) contiguous, the
     rows padded to whole blocks of the backward so that its loops load them without masks:
       DELTA = rowsum(dO * O) - dlse, 0 past seqlen_q. HAS_O_RES: O is the stored output plus
@@ -72,15 +76,17 @@ def _attn_bwd_preprocess(O, O_RES, DO, DLSE, STAT, L, DELTA, STAT2, INV_L,
     off_b = off_bh // heads_q
     off_h = off_bh % heads_q
     offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, HEAD_DIM)
+    offs_d = tl.arange(0, BLOCK_D)
     row_ok = offs_m < seqlen_q
     o = _load_rows(O, off_b, off_h, offs_m, offs_d, seqlen_q,
-                   stride_ob, stride_oh, stride_om, stride_od).to(tl.float32)
+                   stride_ob, stride_oh, stride_om, stride_od, HEAD_DIM, BLOCK_D).to(tl.float32)
     if HAS_O_RES:
         o += _load_rows(O_RES, off_b, off_h, offs_m, offs_d, seqlen_q,
-                        stride_ob, stride_oh, stride_om, stride_od).to(tl.float32)
+                        stride_ob, stride_oh, stride_om, stride_od, HEAD_DIM,
+                        BLOCK_D).to(tl.float32)
     do = _load_rows(DO, off_b, off_h, offs_m, offs_d, seqlen_q,
-                    stride_dob, stride_doh, stride_dom, stride_dod).to(tl.float32)
+                    stride_dob, stride_doh, stride_dom, stride_dod, HEAD_DIM,
+                    BLOCK_D).to(tl.float32)
     delta = tl.sum(o * do, 1)
     rows = off_bh * seqlen_q + offs_m  # DLSE, STAT, L: (B, H, Sq) contiguous
     out = off_bh * padded_q + offs_m
@@ -120,14 +126,15 @@ def _attn_bwd_kv_step(dk, dv, k, v, Q_ptrs, DO_ptrs, DQ_ptrs, STAT_ptr, INV_L_pt
                       start_m, offs_m, offs_n, stride_qm, stride_dom, stride_dqm,
                       seqlen_q, seqlen_k, qk_scale, sm_scale,
                       MASK: tl.constexpr, IS_CAUSAL: tl.constexpr, DEFER_NORM: tl.constexpr,
-                      SEQ_PARALLEL: tl.constexpr, DQ_PASS: tl.constexpr,
-                      INPUT_PRECISION: tl.constexpr):
+                      SEQ_PARALLEL: tl.constexpr, DQ_PASS: tl.constexpr, HEAD_DIM: tl.constexpr,
+                      BLOCK_D: tl.constexpr, INPUT_PRECISION: tl.constexpr):
     """Fold query rows start_m .. start_m + BLOCK_M into dK_j, dV_j (and, without DQ_PASS, add
     their dQ part). Works on the transposed tile (keys x rows): dK_j, dV_j are row sums of it."""
     rows = start_m + offs_m
     row_ok = rows < seqlen_q
-    q = tl.load(Q_ptrs + start_m * stride_qm, mask=row_ok[:, None], other=0.0)  # (BLOCK_M, D)
-    do = tl.load(DO_ptrs + start_m * stride_dom, mask=row_ok[:, None], other=0.0)  # (BLOCK_M, D)
+    row_cols_ok = _head_cols(row_ok[:, None], HEAD_DIM, BLOCK_D, 1)  # padded columns: 0
+    q = tl.load(Q_ptrs + start_m * stride_qm, mask=row_cols_ok, other=0.0)  # (BLOCK_M, BLOCK_D)
+    do = tl.load(DO_ptrs + start_m * stride_dom, mask=row_cols_ok, other=0.0)
     delta = tl.load(DELTA_ptr + rows)  # rows padded to whole blocks: no mask
     stat = tl.load(STAT_ptr + rows)
 
@@ -148,12 +155,12 @@ def _attn_bwd_kv_step(dk, dv, k, v, Q_ptrs, DO_ptrs, DQ_ptrs, STAT_ptr, INV_L_pt
         dq = tl.dot(tl.trans(dsT).to(k.dtype), k, input_precision=INPUT_PRECISION) * sm_scale
         dq_ptrs = DQ_ptrs + start_m * stride_dqm
         if SEQ_PARALLEL:
-            tl.atomic_add(dq_ptrs, dq, mask=row_ok[:, None], sem="relaxed")
+            tl.atomic_add(dq_ptrs, dq, mask=row_cols_ok, sem="relaxed")
         else:
             # This program is the only writer of these rows: read, add, write back. The barrier
             # orders this write before another thread's read of the same rows in a later step.
-            tl.store(dq_ptrs, tl.load(dq_ptrs, mask=row_ok[:, None], other=0.0) + dq,
-                     mask=row_ok[:, None])
+            tl.store(dq_ptrs, tl.load(dq_ptrs, mask=row_cols_ok, other=0.0) + dq,
+                     mask=row_cols_ok)
             tl.debug_barrier()
     return dk, dv
 
@@ -169,19 +176,20 @@ def _attn_bwd_col_block(Q, K, V, DO, DQ, DK, DV, STAT, INV_L, DELTA, start_n, of
                         IS_CAUSAL: tl.constexpr, DEFER_NORM: tl.constexpr,
                         SEQ_PARALLEL: tl.constexpr, DQ_PASS: tl.constexpr,
                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                        HEAD_DIM: tl.constexpr, INPUT_PRECISION: tl.constexpr):
+                        HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+                        INPUT_PRECISION: tl.constexpr):
     """dK_j and dV_j for keys start_n .. start_n + BLOCK_N of one kv head, summed over the
     kv head's group of query heads."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_m = tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, HEAD_DIM)
+    offs_d = tl.arange(0, BLOCK_D)
     key_ok = offs_n < seqlen_k
     k = _load_rows(K, off_b, off_hkv, offs_n, offs_d, seqlen_k,
-                   stride_kb, stride_kh, stride_kn, stride_kd)  # (BLOCK_N, D)
+                   stride_kb, stride_kh, stride_kn, stride_kd, HEAD_DIM, BLOCK_D)  # (BLOCK_N, D)
     v = _load_rows(V, off_b, off_hkv, offs_n, offs_d, seqlen_k,
-                   stride_vb, stride_vh, stride_vn, stride_vd)
-    dk = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
-    dv = tl.zeros([BLOCK_N, HEAD_DIM], tl.float32)
+                   stride_vb, stride_vh, stride_vn, stride_vd, HEAD_DIM, BLOCK_D)
+    dk = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
+    dv = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
     lo, full_lo, hi = _query_block_range(start_n, seqlen_q, seqlen_k, BLOCK_M, BLOCK_N, IS_CAUSAL)
 
     for g in range(0, group_size):  # GQA: every query head that reads this kv head
@@ -198,32 +206,41 @@ def _attn_bwd_col_block(Q, K, V, DO, DQ, DK, DV, STAT, INV_L, DELTA, start_n, of
                                        INV_L + row_stats, DELTA + row_stats, start_m, offs_m,
                                        offs_n, stride_qm, stride_dom, HEAD_DIM, seqlen_q, seqlen_k,
                                        qk_scale, sm_scale, True, IS_CAUSAL, DEFER_NORM,
-                                       SEQ_PARALLEL, DQ_PASS, INPUT_PRECISION)
+                                       SEQ_PARALLEL, DQ_PASS, HEAD_DIM, BLOCK_D,
+                                       INPUT_PRECISION)
         for start_m in range(full_lo, hi, BLOCK_M):
             dk, dv = _attn_bwd_kv_step(dk, dv, k, v, Q_ptrs, DO_ptrs, DQ_ptrs, STAT + row_stats,
                                        INV_L + row_stats, DELTA + row_stats, start_m, offs_m,
                                        offs_n, stride_qm, stride_dom, HEAD_DIM, seqlen_q, seqlen_k,
                                        qk_scale, sm_scale, False, IS_CAUSAL, DEFER_NORM,
-                                       SEQ_PARALLEL, DQ_PASS, INPUT_PRECISION)
+                                       SEQ_PARALLEL, DQ_PASS, HEAD_DIM, BLOCK_D,
+                                       INPUT_PRECISION)
 
     dk *= sm_scale
     out = off_b.to(tl.int64) * stride_dkb + off_hkv.to(tl.int64) * stride_dkh \
         + offs_n[:, None] * stride_dkn + offs_d[None, :] * stride_dkd  # DK and DV share strides
-    tl.store(DK + out, dk.to(DK.dtype.element_ty), mask=key_ok[:, None])
-    tl.store(DV + out, dv.to(DV.dtype.element_ty), mask=key_ok[:, None])
+    key_cols_ok = _head_cols(key_ok[:, None], HEAD_DIM, BLOCK_D, 1)  # padded columns: not stored
+    tl.store(DK + out, dk.to(DK.dtype.element_ty), mask=key_cols_ok)
+    tl.store(DV + out, dv.to(DV.dtype.element_ty), mask=key_cols_ok)
 
 
 @triton.jit
 def _attn_bwd_q_step(dq, q, do, stat, inv_l, delta, kT_ptrs, vT_ptrs, start_n, rows, offs_n,
                      stride_kn, stride_vn, seqlen_q, seqlen_k, qk_scale,
                      MASK: tl.constexpr, IS_CAUSAL: tl.constexpr, DEFER_NORM: tl.constexpr,
+                     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
                      INPUT_PRECISION: tl.constexpr):
     """dQ_i += dS_ij K_j for keys start_n .. start_n + BLOCK_N (S_ij, P_ij, dP_ij recomputed)."""
     keys = start_n + offs_n
     if MASK:
         key_ok = keys < seqlen_k
-        kT = tl.load(kT_ptrs + start_n * stride_kn, mask=key_ok[None, :], other=0.0)  # (D, BLOCK_N)
-        vT = tl.load(vT_ptrs + start_n * stride_vn, mask=key_ok[None, :], other=0.0)
+        kv_ok = _head_cols(key_ok[None, :], HEAD_DIM, BLOCK_D, 0)
+        kT = tl.load(kT_ptrs + start_n * stride_kn, mask=kv_ok, other=0.0)  # (BLOCK_D, BLOCK_N)
+        vT = tl.load(vT_ptrs + start_n * stride_vn, mask=kv_ok, other=0.0)
+    elif BLOCK_D != HEAD_DIM:
+        cols_ok = (tl.arange(0, BLOCK_D) < HEAD_DIM)[:, None]  # padded columns: 0
+        kT = tl.load(kT_ptrs + start_n * stride_kn, mask=cols_ok, other=0.0)
+        vT = tl.load(vT_ptrs + start_n * stride_vn, mask=cols_ok, other=0.0)
     else:
         kT = tl.load(kT_ptrs + start_n * stride_kn)
         vT = tl.load(vT_ptrs + start_n * stride_vn)
@@ -250,16 +267,17 @@ def _attn_bwd_dq_row_block(Q, K, V, DO, DQ, STAT, INV_L, DELTA, start_m, off_b, 
                            heads_q, seqlen_q, padded_q, seqlen_k, qk_scale, sm_scale,
                            IS_CAUSAL: tl.constexpr, DEFER_NORM: tl.constexpr,
                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                           HEAD_DIM: tl.constexpr, INPUT_PRECISION: tl.constexpr):
+                           HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+                           INPUT_PRECISION: tl.constexpr):
     """DQ_PASS: dQ_i of query rows start_m .. start_m + BLOCK_M of head off_h, written once."""
     rows = start_m + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, HEAD_DIM)
+    offs_d = tl.arange(0, BLOCK_D)
     row_ok = rows < seqlen_q
     q = _load_rows(Q, off_b, off_h, rows, offs_d, seqlen_q,
-                   stride_qb, stride_qh, stride_qm, stride_qd)  # (BLOCK_M, D)
+                   stride_qb, stride_qh, stride_qm, stride_qd, HEAD_DIM, BLOCK_D)  # (BLOCK_M, D)
     do = _load_rows(DO, off_b, off_h, rows, offs_d, seqlen_q,
-                    stride_dob, stride_doh, stride_dom, stride_dod)
+                    stride_dob, stride_doh, stride_dom, stride_dod, HEAD_DIM, BLOCK_D)
     row_stats = (off_b * heads_q + off_h) * padded_q
     delta = tl.load(DELTA + row_stats + rows)  # rows padded to whole blocks: no mask
     stat = tl.load(STAT + row_stats + rows)
@@ -271,20 +289,21 @@ def _attn_bwd_dq_row_block(Q, K, V, DO, DQ, STAT, INV_L, DELTA, start_m, off_b, 
     vT_ptrs = V + off_b.to(tl.int64) * stride_vb + off_hkv.to(tl.int64) * stride_vh \
         + offs_n[None, :] * stride_vn + offs_d[:, None] * stride_vd
 
-    dq = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+    dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     full_end, hi = _visible_key_range(start_m, seqlen_q, seqlen_k, BLOCK_M, BLOCK_N, IS_CAUSAL)
     for start_n in range(0, full_end, BLOCK_N):
         dq = _attn_bwd_q_step(dq, q, do, stat, inv_l, delta, kT_ptrs, vT_ptrs, start_n, rows,
                               offs_n, stride_kn, stride_vn, seqlen_q, seqlen_k, qk_scale,
-                              False, IS_CAUSAL, DEFER_NORM, INPUT_PRECISION)
+                              False, IS_CAUSAL, DEFER_NORM, HEAD_DIM, BLOCK_D, INPUT_PRECISION)
     for start_n in range(full_end, hi, BLOCK_N):
         dq = _attn_bwd_q_step(dq, q, do, stat, inv_l, delta, kT_ptrs, vT_ptrs, start_n, rows,
                               offs_n, stride_kn, stride_vn, seqlen_q, seqlen_k, qk_scale,
-                              True, IS_CAUSAL, DEFER_NORM, INPUT_PRECISION)
+                              True, IS_CAUSAL, DEFER_NORM, HEAD_DIM, BLOCK_D, INPUT_PRECISION)
     dq *= sm_scale
     out = (off_b * heads_q + off_h).to(tl.int64) * seqlen_q * HEAD_DIM \
         + rows[:, None] * HEAD_DIM + offs_d[None, :]  # DQ contiguous
-    tl.store(DQ + out, dq.to(DQ.dtype.element_ty), mask=row_ok[:, None])
+    tl.store(DQ + out, dq.to(DQ.dtype.element_ty),
+             mask=_head_cols(row_ok[:, None], HEAD_DIM, BLOCK_D, 1))
 
 
 @triton.jit
@@ -297,7 +316,7 @@ def _attn_bwd(Q, K, V, DO, DQ, DK, DV, STAT, INV_L, DELTA,
               heads_q, heads_kv, seqlen_q, padded_q, seqlen_k, qk_scale, sm_scale,
               IS_CAUSAL: tl.constexpr, DEFER_NORM: tl.constexpr, SEQ_PARALLEL: tl.constexpr,
               DQ_PASS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-              HEAD_DIM: tl.constexpr, INPUT_PRECISION: tl.constexpr):
+              HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, INPUT_PRECISION: tl.constexpr):
     if SEQ_PARALLEL:
         off_bh = tl.program_id(1)
     else:
@@ -319,7 +338,7 @@ def _attn_bwd(Q, K, V, DO, DQ, DK, DV, STAT, INV_L, DELTA,
                                 heads_q, group_size, seqlen_q, padded_q, seqlen_k, qk_scale,
                                 sm_scale,
                                 IS_CAUSAL, DEFER_NORM, SEQ_PARALLEL, DQ_PASS, BLOCK_M, BLOCK_N,
-                                HEAD_DIM, INPUT_PRECISION)
+                                HEAD_DIM, BLOCK_D, INPUT_PRECISION)
         elif DQ_PASS:  # one row block of one query head of the group
             r = pid - n_col_blocks
             _attn_bwd_dq_row_block(Q, K, V, DO, DQ, STAT, INV_L, DELTA,
@@ -330,7 +349,7 @@ def _attn_bwd(Q, K, V, DO, DQ, DK, DV, STAT, INV_L, DELTA,
                                    stride_vb, stride_vh, stride_vn, stride_vd,
                                    stride_dob, stride_doh, stride_dom, stride_dod,
                                    heads_q, seqlen_q, padded_q, seqlen_k, qk_scale, sm_scale,
-                                   IS_CAUSAL, DEFER_NORM, BLOCK_N, BLOCK_M, HEAD_DIM,
+                                   IS_CAUSAL, DEFER_NORM, BLOCK_N, BLOCK_M, HEAD_DIM, BLOCK_D,
                                    INPUT_PRECISION)
     else:
         for start_n in range(0, seqlen_k, BLOCK_N):
@@ -343,7 +362,7 @@ def _attn_bwd(Q, K, V, DO, DQ, DK, DV, STAT, INV_L, DELTA,
                                 heads_q, group_size, seqlen_q, padded_q, seqlen_k, qk_scale,
                                 sm_scale,
                                 IS_CAUSAL, DEFER_NORM, SEQ_PARALLEL, DQ_PASS, BLOCK_M, BLOCK_N,
-                                HEAD_DIM, INPUT_PRECISION)
+                                HEAD_DIM, BLOCK_D, INPUT_PRECISION)
         if DQ_PASS:
             for r in range(0, group_size * n_row_blocks):
                 _attn_bwd_dq_row_block(Q, K, V, DO, DQ, STAT, INV_L, DELTA,
@@ -354,7 +373,7 @@ def _attn_bwd(Q, K, V, DO, DQ, DK, DV, STAT, INV_L, DELTA,
                                        stride_vb, stride_vh, stride_vn, stride_vd,
                                        stride_dob, stride_doh, stride_dom, stride_dod,
                                        heads_q, seqlen_q, padded_q, seqlen_k, qk_scale, sm_scale,
-                                       IS_CAUSAL, DEFER_NORM, BLOCK_N, BLOCK_M, HEAD_DIM,
+                                       IS_CAUSAL, DEFER_NORM, BLOCK_N, BLOCK_M, HEAD_DIM, BLOCK_D,
                                        INPUT_PRECISION)
 
 
@@ -382,7 +401,7 @@ def attn_bwd(q, k, v, o, stats, do, dlse, causal, softmax_scale, variant, config
         o, o if o_res is None else o_res, do, dlse_c, stat, l, delta, stat2, inv_l,
         *o.stride(), *do.stride(), heads_q, seqlen_q, padded_q, HAS_DLSE=dlse is not None,
         HAS_O_RES=o_res is not None, DEFER_NORM=variant.defer_norm,
-        BLOCK_M=config.bwd_block_m, HEAD_DIM=head_dim)
+        BLOCK_M=config.bwd_block_m, HEAD_DIM=head_dim, BLOCK_D=block_d(head_dim))
 
     shape = (batch, heads_q, seqlen_q, head_dim)  # dQ is written contiguous
     if config.bwd_dq_pass:  # every dQ row written once, by one program
@@ -404,7 +423,7 @@ def attn_bwd(q, k, v, o, stats, do, dlse, causal, softmax_scale, variant, config
         heads_q, heads_kv, seqlen_q, padded_q, seqlen_k, softmax_scale * LOG2E, softmax_scale,
         IS_CAUSAL=causal, DEFER_NORM=variant.defer_norm, SEQ_PARALLEL=variant.seq_parallel,
         DQ_PASS=config.bwd_dq_pass, BLOCK_M=config.bwd_block_m, BLOCK_N=config.bwd_block_n,
-        HEAD_DIM=head_dim, INPUT_PRECISION=config.input_precision,
+        HEAD_DIM=head_dim, BLOCK_D=block_d(head_dim), INPUT_PRECISION=config.input_precision,
         num_warps=config.bwd_num_warps, num_stages=config.bwd_num_stages,
     )
     return dq.to(q.dtype), dk, dv

@@ -5,6 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 MIN_DOT_DIM = 16  # smallest tl.dot operand dimension the GPU compiler accepts
+MAX_HEAD_DIM = 256
+
+
+def block_d(head_dim: int) -> int:
+    """The tile's head dimension for a true head_dim: the next power of two, at least
+    MIN_DOT_DIM (tl.arange and tl.dot need both). The kernels mask the padded columns."""
+    return max(MIN_DOT_DIM, 1 << (head_dim - 1).bit_length())
 
 
 @dataclass(frozen=True)
@@ -57,7 +64,10 @@ def default_config(head_dim: int, on_gpu: bool, variant=None, dtype=None,
     dtype (torch dtype or its name): float32 tiles take twice the shared memory.
     backend "gluon": the forward tiles of the Gluon kernel (4 warps; the compile gate shows
     spills, 8 bytes, only for split-Q without seq_parallel at head_dim 32);
-    the backward fields stay the Triton backward's, which every backend's gradients use."""
+    the backward fields stay the Triton backward's, which every backend's gradients use.
+    The tiles follow the tile's head dimension, block_d(head_dim): registers and shared memory
+    are those of the padded tile (head_dim 96 gets head_dim 128's tiles)."""
+    head_dim = block_d(head_dim)
     if backend == "hopper":  # kernels/hopper_forward.py: 64 rows a consumer warpgroup
         return replace(default_config(head_dim, on_gpu, None, dtype), block_m=64, block_n=128,
                        num_warps=4, num_stages=2, tma=False)

@@ -89,6 +89,7 @@ import math
 import triton
 import triton.language as tl
 
+from .config import block_d
 from .launch_cache import CachedLaunch, _argument_key
 from .launch_order import LONGEST_FIRST_MIN_KEYS, heaviest_first
 from .tma import row_descriptors
@@ -117,14 +118,32 @@ def _visible_key_range(start_m, seqlen_q, seqlen_k,
 
 
 @triton.jit
+def _head_cols(mask, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, D_AXIS: tl.constexpr):
+    """`mask` (a 2-D tile's, or a broadcastable part of one) and, where the tile's head
+    dimension is padded (BLOCK_D > HEAD_DIM), the real columns: offs_d < HEAD_DIM along axis
+    D_AXIS. Padded columns are loaded as 0 (so they add exactly 0 to every dot over D) and never
+    stored; a head_dim that needs no padding compiles without the column mask."""
+    if BLOCK_D != HEAD_DIM:
+        d_ok = tl.arange(0, BLOCK_D) < HEAD_DIM
+        if D_AXIS == 0:
+            mask = mask & d_ok[:, None]
+        else:
+            mask = mask & d_ok[None, :]
+    return mask
+
+
+@triton.jit
 def _tile_keys(K_tile_ptrs, KD, off_b, off_hkv, start_n, offs_n, seqlen_k,
                MASK: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
-               TMA: tl.constexpr):
-    """K_j^T (D, BLOCK_N); keys past seqlen_k are zeros."""
+               BLOCK_D: tl.constexpr, TMA: tl.constexpr):
+    """K_j^T (BLOCK_D, BLOCK_N); keys past seqlen_k and padded columns are zeros."""
     if TMA:  # tensor descriptors: keys past seqlen_k arrive as zeros, no load mask
-        kT = tl.trans(KD.load([off_b, off_hkv, start_n, 0]).reshape(BLOCK_N, HEAD_DIM))
+        kT = tl.trans(KD.load([off_b, off_hkv, start_n, 0]).reshape(BLOCK_N, BLOCK_D))
     elif MASK:
-        kT = tl.load(K_tile_ptrs, mask=(start_n + offs_n < seqlen_k)[None, :], other=0.0)
+        kT = tl.load(K_tile_ptrs, other=0.0, mask=_head_cols(
+            (start_n + offs_n < seqlen_k)[None, :], HEAD_DIM, BLOCK_D, 0))
+    elif BLOCK_D != HEAD_DIM:
+        kT = tl.load(K_tile_ptrs, mask=(tl.arange(0, BLOCK_D) < HEAD_DIM)[:, None], other=0.0)
     else:
         kT = tl.load(K_tile_ptrs)
     return kT
@@ -151,12 +170,15 @@ def _tile_scores(q, kT, start_n, offs_m, offs_n, seqlen_q, seqlen_k,
 @triton.jit
 def _tile_values(V_tile_ptrs, VD, off_b, off_hkv, start_n, offs_n, seqlen_k,
                  MASK: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
-                 TMA: tl.constexpr):
-    """V_j (BLOCK_N, D); rows past seqlen_k are zeros."""
+                 BLOCK_D: tl.constexpr, TMA: tl.constexpr):
+    """V_j (BLOCK_N, BLOCK_D); rows past seqlen_k and padded columns are zeros."""
     if TMA:
-        v = VD.load([off_b, off_hkv, start_n, 0]).reshape(BLOCK_N, HEAD_DIM)
+        v = VD.load([off_b, off_hkv, start_n, 0]).reshape(BLOCK_N, BLOCK_D)
     elif MASK:
-        v = tl.load(V_tile_ptrs, mask=(start_n + offs_n < seqlen_k)[:, None], other=0.0)
+        v = tl.load(V_tile_ptrs, other=0.0, mask=_head_cols(
+            (start_n + offs_n < seqlen_k)[:, None], HEAD_DIM, BLOCK_D, 1))
+    elif BLOCK_D != HEAD_DIM:
+        v = tl.load(V_tile_ptrs, mask=(tl.arange(0, BLOCK_D) < HEAD_DIM)[None, :], other=0.0)
     else:
         v = tl.load(V_tile_ptrs)
     return v
@@ -166,6 +188,7 @@ def _tile_values(V_tile_ptrs, VD, off_b, off_hkv, start_n, offs_n, seqlen_k,
 def _fold_tile(m_i, l_i, acc, s, v, start_n, offs_m, offs_n, seqlen_q, seqlen_k, qk_scale,
                DEFER_NORM: tl.constexpr, SPLIT_Q: tl.constexpr, KEY_SLICES: tl.constexpr,
                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
+               BLOCK_D: tl.constexpr,
                INPUT_PRECISION: tl.constexpr, SANITIZE_V: tl.constexpr):
     """Fold one tile's raw scores S_ij and values V_j into the running (m_i, l_i, acc).
 
@@ -195,7 +218,7 @@ def _fold_tile(m_i, l_i, acc, s, v, start_n, offs_m, offs_n, seqlen_q, seqlen_k,
         m_s_use = tl.where(m_s == float("-inf"), 0.0, m_s)
         p3 = tl.math.exp2((s3 - m_s_use[:, :, None]) * qk_scale)
         l_s = tl.sum(p3, 2)  # each slice's own sum
-        v3 = tl.reshape(v, (KEY_SLICES, SLICE, HEAD_DIM))
+        v3 = tl.reshape(v, (KEY_SLICES, SLICE, BLOCK_D))
         o_s = tl.dot(tl.permute(p3, (1, 0, 2)).to(v.dtype), v3,
                      input_precision=INPUT_PRECISION)  # (KEY_SLICES, BLOCK_M, D) partial outputs
         # merge the slices: the split-K communication
@@ -237,17 +260,19 @@ def _online_softmax_step(m_i, l_i, acc, q, K_tile_ptrs, V_tile_ptrs, KD, VD, off
                          MASK: tl.constexpr, IS_CAUSAL: tl.constexpr, DEFER_NORM: tl.constexpr,
                          SPLIT_Q: tl.constexpr, KEY_SLICES: tl.constexpr,
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
+                         BLOCK_D: tl.constexpr,
                          INPUT_PRECISION: tl.constexpr, SANITIZE_V: tl.constexpr,
                          TMA: tl.constexpr):
     """Fold one K/V tile (keys start_n .. start_n + BLOCK_N) into the running (m_i, l_i, acc)."""
     kT = _tile_keys(K_tile_ptrs, KD, off_b, off_hkv, start_n, offs_n, seqlen_k, MASK, BLOCK_N,
-                    HEAD_DIM, TMA)
+                    HEAD_DIM, BLOCK_D, TMA)
     v = _tile_values(V_tile_ptrs, VD, off_b, off_hkv, start_n, offs_n, seqlen_k, MASK, BLOCK_N,
-                     HEAD_DIM, TMA)
+                     HEAD_DIM, BLOCK_D, TMA)
     s = _tile_scores(q, kT, start_n, offs_m, offs_n, seqlen_q, seqlen_k, MASK, IS_CAUSAL,
                      INPUT_PRECISION)
     return _fold_tile(m_i, l_i, acc, s, v, start_n, offs_m, offs_n, seqlen_q, seqlen_k,
                       qk_scale, DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM,
+                      BLOCK_D,
                       INPUT_PRECISION, SANITIZE_V)
 
 
@@ -255,11 +280,12 @@ def _online_softmax_step(m_i, l_i, acc, q, K_tile_ptrs, V_tile_ptrs, KD, VD, off
 def _store_row_block(O, O_RES, LSE, M, L, FLAGS, acc, m_i, l_i, block_index, offs_m, row_ok,
                      off_b, off_h, stride_ob, stride_oh, stride_om, stride_od, stride_lb,
                      stride_lh, qk_scale, IS_CAUSAL: tl.constexpr, DEFER_NORM: tl.constexpr,
-                     HEAD_DIM: tl.constexpr, REPAIR: tl.constexpr, STORE_O_RES: tl.constexpr,
+                     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, REPAIR: tl.constexpr,
+                     STORE_O_RES: tl.constexpr,
                      NAN_FLAGS: tl.constexpr):
     """A row block's epilogue, after its last K/V tile: O (DEFER_NORM: acc / l_i) and L_i, or
     (not DEFER_NORM) O = acc, m_i and l_i; its NaN flag; O's rounding residual."""
-    offs_d = tl.arange(0, HEAD_DIM)
+    offs_d = tl.arange(0, BLOCK_D)
     sees_a_key = l_i > 0.0
     if DEFER_NORM:
         acc = acc / tl.where(sees_a_key, l_i, 1.0)[:, None]  # the one deferred division
@@ -276,10 +302,10 @@ def _store_row_block(O, O_RES, LSE, M, L, FLAGS, acc, m_i, l_i, block_index, off
     o_rows = (off_b.to(tl.int64) * stride_ob + off_h.to(tl.int64) * stride_oh
               + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od)
     o = acc.to(O.dtype.element_ty)
-    tl.store(O + o_rows, o, mask=row_ok[:, None])
+    o_ok = _head_cols(row_ok[:, None], HEAD_DIM, BLOCK_D, 1)  # padded columns never stored
+    tl.store(O + o_rows, o, mask=o_ok)
     if STORE_O_RES:
-        tl.store(O_RES + o_rows, (acc - o.to(tl.float32)).to(O.dtype.element_ty),
-                 mask=row_ok[:, None])
+        tl.store(O_RES + o_rows, (acc - o.to(tl.float32)).to(O.dtype.element_ty), mask=o_ok)
 
 
 @triton.jit
@@ -293,7 +319,8 @@ def _attn_fwd_row_block(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, block_index
                         seqlen_q, seqlen_k, qk_scale,
                         IS_CAUSAL: tl.constexpr, DEFER_NORM: tl.constexpr, SPLIT_Q: tl.constexpr,
                         KEY_SLICES: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                        HEAD_DIM: tl.constexpr, INPUT_PRECISION: tl.constexpr,
+                        HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+                        INPUT_PRECISION: tl.constexpr,
                         REPAIR: tl.constexpr, TMA: tl.constexpr, STORE_O_RES: tl.constexpr,
                         NAN_FLAGS: tl.constexpr):
     """Attention for query rows start_m .. start_m + BLOCK_M of one (batch, head).
@@ -303,38 +330,40 @@ def _attn_fwd_row_block(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, block_index
     the backward's Delta)."""
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, HEAD_DIM)
+    offs_d = tl.arange(0, BLOCK_D)
     row_ok = offs_m < seqlen_q
 
     q_base = Q + off_b.to(tl.int64) * stride_qb + off_h.to(tl.int64) * stride_qh
     k_base = K + off_b.to(tl.int64) * stride_kb + off_hkv.to(tl.int64) * stride_kh
     v_base = V + off_b.to(tl.int64) * stride_vb + off_hkv.to(tl.int64) * stride_vh
     q = tl.load(q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
-                mask=row_ok[:, None], other=0.0)  # (BLOCK_M, D)
+                mask=_head_cols(row_ok[:, None], HEAD_DIM, BLOCK_D, 1),
+                other=0.0)  # (BLOCK_M, BLOCK_D), padded columns 0
     K_ptrs = k_base + offs_n[None, :] * stride_kn + offs_d[:, None] * stride_kd  # (D, BLOCK_N)
     V_ptrs = v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd  # (BLOCK_N, D)
 
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
-    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
 
     full_end, hi = _visible_key_range(start_m, seqlen_q, seqlen_k, BLOCK_M, BLOCK_N, IS_CAUSAL)
     for start_n in range(0, full_end, BLOCK_N):
         m_i, l_i, acc = _online_softmax_step(
             m_i, l_i, acc, q, K_ptrs + start_n * stride_kn, V_ptrs + start_n * stride_vn,
             KD, VD, off_b, off_hkv, start_n, offs_m, offs_n, seqlen_q, seqlen_k, qk_scale,
-            False, IS_CAUSAL, DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM,
+            False, IS_CAUSAL, DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM, BLOCK_D,
             INPUT_PRECISION, False, TMA)
     for start_n in range(full_end, hi, BLOCK_N):
         m_i, l_i, acc = _online_softmax_step(
             m_i, l_i, acc, q, K_ptrs + start_n * stride_kn, V_ptrs + start_n * stride_vn,
             KD, VD, off_b, off_hkv, start_n, offs_m, offs_n, seqlen_q, seqlen_k, qk_scale,
-            True, IS_CAUSAL, DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM,
+            True, IS_CAUSAL, DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM, BLOCK_D,
             INPUT_PRECISION, IS_CAUSAL and REPAIR, TMA)
 
     _store_row_block(O, O_RES, LSE, M, L, FLAGS, acc, m_i, l_i, block_index, offs_m, row_ok,
                      off_b, off_h, stride_ob, stride_oh, stride_om, stride_od, stride_lb,
-                     stride_lh, qk_scale, IS_CAUSAL, DEFER_NORM, HEAD_DIM, REPAIR, STORE_O_RES,
+                     stride_lh, qk_scale, IS_CAUSAL, DEFER_NORM, HEAD_DIM, BLOCK_D, REPAIR,
+                     STORE_O_RES,
                      NAN_FLAGS)
 
 
@@ -374,6 +403,7 @@ def _fold_kv_block(Q, O, O_RES, LSE, M, L, FLAGS, ACC_TMP, M_TMP, L_TMP, kT, v, 
                    MASK: tl.constexpr, LAST: tl.constexpr, IS_CAUSAL: tl.constexpr,
                    DEFER_NORM: tl.constexpr, SPLIT_Q: tl.constexpr, KEY_SLICES: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
+                   BLOCK_D: tl.constexpr,
                    INPUT_PRECISION: tl.constexpr, STORE_O_RES: tl.constexpr,
                    NAN_FLAGS: tl.constexpr):
     """FA1's inner loop: fold the K/V tile (kT, v) at keys start_n .. start_n + BLOCK_N into
@@ -383,7 +413,7 @@ def _fold_kv_block(Q, O, O_RES, LSE, M, L, FLAGS, ACC_TMP, M_TMP, L_TMP, kT, v, 
     row blocks, which are finalized (O, L_i or m_i and l_i stored); otherwise their state goes
     back to the scratch."""
     offs_n = tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, HEAD_DIM)
+    offs_d = tl.arange(0, BLOCK_D)
     q_head = Q + off_b.to(tl.int64) * stride_qb + off_h.to(tl.int64) * stride_qh
     o_head = off_b.to(tl.int64) * stride_ob + off_h.to(tl.int64) * stride_oh
     stat_head = off_b * stride_lb + off_h * stride_lh
@@ -392,27 +422,29 @@ def _fold_kv_block(Q, O, O_RES, LSE, M, L, FLAGS, ACC_TMP, M_TMP, L_TMP, kT, v, 
         row_ok = offs_m < seqlen_q
         # addresses from the row block's index inside the loop: offsets hoisted out of it
         # would hold about 40 more registers a thread (sm_90 compile gate)
+        row_cols_ok = _head_cols(row_ok[:, None], HEAD_DIM, BLOCK_D, 1)
         q = tl.load(q_head + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
-                    mask=row_ok[:, None], other=0.0)  # (BLOCK_M, D), read again at every tile
+                    mask=row_cols_ok, other=0.0)  # (BLOCK_M, BLOCK_D), read again at every tile
         acc_ptrs = ACC_TMP + o_head + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od
         # every row block's first tile is the keys' first (a row sees a prefix of the keys);
         # then its state is the scratch's, written by this program at the previous tile
         resumed = row_ok & (start_n > 0)
-        acc = tl.load(acc_ptrs, mask=resumed[:, None], other=0.0)  # (BLOCK_M, D) float32
+        acc = tl.load(acc_ptrs, mask=_head_cols(resumed[:, None], HEAD_DIM, BLOCK_D, 1),
+                      other=0.0)  # (BLOCK_M, BLOCK_D) float32
         m_i = tl.load(M_TMP + stat_head + offs_m, mask=resumed, other=float("-inf"))
         l_i = tl.load(L_TMP + stat_head + offs_m, mask=resumed, other=0.0)
         s = _tile_scores(q, kT, start_n, offs_m, offs_n, seqlen_q, seqlen_k, MASK, IS_CAUSAL,
                          INPUT_PRECISION)
         m_i, l_i, acc = _fold_tile(m_i, l_i, acc, s, v, start_n, offs_m, offs_n, seqlen_q,
                                    seqlen_k, qk_scale, DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_M,
-                                   BLOCK_N, HEAD_DIM, INPUT_PRECISION, False)
+                                   BLOCK_N, HEAD_DIM, BLOCK_D, INPUT_PRECISION, False)
         if LAST:
             _store_row_block(O, O_RES, LSE, M, L, FLAGS, acc, m_i, l_i, first_block + row_block,
                              offs_m, row_ok, off_b, off_h, stride_ob, stride_oh, stride_om,
                              stride_od, stride_lb, stride_lh, qk_scale, IS_CAUSAL, DEFER_NORM,
-                             HEAD_DIM, False, STORE_O_RES, NAN_FLAGS)
+                             HEAD_DIM, BLOCK_D, False, STORE_O_RES, NAN_FLAGS)
         else:
-            tl.store(acc_ptrs, acc, mask=row_ok[:, None])
+            tl.store(acc_ptrs, acc, mask=row_cols_ok)
             tl.store(M_TMP + stat_head + offs_m, m_i, mask=row_ok)
             tl.store(L_TMP + stat_head + offs_m, l_i, mask=row_ok)
 
@@ -428,7 +460,7 @@ def _attn_fwd_kv_outer(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, ACC_TMP, M_T
                        seqlen_q, seqlen_k, qk_scale,
                        IS_CAUSAL: tl.constexpr, DEFER_NORM: tl.constexpr,
                        SPLIT_Q: tl.constexpr, KEY_SLICES: tl.constexpr, BLOCK_M: tl.constexpr,
-                       BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
+                       BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
                        INPUT_PRECISION: tl.constexpr, TMA: tl.constexpr,
                        STORE_O_RES: tl.constexpr, NAN_FLAGS: tl.constexpr):
     """FA1's schedule for one (batch, head) and one split of its row blocks: K/V tiles outer,
@@ -437,7 +469,7 @@ def _attn_fwd_kv_outer(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, ACC_TMP, M_T
     call of the inner loop knows both at compile time."""
     row_blocks = tl.cdiv(seqlen_q, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, HEAD_DIM)
+    offs_d = tl.arange(0, BLOCK_D)
     k_base = K + off_b.to(tl.int64) * stride_kb + off_hkv.to(tl.int64) * stride_kh
     v_base = V + off_b.to(tl.int64) * stride_vb + off_hkv.to(tl.int64) * stride_vh
     K_ptrs = k_base + offs_n[None, :] * stride_kn + offs_d[:, None] * stride_kd  # (D, BLOCK_N)
@@ -448,19 +480,19 @@ def _attn_fwd_kv_outer(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, ACC_TMP, M_T
     blind, _, _ = _row_blocks_seeing(0, seqlen_q, seqlen_k, BLOCK_M, BLOCK_N, IS_CAUSAL)
     for row_block in range(split, blind, n_splits):
         offs_m = row_block * BLOCK_M + tl.arange(0, BLOCK_M)
-        _store_row_block(O, O_RES, LSE, M, L, FLAGS, tl.zeros([BLOCK_M, HEAD_DIM], tl.float32),
+        _store_row_block(O, O_RES, LSE, M, L, FLAGS, tl.zeros([BLOCK_M, BLOCK_D], tl.float32),
                          tl.full([BLOCK_M], float("-inf"), tl.float32),
                          tl.zeros([BLOCK_M], tl.float32), first_block + row_block, offs_m,
                          offs_m < seqlen_q, off_b, off_h, stride_ob, stride_oh, stride_om,
                          stride_od, stride_lb, stride_lh, qk_scale, IS_CAUSAL, DEFER_NORM,
-                         HEAD_DIM, False, STORE_O_RES, NAN_FLAGS)
+                         HEAD_DIM, BLOCK_D, False, STORE_O_RES, NAN_FLAGS)
 
     final_start = (seqlen_k - 1) // BLOCK_N * BLOCK_N  # the keys' last tile
     for start_n in range(0, final_start, BLOCK_N):  # whole tiles, none the keys' last
         kT = _tile_keys(K_ptrs + start_n * stride_kn, KD, off_b, off_hkv, start_n, offs_n,
-                        seqlen_k, False, BLOCK_N, HEAD_DIM, TMA)
+                        seqlen_k, False, BLOCK_N, HEAD_DIM, BLOCK_D, TMA)
         v = _tile_values(V_ptrs + start_n * stride_vn, VD, off_b, off_hkv, start_n, offs_n,
-                         seqlen_k, False, BLOCK_N, HEAD_DIM, TMA)
+                         seqlen_k, False, BLOCK_N, HEAD_DIM, BLOCK_D, TMA)
         # the scratch is stored and read back in different thread layouts (and read ahead by
         # the pipeliner): a CTA barrier orders the last tile's stores before this tile's loads
         tl.debug_barrier()
@@ -472,26 +504,26 @@ def _attn_fwd_kv_outer(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, ACC_TMP, M_T
                            off_b, off_h, stride_qb, stride_qh, stride_qm, stride_qd, stride_ob,
                            stride_oh, stride_om, stride_od, stride_lb, stride_lh, seqlen_q,
                            seqlen_k, qk_scale, True, True, IS_CAUSAL, DEFER_NORM, SPLIT_Q,
-                           KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM, INPUT_PRECISION,
+                           KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM, BLOCK_D, INPUT_PRECISION,
                            STORE_O_RES, NAN_FLAGS)
             _fold_kv_block(Q, O, O_RES, LSE, M, L, FLAGS, ACC_TMP, M_TMP, L_TMP, kT, v, start_n,
                            ends, tl.minimum(unmasked, row_blocks), split, n_splits, first_block,
                            off_b, off_h, stride_qb, stride_qh, stride_qm, stride_qd, stride_ob,
                            stride_oh, stride_om, stride_od, stride_lb, stride_lh, seqlen_q,
                            seqlen_k, qk_scale, True, False, IS_CAUSAL, DEFER_NORM, SPLIT_Q,
-                           KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM, INPUT_PRECISION,
+                           KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM, BLOCK_D, INPUT_PRECISION,
                            STORE_O_RES, NAN_FLAGS)
         _fold_kv_block(Q, O, O_RES, LSE, M, L, FLAGS, ACC_TMP, M_TMP, L_TMP, kT, v, start_n,
                        unmasked, row_blocks, split, n_splits, first_block, off_b, off_h,
                        stride_qb, stride_qh, stride_qm, stride_qd, stride_ob, stride_oh,
                        stride_om, stride_od, stride_lb, stride_lh, seqlen_q, seqlen_k, qk_scale,
                        False, False, IS_CAUSAL, DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_M,
-                       BLOCK_N, HEAD_DIM, INPUT_PRECISION, STORE_O_RES, NAN_FLAGS)
+                       BLOCK_N, HEAD_DIM, BLOCK_D, INPUT_PRECISION, STORE_O_RES, NAN_FLAGS)
     # the keys' last tile, whole or not: masked, and the last of every row block that sees it
     kT = _tile_keys(K_ptrs + final_start * stride_kn, KD, off_b, off_hkv, final_start, offs_n,
-                    seqlen_k, True, BLOCK_N, HEAD_DIM, TMA)
+                    seqlen_k, True, BLOCK_N, HEAD_DIM, BLOCK_D, TMA)
     v = _tile_values(V_ptrs + final_start * stride_vn, VD, off_b, off_hkv, final_start, offs_n,
-                     seqlen_k, True, BLOCK_N, HEAD_DIM, TMA)
+                     seqlen_k, True, BLOCK_N, HEAD_DIM, BLOCK_D, TMA)
     tl.debug_barrier()
     first, _, _ = _row_blocks_seeing(final_start, seqlen_q, seqlen_k, BLOCK_M, BLOCK_N,
                                      IS_CAUSAL)
@@ -500,12 +532,13 @@ def _attn_fwd_kv_outer(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, ACC_TMP, M_T
                    stride_qb, stride_qh, stride_qm, stride_qd, stride_ob, stride_oh,
                    stride_om, stride_od, stride_lb, stride_lh, seqlen_q, seqlen_k, qk_scale,
                    True, True, IS_CAUSAL, DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_M, BLOCK_N,
-                   HEAD_DIM, INPUT_PRECISION, STORE_O_RES, NAN_FLAGS)
+                   HEAD_DIM, BLOCK_D, INPUT_PRECISION, STORE_O_RES, NAN_FLAGS)
 
 
 @triton.jit
 def _needs_repair(O, FLAGS, blocks, row_blocks, heads_q, n_blocks, stride_ob, stride_oh,
                   stride_om, stride_od, BLOCK_M: tl.constexpr, HEAD_DIM: tl.constexpr,
+                  BLOCK_D: tl.constexpr,
                   NAN_FLAGS: tl.constexpr):
     """For each row block in `blocks` (numbered (batch, head, row block) in order), 1 if it may
     hold a leaked NaN: its flag, or (not NAN_FLAGS) a NaN in its first output row."""
@@ -516,8 +549,9 @@ def _needs_repair(O, FLAGS, blocks, row_blocks, heads_q, n_blocks, stride_ob, st
     first_rows = (O + (off_bh // heads_q).to(tl.int64) * stride_ob
                   + (off_bh % heads_q).to(tl.int64) * stride_oh
                   + ((blocks % row_blocks) * BLOCK_M).to(tl.int64) * stride_om)
-    offs_d = tl.arange(0, HEAD_DIM)
-    o = tl.load(first_rows[:, None] + offs_d[None, :] * stride_od, mask=in_range[:, None],
+    offs_d = tl.arange(0, BLOCK_D)
+    o = tl.load(first_rows[:, None] + offs_d[None, :] * stride_od,
+                mask=_head_cols(in_range[:, None], HEAD_DIM, BLOCK_D, 1),
                 other=0.0).to(tl.float32)  # float32: the interpreter keeps bf16 as raw bits
     return tl.max((o != o).to(tl.int32), 1)
 
@@ -532,7 +566,8 @@ def _attn_fwd(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, ACC_TMP, M_TMP, L_TMP
               heads_q, group_size, seqlen_q, seqlen_k, qk_scale, n_blocks,
               IS_CAUSAL: tl.constexpr, DEFER_NORM: tl.constexpr, SEQ_PARALLEL: tl.constexpr,
               SPLIT_Q: tl.constexpr, KEY_SLICES: tl.constexpr, BLOCK_M: tl.constexpr,
-              BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, INPUT_PRECISION: tl.constexpr,
+              BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+              INPUT_PRECISION: tl.constexpr,
               REPAIR: tl.constexpr, REPAIR_CHUNK: tl.constexpr, TMA: tl.constexpr,
               STORE_O_RES: tl.constexpr, NAN_FLAGS: tl.constexpr):
     row_blocks = tl.cdiv(seqlen_q, BLOCK_M)  # FLAGS: one per (batch, head, row block)
@@ -542,7 +577,8 @@ def _attn_fwd(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, ACC_TMP, M_TMP, L_TMP
         first = tl.program_id(0) * REPAIR_CHUNK
         chunk = tl.arange(0, REPAIR_CHUNK)
         needs = _needs_repair(O, FLAGS, first + chunk, row_blocks, heads_q, n_blocks, stride_ob,
-                              stride_oh, stride_om, stride_od, BLOCK_M, HEAD_DIM, NAN_FLAGS)
+                              stride_oh, stride_om, stride_od, BLOCK_M, HEAD_DIM, BLOCK_D,
+                              NAN_FLAGS)
         if tl.max(needs) != 0:
             for block in range(first, tl.minimum(first + REPAIR_CHUNK, n_blocks)):
                 off_bh = block // row_blocks
@@ -557,7 +593,7 @@ def _attn_fwd(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, ACC_TMP, M_TMP, L_TMP
                                         stride_ob, stride_oh, stride_om, stride_od, stride_lb,
                                         stride_lh, seqlen_q, seqlen_k, qk_scale, IS_CAUSAL,
                                         DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_M, BLOCK_N,
-                                        HEAD_DIM, INPUT_PRECISION, True, TMA, STORE_O_RES,
+                                        HEAD_DIM, BLOCK_D, INPUT_PRECISION, True, TMA, STORE_O_RES,
                                         NAN_FLAGS)
         return
     if SEQ_PARALLEL:
@@ -580,7 +616,8 @@ def _attn_fwd(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, ACC_TMP, M_TMP, L_TMP
                             stride_vb, stride_vh, stride_vn, stride_vd,
                             stride_ob, stride_oh, stride_om, stride_od, stride_lb, stride_lh,
                             seqlen_q, seqlen_k, qk_scale, IS_CAUSAL, DEFER_NORM, SPLIT_Q,
-                            KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM, INPUT_PRECISION, False, TMA,
+                            KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM, BLOCK_D, INPUT_PRECISION,
+                            False, TMA,
                             STORE_O_RES, NAN_FLAGS)
     else:  # grid (batch * heads, splits): this program owns every n_splits-th row block
         _attn_fwd_kv_outer(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, ACC_TMP, M_TMP, L_TMP,
@@ -591,7 +628,7 @@ def _attn_fwd(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, ACC_TMP, M_TMP, L_TMP
                            stride_vb, stride_vh, stride_vn, stride_vd,
                            stride_ob, stride_oh, stride_om, stride_od, stride_lb, stride_lh,
                            seqlen_q, seqlen_k, qk_scale, IS_CAUSAL, DEFER_NORM, SPLIT_Q,
-                           KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM, INPUT_PRECISION, TMA,
+                           KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM, BLOCK_D, INPUT_PRECISION, TMA,
                            STORE_O_RES, NAN_FLAGS)
 
 
@@ -699,7 +736,8 @@ def attn_fwd(q, k, v, causal, softmax_scale, variant, config, o_residual=False):
         kwargs = dict(
             IS_CAUSAL=causal, DEFER_NORM=variant.defer_norm, SEQ_PARALLEL=variant.seq_parallel,
             SPLIT_Q=variant.split_q, KEY_SLICES=config.key_slices, BLOCK_M=config.block_m,
-            BLOCK_N=config.block_n, HEAD_DIM=head_dim, INPUT_PRECISION=config.input_precision,
+            BLOCK_N=config.block_n, HEAD_DIM=head_dim, BLOCK_D=block_d(head_dim),
+            INPUT_PRECISION=config.input_precision,
             REPAIR=repair, REPAIR_CHUNK=REPAIR_CHUNK, TMA=tma, STORE_O_RES=o_res is not None,
             NAN_FLAGS=config.nan_flags,
             num_warps=config.num_warps,

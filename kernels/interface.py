@@ -6,11 +6,13 @@ import os
 
 import torch
 
-from .config import BACKENDS, MIN_DOT_DIM, TileConfig, default_config
+from .config import BACKENDS, MAX_HEAD_DIM, MIN_DOT_DIM, TileConfig, block_d, default_config
 from .tma import tma_ready
 from .variant import Variant
 
-SUPPORTED_HEAD_DIMS = (16, 32, 64, 128, 256)
+# any head_dim from 1 to MAX_HEAD_DIM; the tiles pad it to block_d(head_dim) and mask the rest
+SUPPORTED_HEAD_DIMS = tuple(range(1, MAX_HEAD_DIM + 1))
+TILE_HEAD_DIMS = (16, 32, 64, 128, 256)  # the head dimensions a tile can have (block_d)
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 INT32_MAX = 2**31 - 1
 MIN_REGISTERS, MAX_REGISTERS = 24, 255  # TileConfig.max_registers: ptxas's maxnreg range
@@ -32,6 +34,7 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, variant=Varian
     """softmax(q k^T * softmax_scale [+ causal mask]) v, differentiable in q, k and v.
 
     q (batch, heads_q, seqlen_q, head_dim); k and v (batch, heads_kv, seqlen_k, head_dim) with
+    any head_dim from 1 to 256 (the backends "gluon" and "hopper" take fewer) and
     heads_q % heads_kv == 0 (query head h reads kv head h // (heads_q // heads_kv)).
     causal is bottom-right aligned: query i sees key j iff j <= i + seqlen_k - seqlen_q; a row
     that sees no key gets output 0 and lse -inf.
@@ -129,6 +132,9 @@ def _check_inputs(q, k, v, causal, softmax_scale, variant):
                              f"got shape {tuple(t.shape)}")
         if t.dtype not in SUPPORTED_DTYPES:
             raise TypeError(f"{name} must be float16, bfloat16 or float32, got {t.dtype}")
+        if not 1 <= t.shape[3] <= MAX_HEAD_DIM:
+            raise ValueError(f"{name} has head_dim {t.shape[3]}; head_dim must be from 1 to "
+                             f"{MAX_HEAD_DIM}")
         if min(t.shape) < 1:
             raise ValueError(f"{name} has an empty dimension: shape {tuple(t.shape)}")
     if not (q.dtype == k.dtype == v.dtype):
@@ -146,8 +152,6 @@ def _check_inputs(q, k, v, causal, softmax_scale, variant):
         raise ValueError(f"k has head_dim {k.shape[3]} but q has head_dim {q.shape[3]}")
     if q.shape[1] % k.shape[1] != 0:
         raise ValueError(f"heads_q ({q.shape[1]}) must be a multiple of heads_kv ({k.shape[1]})")
-    if q.shape[3] not in SUPPORTED_HEAD_DIMS:
-        raise ValueError(f"head_dim {q.shape[3]} is not supported; expected one of {SUPPORTED_HEAD_DIMS}")
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
     if softmax_scale is not None:
@@ -190,9 +194,15 @@ def _check_config(config: TileConfig, variant: Variant, on_gpu: bool):
 
 
 def _check_tma(k, v, backend):
-    """Tensor descriptors need 16-byte aligned data and strides and a unit head_dim stride."""
+    """Tensor descriptors need 16-byte aligned data and strides and a unit head_dim stride, and
+    their box is the tile's head dimension: head_dim must be one (a power of two >= 16)."""
     if backend != "triton":
         raise ValueError(f"config.tma is a tile choice of the Triton forward, not of {backend!r}")
+    head_dim = k.shape[-1]
+    if head_dim != block_d(head_dim):
+        raise ValueError(f"config.tma needs head_dim a power of two >= {MIN_DOT_DIM} (the "
+                         f"tensor descriptor's box is the tile's {block_d(head_dim)} columns), "
+                         f"got head_dim {head_dim}; use tma=False")
     for name, t in (("k", k), ("v", v)):
         if not tma_ready(t):
             raise ValueError(f"config.tma needs {name} with head_dim stride 1 and 16-byte "

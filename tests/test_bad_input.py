@@ -11,6 +11,12 @@ def _qkv(device, shape_q=(1, 4, 8, 32), shape_kv=(1, 2, 8, 32), dtype=torch.floa
             torch.randn(shape_kv, device=device, dtype=dtype))
 
 
+def _widen(t, head_dim):
+    """t with head_dim columns (its own, then random ones)."""
+    extra = torch.randn(*t.shape[:3], head_dim - t.shape[3], device=t.device, dtype=t.dtype)
+    return torch.cat([t, extra], -1)
+
+
 CASES = [
     ("q not a tensor", lambda q, k, v: ([1.0], k, v, {}), TypeError, "q must be a torch.Tensor"),
     ("q rank 3", lambda q, k, v: (q[0], k, v, {}), ValueError, "q must have 4 dimensions"),
@@ -22,7 +28,16 @@ CASES = [
     ("batch", lambda q, k, v: (q, torch.cat([k, k]), torch.cat([v, v]), {}), ValueError, "batch"),
     ("head_dim mismatch", lambda q, k, v: (q, k[..., :16], v[..., :16], {}), ValueError, "head_dim"),
     ("heads not divisible", lambda q, k, v: (q[:, :3], k, v, {}), ValueError, "multiple of heads_kv"),
-    ("head_dim 24", lambda q, k, v: (q[..., :24], k[..., :24], v[..., :24], {}), ValueError, "head_dim 24"),
+    ("head_dim 257", lambda q, k, v: (*(_widen(t, 257) for t in (q, k, v)), {}), ValueError,
+     "q has head_dim 257; head_dim must be from 1 to 256"),
+    ("head_dim 0", lambda q, k, v: (q[..., :0], k[..., :0], v[..., :0], {}), ValueError,
+     "q has head_dim 0; head_dim must be from 1 to 256"),
+    ("k head_dim 0", lambda q, k, v: (q, k[..., :0], v, {}), ValueError, "k has head_dim 0"),
+    ("head_dim 32 vs 40", lambda q, k, v: (q, _widen(k, 40), _widen(v, 40), {}), ValueError,
+     "k has head_dim 40 but q has head_dim 32"),
+    ("tma head_dim 40", lambda q, k, v: (*(_widen(t, 40) for t in (q, k, v)),
+                                         {"config": TileConfig(32, 16, tma=True)}),
+     ValueError, "config.tma needs head_dim a power of two >= 16"),
     ("empty seqlen", lambda q, k, v: (q[:, :, :0], k, v, {}), ValueError, "empty"),
     ("causal not bool", lambda q, k, v: (q, k, v, {"causal": 1}), TypeError, "causal must be a bool"),
     ("scale string", lambda q, k, v: (q, k, v, {"softmax_scale": "0.1"}), TypeError, "softmax_scale"),

@@ -14,7 +14,7 @@ import pytest
 
 from compile_cli import ROOT, run_cli
 from fa2check.compile_gate import _forward_specialization, make_case, ptxas_usage
-from kernels import SUPPORTED_HEAD_DIMS, Variant
+from kernels import TILE_HEAD_DIMS, Variant
 from kernels.forward import _attn_fwd
 
 DTYPES = ("float16", "bfloat16", "float32")
@@ -67,7 +67,7 @@ def test_every_backward_variant_compiles_for_sm90(all_variants_bf16_d64, variant
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("head_dim", SUPPORTED_HEAD_DIMS)
+@pytest.mark.parametrize("head_dim", TILE_HEAD_DIMS)
 def test_fa2_compiles_for_every_head_dim_and_dtype(fa2_all_shapes, dtype, head_dim):
     proc, reports = fa2_all_shapes
     r = reports[("attn_fwd", str(Variant()), dtype, head_dim, True)]

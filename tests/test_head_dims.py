@@ -1,0 +1,71 @@
+"""Any head_dim from 1 to 256: the tiles pad it to block_d(head_dim) columns and mask the rest
+(kernels/forward.py, kernels/backward.py). Every variant, forward and backward, against the
+float64 oracle at head dims that are not tile widths, with small lengths (the interpreter)."""
+import pytest
+import torch
+
+from fa2check.checks import Reference
+from fa2check.problems import Problem
+from kernels import TILE_HEAD_DIMS, TileConfig, Variant, default_config, flash_attention
+from kernels.config import block_d
+from lattice import DTYPES, SHAPES
+
+ODD_HEAD_DIMS = (1, 40, 59, 80, 96, 111, 160)
+
+
+def _problem(head_dim, i):
+    """Shape, dtype and mask turn with i, so each head_dim meets several of each."""
+    hq, hkv, sq, sk = SHAPES[i % len(SHAPES)]
+    return Problem(1, hq, hkv, min(sq, 33), min(sk, 33), head_dim, DTYPES[i % len(DTYPES)],
+                   i % 2 == 1, seed=head_dim * 8 + i)
+
+
+def _assert_passes(problem, variant, device, config=None):
+    ref = Reference(problem, device)
+    fn = flash_attention if config is None else (
+        lambda *a, **kw: flash_attention(*a, config=config, **kw))
+    failed = [str(c) for c in ref.check(fn, variant) if not c.passed]
+    assert not failed, f"{variant} on {problem}: " + "; ".join(failed)
+
+
+def test_block_d_pads_to_a_tile_width():
+    assert [block_d(d) for d in (1, 15, 16, 17, 40, 64, 65, 96, 160, 255, 256)] == \
+        [16, 16, 16, 32, 64, 64, 128, 128, 256, 256, 256]
+    assert {block_d(d) for d in range(1, 257)} == set(TILE_HEAD_DIMS)
+
+
+@pytest.mark.parametrize("head_dim", ODD_HEAD_DIMS)
+def test_every_variant_at_odd_head_dims(head_dim, device):
+    """All 8 variants (both schedules of seq_parallel), forward and backward, each on its own
+    shape, dtype and mask."""
+    for i, variant in enumerate(Variant.all()):
+        _assert_passes(_problem(head_dim, i + head_dim), variant, device)
+
+
+@pytest.mark.parametrize("dq_pass", (False, True), ids=("dq-in-loop", "dq-pass"))
+@pytest.mark.parametrize("head_dim", (40, 111))
+def test_backward_both_places_of_dq_at_odd_head_dims(head_dim, dq_pass, device):
+    """dQ summed in the dK/dV loop (atomics with seq_parallel, read-modify-write without) and in
+    its own pass; several column and row blocks."""
+    problem = Problem(1, 4, 2, 45, 37, head_dim, "float16", True, seed=head_dim)
+    config = TileConfig(32, 16, num_stages=1, bwd_block_m=16, bwd_block_n=16, bwd_num_stages=1,
+                        bwd_dq_pass=dq_pass)
+    for variant in Variant.all():
+        if variant.split_q:  # the backward does not read split_q
+            _assert_passes(problem, variant, device, config)
+
+
+def test_tma_is_refused_where_head_dim_is_not_a_tile_width(device):
+    q = torch.randn(1, 2, 8, 40, device=device, dtype=torch.float16)
+    with pytest.raises(ValueError, match="config.tma needs head_dim a power of two"):
+        flash_attention(q, q, q, config=TileConfig(32, 16, tma=True))
+    assert not default_config(40, device == "cuda", Variant(), torch.float16).tma
+
+
+def test_other_backends_keep_their_head_dims():
+    from kernels.gluon_forward import check_gluon_call
+    from kernels.hopper_forward import unsupported
+
+    with pytest.raises(ValueError, match="head_dim in"):
+        check_gluon_call(torch.bfloat16, 40, Variant(), TileConfig(64, 32))
+    assert "head_dim in" in unsupported(torch.bfloat16, 96)
