@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from fa2check import contributions as C
-from fa2check.environment import kernels_sha256
-from fa2check.grids import Cell, custom_grid, paper_grid, parse_modes
+from fa2check.ablate import contributions as C
+from fa2check.core.environment import kernels_sha256
+from fa2check.ablate.grids import Cell, custom_grid, paper_grid, parse_modes
 from kernels import Variant
 from saved_results import synthetic_results, two_runs
 
@@ -184,7 +184,7 @@ def test_paper_grid_is_the_papers_benchmark():
 
 
 def test_tuning_space_keeps_split_k_honest():
-    from fa2check import tuning
+    from fa2check.ablate import tuning
 
     for d in (64, 128):
         split_k = tuning.candidates("fwd", d, Variant(True, True, False), on_gpu=True)
@@ -206,7 +206,7 @@ def test_tuning_space_keeps_split_k_honest():
 
 
 def test_causal_keys_alone_try_the_first_row_repair_check():
-    from fa2check import report, tuning
+    from fa2check.ablate import report, tuning
 
     for d in (64, 128):
         full = tuning.candidates("fwd", d, Variant(), on_gpu=True)
@@ -229,7 +229,7 @@ def test_causal_keys_alone_try_the_first_row_repair_check():
 
 
 def test_each_seqlen_band_has_its_own_winner_tuned_on_its_cells():
-    from fa2check import sweep, tuning
+    from fa2check.ablate import sweep, tuning
 
     cells = paper_grid()
     keys = sweep.needed_keys(cells, ["fwd+bwd"], sweep.Settings(backends=()))
@@ -255,7 +255,7 @@ def test_configs_of_older_files_load_into_the_band_they_were_tuned_for(tmp_path)
     `long`."""
     import json
 
-    from fa2check import report, tuning
+    from fa2check.ablate import report, tuning
 
     records = [{"key": {"part": "fwd", "variant": "v", "head_dim": 64, "causal": False},
                 "fields": {}},
@@ -275,7 +275,7 @@ def test_configs_of_older_files_load_into_the_band_they_were_tuned_for(tmp_path)
 
 
 def test_a_middle_band_covers_the_seqlens_between_its_neighbours(monkeypatch):
-    from fa2check import tuning
+    from fa2check.ablate import tuning
 
     monkeypatch.setitem(tuning.TUNE_BANDS, "fwd", {"short": (0, 1024), "": (2048, 4096),
                                                    "long": (8192, 16384)})
@@ -289,7 +289,7 @@ def test_tuning_keeps_the_finalist_fastest_in_interleaved_rounds(monkeypatch):
     """The first pass ranks; the finalists' rounds decide (a one-pass lead of 1% is noise)."""
     import contextlib
 
-    from fa2check import sweep, tuning
+    from fa2check.ablate import sweep, tuning
 
     first = {16: 1.00, 32: 1.01, 48: 1.02, 64: 2.0}  # block_m -> first-pass ms
     final = {16: 1.10, 32: 1.00, 48: 1.05}  # ... and in the final rounds
@@ -333,7 +333,7 @@ def test_tuning_keeps_the_finalist_fastest_in_interleaved_rounds(monkeypatch):
 def test_precompile_runs_each_distinct_job_once_in_workers(device):
     """The worker pool runs each distinct job and returns its error or None (without CUDA
     every job fails, and says why)."""
-    from fa2check import tuning
+    from fa2check.ablate import tuning
 
     cell = Cell(1, 2, 2, 64, 16, "bfloat16", False)
     config = tuning.build_config(16, Variant(), on_gpu=device == "cuda")
@@ -349,7 +349,7 @@ def test_d64_tries_register_capped_tiles_in_every_variant_and_mask():
     """tuning.REGISTER_CAPPED_FWD: at d=64 every variant's forward space (both masks) has the
     capped tiles, and a capped candidate's config carries the cap; other head dims have none;
     the configs table names the cap."""
-    from fa2check import report, tuning
+    from fa2check.ablate import report, tuning
 
     for causal in (False, True):
         for variant in Variant.all():
@@ -373,7 +373,7 @@ def test_jobs_that_compile_different_kernels_have_different_keys():
     times them (D04's nan_flags twins did); backward fields must not."""
     from dataclasses import replace
 
-    from fa2check import tuning
+    from fa2check.ablate import tuning
 
     cell = Cell(1, 2, 2, 64, 64, "bfloat16", True)
     config = tuning.build_config(64, Variant(), on_gpu=True)
@@ -411,8 +411,8 @@ class _Double:
 
 
 def test_gate_passes_the_kernel_and_rejects_test_doubles(device):
-    from fa2check.cellcheck import CellOracle, gate, gate_slices
-    from fa2check.contenders import backend, make_inputs, ours
+    from fa2check.ablate.cellcheck import CellOracle, gate, gate_slices
+    from fa2check.ablate.contenders import backend, make_inputs, ours
 
     cell = Cell(2, 4, 2, 40, 16, "bfloat16", True)
     assert gate_slices(cell) == [(0, 0), (1, 1)]
@@ -455,8 +455,8 @@ def test_contributions_plot_takes_an_interval_that_misses_its_estimate_by_an_ulp
     """A cell timed once has a one-point bootstrap interval, which the estimate can miss by
     an ulp (seen in a 1-sweep fwd+bwd run): the plot draws it, matplotlib's negative yerr
     error must not stop the render."""
-    from fa2check.analysis import analyse_results
-    from fa2check.plots import contributions_plot
+    from fa2check.ablate.analysis import analyse_results
+    from fa2check.ablate.plots import contributions_plot
 
     results = synthetic_results()
     analysis = analyse_results(results, n_draws=20, seed=0)
@@ -484,7 +484,7 @@ def test_gluon_kernels_get_their_own_contributions_beside_tritons(tmp_path):
 
 
 def test_gluon_kernels_are_timed_only_where_they_can_run():
-    from fa2check.sweep import Settings, gluon_skipped, kernels_for
+    from fa2check.ablate.sweep import Settings, gluon_skipped, kernels_for
 
     on, off = Settings(gluon=True), Settings()
     cell = Cell(4, 32, 32, 4096, 64, "bfloat16", True)
@@ -497,7 +497,7 @@ def test_gluon_kernels_are_timed_only_where_they_can_run():
 
 
 def test_without_a_gpu_the_newest_committed_results_are_chosen(tmp_path):
-    from fa2check.results import committed
+    from fa2check.ablate.results import committed
 
     for name, date, modes, device in [("old", "2026-11-01T00:00:00", ("fwd", "bwd"), "cuda"),
                                       ("new", "2026-11-02T00:00:00", ("fwd",), "cuda"),
@@ -516,7 +516,7 @@ def test_without_a_gpu_the_newest_committed_results_are_chosen(tmp_path):
 
 def test_merged_runs_keep_every_sweep_and_each_runs_provenance(tmp_path):
     from fa2check import ablate
-    from fa2check.results import committed
+    from fa2check.ablate.results import committed
 
     first, second = two_runs(tmp_path)
     assert ablate.main(["--merge", str(first), "--merge", str(second), "--no-plots",
@@ -552,7 +552,7 @@ def test_runs_of_different_code_are_not_merged(tmp_path):
 
 
 def test_update_readme_replaces_only_its_section(tmp_path):
-    from fa2check.ablate import README_BEGIN, README_END, update_readme
+    from fa2check.ablate.cli import README_BEGIN, README_END, update_readme
 
     readme = tmp_path / "README.md"
     readme.write_text(f"intro\n{README_BEGIN}\nold\n{README_END}\noutro\n")
@@ -599,7 +599,7 @@ def test_tiny_end_to_end_run_in_the_interpreter(tmp_path, device):
 
 
 def test_split_by_cost_balances_groups_and_keeps_order():
-    from fa2check.plan import split_by_cost
+    from fa2check.ablate.plan import split_by_cost
 
     groups = split_by_cost([5.0, 1.0, 4.0, 2.0, 3.0, 1.0], 2)
     assert sorted(i for g in groups for i in g) == list(range(6))
@@ -610,8 +610,8 @@ def test_split_by_cost_balances_groups_and_keeps_order():
 
 
 def test_plan_counts_the_repair_kernel_of_a_causal_forward():
-    from fa2check import plan
-    from fa2check.sweep import Settings
+    from fa2check.ablate import plan
+    from fa2check.ablate.sweep import Settings
 
     def precompile_s(*jobs):
         return plan.estimate([], ["fwd"], lambda c, m: [], Settings(), list(jobs), [], [],
@@ -627,7 +627,7 @@ def test_sharded_run_keeps_every_cell_in_grid_order(tmp_path, device, monkeypatc
     if device != "cpu":
         pytest.skip("the GPU runs the real grid")
     from fa2check import ablate
-    from fa2check import results as results_io
+    from fa2check.ablate import results as results_io
 
     saved, save = [], results_io.save
     monkeypatch.setattr(results_io, "save", lambda results, path: (
@@ -773,8 +773,9 @@ def test_a_compressed_results_file_is_read_under_its_first_name(tmp_path):
     loader and the committed-results finder read them as if they were X.json."""
     import gzip
 
-    from fa2check import ablate, tuning
-    from fa2check.results import committed, load
+    from fa2check import ablate
+    from fa2check.ablate import tuning
+    from fa2check.ablate.results import committed, load
 
     data = synthetic_results("2026-11-02T00:00:00", ("fwd",), "cuda")
     data["configs"] = [{"key": {"part": "fwd", "variant": "+defer+seqpar+splitq",
@@ -947,7 +948,7 @@ def test_without_a_gpu_the_render_fits_a_120_column_terminal(device, monkeypatch
     if device != "cpu":
         pytest.skip("with a GPU, python -m fa2check.ablate measures")
     from fa2check import ablate
-    from fa2check.results import committed
+    from fa2check.ablate.results import committed
 
     monkeypatch.setenv("COLUMNS", "120")
     files = len(committed())

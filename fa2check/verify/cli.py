@@ -18,7 +18,10 @@ import signal
 import sys
 import time
 
-from .environment import describe_environment, select_device
+from ..core.environment import describe_environment, select_device
+from ..core.implementations import columns as make_columns, default_specs
+from ..core.results import read_json, write_json
+from . import runner, verdicts
 
 
 def parse_args(argv=None):
@@ -53,19 +56,13 @@ def parse_args(argv=None):
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.from_path:
-        from .results import read_json
-        from .verdicts import markdown
-
-        print(markdown(read_json(args.from_path)))  # X.json or its compressed X.json.gz
+        print(verdicts.markdown(read_json(args.from_path)))  # X.json or its compressed X.json.gz
         return 0
     device = select_device()  # sets TRITON_INTERPRET before triton is imported
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from properties import PROPERTIES
-
-    from . import runner, verdicts
-    from .implementations import columns as make_columns, default_specs
 
     console = Console(width=None if sys.stdout.isatty() else 200)
     tier = args.tier or ("full" if device == "cuda" else "quick")
@@ -111,7 +108,7 @@ def main(argv=None) -> int:
               for status in ("pass", "fail", "error", "unsupported")}
     console.print(", ".join(f"{n} {s}" for s, n in counts.items() if n) + f" ({elapsed:.0f} s)")
     if args.json_path:
-        verdicts.write_json(args.json_path, {
+        write_json(args.json_path, {
             "environment": describe_environment(device, commit=args.commit), "tier": tier,
             "seed": args.seed,
             "command": " ".join([os.path.basename(sys.executable), "-m", "fa2check.verify",
@@ -126,6 +123,3 @@ def main(argv=None) -> int:
 def _interrupt(signum, frame):
     raise KeyboardInterrupt
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -3,7 +3,7 @@
 Hypothesis draws problems (batch, MHA/GQA/MQA heads, lengths around the device's tile sizes,
 head_dim, dtype, causal), variants, input value distributions and memory layouts
 (properties/strategies.py); each example runs the implementation and the float64 oracle, forward
-and backward, and applies the pass rule and the properties of make verify (fa2check/fuzzer.py
+and backward, and applies the pass rule and the properties of make verify (fa2check/fuzz/fuzzer.py
 lists the checks). A failure is shrunk to a minimal example, printed with a one-line command and
 a Python snippet that reproduce it, and saved as a JSON file in --out (default
 ~/.local/share/fa2check/counterexamples: a run never writes into the project). Adding one to
@@ -29,7 +29,7 @@ import signal
 import sys
 import time
 
-from .environment import describe_environment, select_device
+from ..core.environment import describe_environment, select_device
 
 BOOLS = {"true": True, "false": False}
 
@@ -129,7 +129,7 @@ def main(argv=None) -> int:
 
     from . import corpus
     from .fuzzer import CHECKS
-    from .implementations import Column, expand
+    from ..core.implementations import Column, expand
 
     console = Console(width=None if sys.stdout.isatty() else 200, highlight=False)
     if args.list:
@@ -156,7 +156,7 @@ def main(argv=None) -> int:
         raise SystemExit(f"--impl {impl_spec!r}: fuzz one implementation at a time")
     impl_name = names[0]
     impl = Column(impl_name, str(Variant()), impl_name).load()
-    from .runner import takes_variant
+    from ..core.implementations import takes_variant
 
     with_variant = takes_variant(impl)
     base = corpus.replay_checks(replay_entry) if replay_entry else None
@@ -243,7 +243,7 @@ def _campaign(console, escape, args, impl_name, space, checks, explicit, corpus_
                 outcome = merge(fuzz_parallel(impl_name, args.jobs, on_tick=on_tick, **kwargs),
                                 time.monotonic() - started)
             else:
-                from .implementations import Column
+                from ..core.implementations import Column
 
                 impl = Column(impl_name, "", impl_name).load()
                 outcome = fuzz(impl, impl_name, on_tick=on_tick, **kwargs)
@@ -284,7 +284,7 @@ def _campaign(console, escape, args, impl_name, space, checks, explicit, corpus_
             console.print(f"  python -m fa2check.fuzz --add-to-corpus {escape(shlex.quote(saved))}",
                           soft_wrap=True)
     if args.json_path:
-        from .verdicts import write_json
+        from ..core.results import write_json
 
         write_json(args.json_path, {
             "environment": describe_environment(device), "command": args.command,
@@ -381,6 +381,3 @@ def _list(console, checks, distributions, layouts):
 def _interrupt(signum, frame):
     raise KeyboardInterrupt
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,5 +1,5 @@
 """The correctness gate of the ablation: before a cell is timed, every contender's output *in
-that cell* is judged against the float64 oracle with the pass rule (fa2check.passrule).
+that cell* is judged against the float64 oracle with the pass rule (fa2check.core.passrule).
 
 A float64 oracle of a whole 16k x 16k cell would need 8.6G scores per 32 heads, so the gate
 runs each contender on the full cell and compares slices of its outputs with an oracle of the
@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import torch
 
-from .oracle import reference, same_dtype_attention
-from .passrule import check_output
+from ..core.oracle import reference, same_dtype_attention
+from ..core.passrule import check_output
 
 
 def gate_slices(cell) -> list[tuple[int, int]]:

@@ -3,12 +3,14 @@ results (ablations/results/) to render on a machine without a GPU."""
 from __future__ import annotations
 
 import glob
-import gzip
 import json
 import os
 import re
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from ..core.environment import ROOT
+from ..core.results import read_json
+from .analysis import views
+
 RESULTS_DIR = os.path.join(ROOT, "ablations", "results")
 
 
@@ -34,22 +36,6 @@ def save(results: dict, path: str):
     os.replace(tmp, path)  # a run killed while writing keeps the previous sweep's file
 
 
-def resolve(path) -> str:
-    """path, or its compressed copy path + ".gz" when only that exists (older results files
-    are committed gzip-compressed, under the name they were written with plus .gz)."""
-    path = os.fspath(path)
-    if not os.path.exists(path) and os.path.exists(path + ".gz"):
-        return path + ".gz"
-    return path
-
-
-def read_json(path):
-    """The JSON at path, or at its compressed copy (see resolve)."""
-    path = resolve(path)
-    with (gzip.open if path.endswith(".gz") else open)(path, "rt") as f:
-        return json.load(f)
-
-
 def base_name(path: str) -> str:
     """The path without .json or .json.gz (the stem the run's other files share)."""
     return re.sub(r"\.json(\.gz)?$", "", path)
@@ -64,11 +50,9 @@ def load(path: str) -> dict:
 
 def committed(results_dir: str = RESULTS_DIR) -> list[tuple[str, list[str]]]:
     """(path, views) of the results measured on a GPU under results_dir: for each view (a mode,
-    or "fwd gluon", see fa2check.analysis.views) the file that has it on the most cells, the
+    or "fwd gluon", see fa2check.ablate.analysis.views) the file that has it on the most cells, the
     newest of those, then the one with most sweeps (a merged file has its last run's date);
     files in the order of their views (fwd, bwd, fwd+bwd, then "fwd gluon")."""
-    from .analysis import views
-
     found = []
     for path in glob.glob(os.path.join(results_dir, "*.json")) + glob.glob(
             os.path.join(results_dir, "*.json.gz")):

@@ -6,7 +6,7 @@ Order of work:
    tuned here, or default_config;
 2. precompile the tuning candidates (GPU only; worker processes), tune on the representative
    cells, then precompile every kernel the grid needs with the winners;
-3. gate every cell: each contender's outputs there against the oracle (fa2check.cellcheck); a
+3. gate every cell: each contender's outputs there against the oracle (fa2check.ablate.cellcheck); a
    cell where one of our variants fails is reported and not timed; an SDPA backend that cannot
    run a cell (or fails it) is left out of that cell with the reason;
 4. sweeps: each sweep times the matmul rate, then every cell, and in each cell every contender
@@ -29,7 +29,7 @@ from .cellcheck import CellOracle, gate
 from .clocks import ClockLog, inside
 from .contenders import (GLUON, Contender, backend, kernel_name, make_inputs, ours,
                          parse_kernel_name, timed_call)
-from .sdpa_backends import BACKENDS
+from ..core.sdpa_backends import BACKENDS
 from .timing import bench, gpu_state, matmul_samples
 
 SCHEMA = "fa2check.ablate/1"
@@ -63,7 +63,7 @@ class Settings:
 
 def variants_for(mode: str):
     """All 8 variants; the backward alone only the 4 split_q=True ones (split_q does not
-    change the backward, see fa2check.contributions)."""
+    change the backward, see fa2check.ablate.contributions)."""
     from kernels import Variant
 
     return [v for v in Variant.all() if mode != "bwd" or v.split_q]
@@ -262,7 +262,7 @@ def run(cells, settings: Settings, device: str, *, console=None, started=None, c
     `provenance` entries are added to (or override) the environment's; on_sweep(results) is
     called once the configs are settled (tuned or loaded), after the gate and after each
     completed sweep, to save partial results."""
-    from .environment import describe_environment
+    from ..core.environment import describe_environment
 
     started = time.perf_counter() if started is None else started
     log = Log(console, started)
@@ -384,7 +384,7 @@ def gate_and_sweep(cells, modes, configs, settings: Settings, device: str, log, 
 
 
 def attribute_clocks(entries, samples):
-    """Each contender's clock samples: those inside its do_bench calls (fa2check.clocks)."""
+    """Each contender's clock samples: those inside its do_bench calls (fa2check.ablate.clocks)."""
     samples = sorted(samples)
     times = [s[0] for s in samples]
     for entry in entries:
@@ -448,7 +448,7 @@ def _shard(index: int, cells, modes, configs, settings: Settings, device: str, s
                                               else str(index))
     from rich.console import Console
 
-    from .environment import describe_environment
+    from ..core.environment import describe_environment
 
     console = Console(width=240)
     log = Log(console, started, prefix=f"shard {index}: ")
@@ -511,7 +511,7 @@ def sweep(r, cells, entries, modes, configs, settings, device, results, progress
     import torch
 
     for dtype, record in results["matmul"].items():
-        from .problems import DTYPES
+        from ..core.problems import DTYPES
 
         samples, flops = matmul_samples(DTYPES[dtype], device=device,
                                         warmup_ms=settings.warmup_ms, rep_ms=settings.rep_ms)
@@ -559,7 +559,7 @@ def contenders_for(cell, mode: str, settings: Settings) -> list[tuple[str, objec
 
 
 def plan_estimate(cells, settings: Settings) -> dict:
-    """The planning estimate of a GPU run of `cells` (fa2check.plan), without running it."""
+    """The planning estimate of a GPU run of `cells` (fa2check.ablate.plan), without running it."""
     from . import plan
 
     keys = needed_keys(cells, settings.modes, settings)

@@ -1,5 +1,5 @@
 """Tables of an ablation's results: rich for the terminal, markdown for the README, and a CSV in
-long format. Every number comes from the results file through fa2check.analysis; nothing is
+long format. Every number comes from the results file through fa2check.ablate.analysis; nothing is
 typed by hand.
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ import numpy as np
 from .clocks import median_clock
 from .contributions import FLAGS, interaction_name, players_for, subsets, variant_for, view_of
 from .grids import Cell
-from .sdpa_backends import BACKENDS
+from ..core.sdpa_backends import BACKENDS
 from .tuning import band_seqlens
 
 FLAG_SHORT = {"defer_norm": "defer", "seq_parallel": "seqpar", "split_q": "splitq"}  # Variant's
@@ -251,14 +251,14 @@ def backends_table(view: str, triton: dict, gluon: dict) -> Grid:
 
 
 CLOCK_CAPTION = ("MHz / W: SM clock and board power, medians of the nvidia-smi samples taken "
-                 "during that contender's timing in this seqlen's cells (fa2check.clocks). In "
+                 "during that contender's timing in this seqlen's cells (fa2check.ablate.clocks). In "
                  "5 s loops at the H200's 700 W cap, our kernels ran 105-123 MHz below "
                  "sdpa-flash in the two cells probed (docs/ablation.md, the power cap).")
 
 
 def versus_sdpa_table(mode: str, data: dict) -> Grid:
     """Geometric mean over cells of each seqlen of FA2's speed relative to each backend; with
-    clock samples (fa2check.clocks), FA2's and sdpa-flash's clock and power while timed."""
+    clock samples (fa2check.ablate.clocks), FA2's and sdpa-flash's clock and power while timed."""
     fa2, _ = names(mode)
     backends = [b for b in BACKENDS if any(b in row["stats"] for row in data["cells"])]
     clocked = [n for n in (fa2, "sdpa-flash") if any(row.get("clock", {}).get(n)

@@ -8,6 +8,8 @@ import os
 import platform
 import subprocess
 
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository
+
 
 def select_device() -> str:
     """'cuda' when a GPU is usable and the interpreter was not asked for, else 'cpu' with
@@ -22,9 +24,8 @@ def select_device() -> str:
 
 def git_commit() -> str:
     try:
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
                                capture_output=True, text=True).stdout.strip()
         return out.stdout.strip() + ("-dirty" if dirty else "") if out.returncode == 0 else "unknown"
     except OSError:
@@ -34,9 +35,8 @@ def git_commit() -> str:
 def kernels_sha256() -> str:
     """Hash of the kernel sources: identifies the code that ran even where git is absent (the
     device machine receives the working tree without .git)."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     digest = hashlib.sha256()
-    for path in sorted(glob.glob(os.path.join(root, "kernels", "*.py"))):
+    for path in sorted(glob.glob(os.path.join(ROOT, "kernels", "*.py"))):
         digest.update(os.path.basename(path).encode())
         with open(path, "rb") as f:
             digest.update(f.read())

@@ -11,7 +11,9 @@ flash_attention's signature, named as MODULE:FUNC.
 """
 from __future__ import annotations
 
+import functools
 import importlib
+import inspect
 from dataclasses import dataclass
 
 OURS = "kernels:flash_attention"
@@ -98,3 +100,28 @@ def columns(impl_specs: list[str] | None, variant_names: list[str] | None) -> li
     for column in out:
         column.load()  # fail early on a name that does not import
     return out
+
+
+def takes_variant(fn) -> bool:
+    """Whether `fn` accepts a `variant` keyword (a parameter of that name, or **kwargs). A
+    callable whose signature cannot be read is assumed to take it."""
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return True
+    return any(p.name == "variant" and p.kind != p.POSITIONAL_ONLY or p.kind == p.VAR_KEYWORD
+               for p in parameters)
+
+
+def accepting_variant(fn):
+    """`fn` itself when it takes `variant`; else a wrapper that drops it, so that a function
+    with flash_attention's signature less `variant` can be verified and fuzzed (its column is
+    then one implementation, whatever the variant)."""
+    if takes_variant(fn):
+        return fn
+
+    @functools.wraps(fn)
+    def without_variant(*args, variant=None, **kwargs):
+        return fn(*args, **kwargs)
+
+    return without_variant

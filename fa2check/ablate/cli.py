@@ -11,7 +11,7 @@ backends and show what each improvement of FlashAttention-2 is worth.
   python -m fa2check.ablate --merge A.json --merge B.json   # one table from two runs' sweeps
 
 Every variant's output in a cell is checked against the float64 oracle (on slices, see
-fa2check.cellcheck) before the cell is timed. Writes <stem>.json (every raw sample, configs,
+fa2check.ablate.cellcheck) before the cell is timed. Writes <stem>.json (every raw sample, configs,
 gate results, provenance), <stem>.csv (long format), <stem>.md (all tables), <stem>-tflops.png
 and <stem>-contributions.png to --out.
 """
@@ -23,13 +23,14 @@ import shlex
 import sys
 import time
 
+from ..core.environment import ROOT
+from ..core.results import resolve
+from ..core.sdpa_backends import BACKENDS
 from .grids import GRIDS, MODES, custom_grid, filter_grid, parse_modes
-from .results import resolve
-from .sdpa_backends import BACKENDS
 
 CELL_OPTIONS = ("grid", "seqlen", "head_dim", "batch", "heads", "heads_kv", "causal", "dtype", "mode")
 H200_WORKERS = 15  # the device machine's 16 cores, one left to the main process
-README = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")
+README = os.path.join(ROOT, "README.md")
 README_BEGIN = "<!-- ablate:begin (written by python -m fa2check.ablate --update-readme) -->"
 README_END = "<!-- ablate:end -->"
 
@@ -83,7 +84,7 @@ def parse_args(argv):
                    help="render saved results instead of measuring (repeatable)")
     o.add_argument("--merge", action="append", default=[], metavar="FILE",
                    help="merge the sweeps of runs of the same code, cells, settings and tiles "
-                        "into one results file (repeatable, in order; see fa2check.merge)")
+                        "into one results file (repeatable, in order; see fa2check.ablate.merge)")
     o.add_argument("--full", action="store_true",
                    help="print every table: the per-cell times and contributions and the tile "
                         "configs too (default: the headline tables, fitted to the terminal)")
@@ -141,7 +142,7 @@ def print_plan(console, cells, settings, grid, workers=None):
     e = plan_estimate(cells, dataclasses.replace(settings, workers=workers or settings.workers))
     console.print(
         f"plan ({grid}, {len(cells)} cells, modes {','.join(settings.modes)}, planning model of "
-        f"fa2check.plan): {e['measurements_per_sweep']} measurements a sweep, "
+        f"fa2check.ablate.plan): {e['measurements_per_sweep']} measurements a sweep, "
         f"{e['compile_jobs'][0]} + {e['compile_jobs'][1]} kernels to compile on "
         f"{workers or settings.workers} workers; precompile {e['precompile_tuning_s']:.0f} s, tune "
         f"{e['tune_s']:.0f} s, precompile {e['precompile_final_s']:.0f} s, gate {e['gate_s']:.0f} s, "
@@ -152,7 +153,7 @@ def print_plan(console, cells, settings, grid, workers=None):
 
 def measure(args, console) -> int:
     started = time.perf_counter()
-    from .environment import kernels_sha256, select_device
+    from ..core.environment import kernels_sha256, select_device
 
     cells, grid = cells_from(args)
     settings = settings_from(args)
@@ -262,7 +263,7 @@ def render_files(sources, args, console) -> int:
 
 
 def merge_files(paths, args, console) -> int:
-    """Merge saved runs (fa2check.merge) and write the merged results like a run's."""
+    """Merge saved runs (fa2check.ablate.merge) and write the merged results like a run's."""
     from . import results as results_io
     from .merge import MergeError, merge_runs
 
@@ -339,6 +340,3 @@ def main(argv=None) -> int:
             return render_files(found, args, console)
     return measure(args, console)
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -148,7 +148,7 @@ TUNE_SEQLEN = 4096
 # - bwd "long": the tile tuned at 4k for FA2 d=128 causal, (32, 64, 4, 3), ran 16k fwd+bwd 4.4%
 #   slower than (64, 128, 8, 3) on the H200 (docs/decisions.md#D17). The forward
 #   has no long band: at 16k its slowest variants would make the 32 forward keys' tuning about
-#   800 s (fa2check.plan's estimate), more than a device call.
+#   800 s (fa2check.ablate.plan's estimate), more than a device call.
 # - fwd "short": at 1k a row block walks a quarter of the K/V tiles it walks at 4k, so the
 #   per-program costs weigh more; every tile of the space timed at 1k and 2k on the H200 found
 #   tiles 2-3% faster than the 4k winners at 1k and none at 2k (docs/decisions.md#D16).
@@ -253,7 +253,7 @@ def representative(cells, key: TuneKey, tune_seqlen: int = TUNE_SEQLEN):
 
 def load_configs(paths) -> dict[TuneKey, dict]:
     """Config records from earlier results JSON files (later files win)."""
-    from .results import read_json
+    from ..core.results import read_json
 
     found = {}
     for path in paths:
@@ -292,7 +292,7 @@ def warm_job(job: dict) -> str | None:
     from kernels import TileConfig, flash_attention
 
     from .contenders import parse_kernel_name
-    from .problems import DTYPES
+    from ..core.problems import DTYPES
 
     try:
         config = TileConfig(**job["config"])
@@ -328,7 +328,7 @@ def job_key(job: dict) -> tuple:
 
 
 def make_job(part: str, name: str, config, cell) -> dict:
-    """name: the kernel's name (fa2check.contenders.kernel_name) or its Variant."""
+    """name: the kernel's name (fa2check.ablate.contenders.kernel_name) or its Variant."""
     return {"part": part, "variant": str(name), "config": dataclasses.asdict(config),
             "dtype": cell.dtype, "head_dim": cell.head_dim, "causal": cell.causal,
             "heads_q": cell.heads_q, "heads_kv": cell.heads_kv, "seqlen": cell.seqlen}

@@ -11,8 +11,6 @@ every other group has finished, when the kernels they need are in Triton's on-di
 """
 from __future__ import annotations
 
-import functools
-import inspect
 import os
 import queue as queue_module
 import time
@@ -20,7 +18,7 @@ import traceback
 import warnings
 from dataclasses import dataclass, replace
 
-from .implementations import Column, Unsupported
+from ..core.implementations import Column, Unsupported, accepting_variant, takes_variant
 
 
 @dataclass(frozen=True)
@@ -55,38 +53,13 @@ def plan(tier: str, columns: list[Column], property_names=None, case_ids=None, s
     return tasks
 
 
-def takes_variant(fn) -> bool:
-    """Whether `fn` accepts a `variant` keyword (a parameter of that name, or **kwargs). A
-    callable whose signature cannot be read is assumed to take it."""
-    try:
-        parameters = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):
-        return True
-    return any(p.name == "variant" and p.kind != p.POSITIONAL_ONLY or p.kind == p.VAR_KEYWORD
-               for p in parameters)
-
-
-def accepting_variant(fn):
-    """`fn` itself when it takes `variant`; else a wrapper that drops it, so that a function
-    with flash_attention's signature less `variant` can be verified and fuzzed (its column is
-    then one implementation, whatever the variant)."""
-    if takes_variant(fn):
-        return fn
-
-    @functools.wraps(fn)
-    def without_variant(*args, variant=None, **kwargs):
-        return fn(*args, **kwargs)
-
-    return without_variant
-
-
 def run_task(task: Task, device: str) -> dict:
     """Run one task; an implementation that raises gives an 'error' record, not an abort. A
     failed case's message says, check by check, what was expected and what came out."""
     from properties import PROPERTIES
     from properties.base import PropertyResult
 
-    from .verdicts import explain_failures
+    from ..core.explain import explain_failures
 
     started = time.time()
     variant = task.column.variant
@@ -204,7 +177,7 @@ _results = None
 def _init_worker(results, threads):
     global _results
     _results = results
-    from .environment import select_device
+    from ..core.environment import select_device
 
     select_device()  # TRITON_INTERPRET comes from the parent's environment
     import torch

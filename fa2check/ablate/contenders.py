@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 
-from .sdpa_backends import BACKENDS, forced, sdpa
+from ..core.sdpa_backends import BACKENDS, forced, sdpa
 
 
 GLUON = "gluon"  # the prefix of the Gluon forward's names: "gluon+defer+seqpar+splitq"

@@ -46,7 +46,7 @@ class Cell:
 
     @property
     def torch_dtype(self):
-        from .problems import DTYPES
+        from ..core.problems import DTYPES
 
         return DTYPES[self.dtype]
 

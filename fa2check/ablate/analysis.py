@@ -1,6 +1,6 @@
 """From raw results (every sample) to the numbers the tables show: per cell and contender the
 median, interquartile range, TFLOP/s, percent of the same run's matmul rate and ratios to SDPA's
-backends; per cell and over the grid the contributions (fa2check.contributions).
+backends; per cell and over the grid the contributions (fa2check.ablate.contributions).
 
 Everything here is recomputed from the samples, deterministically (seeded bootstrap), so
 `--from FILE` on any machine renders the same tables as the run that measured them.
@@ -14,7 +14,7 @@ from .contenders import GLUON
 from .contributions import (NOT_APPLICABLE, analyse, players_for, repeat_draws, subsets,
                             summarise, variant_for, view_of, with_intervals)
 from .grids import MODES, Cell
-from .sdpa_backends import BACKENDS
+from ..core.sdpa_backends import BACKENDS
 from .timing import flatten, summary, tflops
 
 DEFAULT_DRAWS = 1000
@@ -31,7 +31,7 @@ def matmul_rates(results) -> dict:
 
 def contender_stats(cell: Cell, mode: str, samples: dict, matmul: dict,
                     clock: dict | None = None) -> dict:
-    """clock: {name: [[MHz, W], ...]} sampled during each contender's timing (fa2check.clocks);
+    """clock: {name: [[MHz, W], ...]} sampled during each contender's timing (fa2check.ablate.clocks);
     adds their medians (sm_mhz, power_w) where a contender has samples."""
     stats = {}
     for name, runs in samples.items():

@@ -28,11 +28,11 @@ import shlex
 
 from properties.strategies import Example
 
+from ..core.environment import ROOT
+from ..core.implementations import OURS
 from .fuzzer import DEFAULT_CHECKS, ExampleReport, check_example
-from .implementations import OURS
 
-CORPUS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests",
-                          "regressions")
+CORPUS_DIR = os.path.join(ROOT, "tests", "regressions")
 
 
 def out_dir() -> str:
@@ -44,12 +44,12 @@ def out_dir() -> str:
 
 
 def entry(report: ExampleReport, impl: str, checks, device: str, command: str) -> dict:
-    from .environment import git_commit, kernels_sha256
+    from ..core.environment import git_commit, kernels_sha256
 
     return {
         "example": report.example.as_dict(),
         "impl": impl,
-        "failed": report.failed_checks,  # names of fa2check.fuzzer.CHECKS ('runs': it raised)
+        "failed": report.failed_checks,  # names of fa2check.fuzz.fuzzer.CHECKS ('runs': it raised)
         "checks": list(checks),
         "message": report.message,
         "numbers": {c.name: c.numbers for c in report.checks if not c.passed},
@@ -135,9 +135,9 @@ def snippet(impl: str, example: Example, checks=DEFAULT_CHECKS, device: str = "c
     module, _, name = impl.partition(":")
     extra = "" if tuple(checks) == tuple(DEFAULT_CHECKS) else f", checks={tuple(checks)!r}"
     return "\n".join([
-        "from fa2check.environment import select_device",
+        "from fa2check.core.environment import select_device",
         "device = select_device()  # before triton is imported",
-        "from fa2check.fuzzer import check_example",
+        "from fa2check.fuzz.fuzzer import check_example",
         "from properties.strategies import Example",
         f"from {module} import {name} as impl",
         f"example = Example.parse({str(example)!r})",

@@ -6,7 +6,7 @@
 - `mp_reference`: the same quantities for chosen rows with mpmath at about 50 significant
   digits, used to certify the float64 oracle (lse included) on small problems and extreme logits.
 - `same_dtype_attention`: attention composed of plain PyTorch ops in the inputs' own dtype; its
-  error against the oracle sets the scale of the pass rule (see fa2check.passrule).
+  error against the oracle sets the scale of the pass rule (see fa2check.core.passrule).
 """
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ What may differ between the runs, and is kept per run under provenance["merged_f
 date, the git commit (the kernels' sha256 must match), the command (its --budget-s, --repeats),
 the GPU's state, the timeline and each run's correctness gate (every run must have passed the
 same contenders). The merged file carries the last run's date, so that it is the newest of its
-runs (fa2check.results.committed). Anything that changes what is timed is refused with the
+runs (fa2check.ablate.results.committed). Anything that changes what is timed is refused with the
 field that differs.
 """
 from __future__ import annotations
@@ -42,7 +42,7 @@ def merge_runs(runs: list[dict], names: list[str], command: str) -> dict:
             for mode, data in entry["modes"].items():
                 for contender, sweeps in other["modes"][mode]["samples"].items():
                     data["samples"][contender] += sweeps
-                for key in ("windows", "clock"):  # fa2check.clocks: pooled like the samples
+                for key in ("windows", "clock"):  # fa2check.ablate.clocks: pooled like the samples
                     for contender, values in other["modes"][mode].get(key, {}).items():
                         data.setdefault(key, {}).setdefault(contender, []).extend(values)
         for dtype, record in run["matmul"].items():

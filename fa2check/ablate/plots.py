@@ -8,7 +8,7 @@ import math
 from .contenders import parse_kernel_name
 from .contributions import FLAGS
 from .report import BACKEND_LABELS, names
-from .sdpa_backends import BACKENDS
+from ..core.sdpa_backends import BACKENDS
 
 BACKEND_STYLE = {"sdpa-flash": ("tab:gray", "-"), "sdpa-cudnn": ("black", "-"),
                  "sdpa-efficient": ("tab:gray", "--"), "sdpa-math": ("tab:gray", ":")}

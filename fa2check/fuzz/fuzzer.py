@@ -81,9 +81,10 @@ from properties.base import (Case, Check, call, from_output_checks, nan_filled_a
 from properties.memory_safety import nan_view
 from properties.strategies import DISTRIBUTIONS, Example, Space, coverage_keys, examples
 
-from .checks import Reference
-from .implementations import Unsupported
-from .passrule import FORWARD_OUTPUTS, GRADIENT_OUTPUTS, rounding_floor
+from ..core.checks import Reference
+from ..core.environment import ROOT
+from ..core.implementations import Unsupported
+from ..core.passrule import FORWARD_OUTPUTS, GRADIENT_OUTPUTS, rounding_floor
 
 CHECKS = {
     "oracle": "o, lse, dq, dk, dv against the float64 oracle (pass rule, extreme_logits' bound)",
@@ -132,8 +133,7 @@ PROFILES = {
                        "4 hours", 20000, 4 * 3600, None, True, True),
 }
 SHRINK_SECONDS = 120  # after a counterexample: shrinking stops this long after generation would
-DATABASE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                            ".hypothesis", "fa2check-fuzz")
+DATABASE_DIR = os.path.join(ROOT, ".hypothesis", "fa2check-fuzz")
 
 
 def _register_profiles():
@@ -209,8 +209,8 @@ def check_of(result: str) -> str:
 
 
 def describe(check: Check) -> str:
-    """One line: the check, what it expected and what came out (fa2check.verdicts.explain)."""
-    from .verdicts import explain
+    """One line: the check, what it expected and what came out (fa2check.core.explain.explain)."""
+    from ..core.explain import explain
 
     return explain(check)
 
@@ -218,7 +218,7 @@ def describe(check: Check) -> str:
 def check_example(impl, example: Example, device: str, checks=DEFAULT_CHECKS) -> ExampleReport:
     """Run `impl` on the example and apply `checks` (names of CHECKS). Raises Unsupported when
     the implementation cannot run it."""
-    from .runner import accepting_variant
+    from ..core.implementations import accepting_variant
 
     unknown = set(checks) - set(CHECKS)
     if unknown:
@@ -541,12 +541,12 @@ def fuzz_parallel(impl_name: str, jobs: int, *, on_tick=None, **kwargs) -> list[
 
 
 def _worker(impl_name, seed, threads, kwargs, events, stop):
-    from .environment import select_device
+    from ..core.environment import select_device
 
     select_device()  # TRITON_INTERPRET comes from the parent's environment
     torch.set_num_threads(threads)
     try:
-        from .implementations import Column
+        from ..core.implementations import Column
 
         impl = Column(impl_name, "", impl_name).load()
         outcome = fuzz(impl, impl_name, seed=seed, stop=stop,
