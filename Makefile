@@ -12,7 +12,7 @@ XDIST = $(shell $(PYTHON) -c "import xdist" 2>/dev/null && echo "-n $(TEST_JOBS)
 TORCH_CPU ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 # import-linter (lint-imports) run by the python that runs the tests: the layers in pyproject.toml
-LINT_IMPORTS = $(PYTHON) -c "from importlinter.cli import lint_imports_command; lint_imports_command()"
+LINT_IMPORTS = $(PYTHON) -c "import importlinter.cli as cli; cli.lint_imports_command()"
 
 .PHONY: setup verify fuzz test test-gpu compile-gate clean
 

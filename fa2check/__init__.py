@@ -7,10 +7,12 @@
                                        SDPA adapters, results and provenance helpers
     kernels                            the Triton kernels
 
-Imports sit at the top of modules, with one exception: a module that a command imports before
-it has chosen the device imports `kernels` and `triton` inside the functions that need them,
-because Triton reads TRITON_INTERPRET when it is first imported and
-fa2check.core.environment.select_device sets it (the CPU interpreter on a machine without a GPU).
+Imports sit at the top of modules, with one exception: `kernels` and `triton`, and what imports
+them at once (properties.strategies, the fuzzer, the corpus), are imported inside the functions
+that need them, after the command has chosen the device: Triton and kernels' interpreter fixes
+read TRITON_INTERPRET when they are first imported, and
+fa2check.core.environment.select_device sets it (the CPU interpreter on a machine without a
+GPU). matplotlib is imported where a plot is drawn, after choosing its Agg backend.
 
 `fa2check.adapters`, `fa2check.compile_gate` and `fa2check.layouts` are the documented paths of
 modules that live in fa2check.core and fa2check.inspect.

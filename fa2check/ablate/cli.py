@@ -18,15 +18,29 @@ and <stem>-contributions.png to --out.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import shlex
 import sys
 import time
 
-from ..core.environment import ROOT
+import torch
+from rich.console import Console
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                           TimeRemainingColumn)
+
+from ..core.environment import ROOT, kernels_sha256, select_device
 from ..core.results import resolve
 from ..core.sdpa_backends import BACKENDS
+from . import report
+from . import results as results_io
+from . import tuning
+from .analysis import analyse_results
 from .grids import GRIDS, MODES, custom_grid, filter_grid, parse_modes
+from .merge import MergeError, merge_runs
+from .plots import contributions_plot, tflops_plot
+from .results import RESULTS_DIR, base_name, committed, load
+from .sweep import Settings, plan_estimate, run
 
 CELL_OPTIONS = ("grid", "seqlen", "head_dim", "batch", "heads", "heads_kv", "causal", "dtype", "mode")
 H200_WORKERS = 15  # the device machine's 16 cores, one left to the main process
@@ -121,9 +135,6 @@ def cells_from(args):
 
 
 def settings_from(args):
-    from . import tuning
-    from .sweep import Settings
-
     return Settings(modes=parse_modes(args.mode or ["fwd,bwd"]), repeats=args.repeats,
                     warmup_ms=args.warmup_ms, rep_ms=args.rep_ms, tune=args.tune,
                     tune_seqlen=args.tune_seqlen, tune_rep_ms=args.tune_rep_ms,
@@ -135,10 +146,6 @@ def settings_from(args):
 
 
 def print_plan(console, cells, settings, grid, workers=None):
-    import dataclasses
-
-    from .sweep import plan_estimate
-
     e = plan_estimate(cells, dataclasses.replace(settings, workers=workers or settings.workers))
     console.print(
         f"plan ({grid}, {len(cells)} cells, modes {','.join(settings.modes)}, planning model of "
@@ -153,7 +160,6 @@ def print_plan(console, cells, settings, grid, workers=None):
 
 def measure(args, console) -> int:
     started = time.perf_counter()
-    from ..core.environment import kernels_sha256, select_device
 
     cells, grid = cells_from(args)
     settings = settings_from(args)
@@ -164,16 +170,12 @@ def measure(args, console) -> int:
     if settings.shards < 1:
         raise SystemExit(f"--shards must be >= 1, got {settings.shards}")
     if device == "cuda":
-        import torch
-
         if settings.shards > torch.cuda.device_count():
             raise SystemExit(f"--shards {settings.shards}: only {torch.cuda.device_count()} "
                              "GPU(s) visible")
     if device != "cuda" and (args.grid or len(cells) > 8):
         raise SystemExit("no GPU: the interpreter can run only a few small custom cells "
                          "(--seqlen ...); use --plan for an estimate, or --from to render results")
-    from . import results as results_io
-    from .sweep import run
 
     if device == "cuda":
         print_plan(console, cells, settings, grid)
@@ -198,20 +200,14 @@ def measure(args, console) -> int:
 def finish(results, json_path, args, console) -> int:
     """Analyse; write the JSON (with the analysis), CSV, markdown and plots; render. Exit
     status 1 when a cell failed the gate."""
-    from . import report
-    from .analysis import analyse_results
-    from .results import save
-
     analysis = analyse_results(results, n_draws=args.bootstrap, seed=0)
     results["analysis"] = analysis  # derived data, recomputed by --from
-    save(results, json_path)
+    results_io.save(results, json_path)
     base = json_path[:-len(".json")]
     report.write_csv(results, analysis, base + ".csv")
     with open(base + ".md", "w") as f:
         f.write(report.markdown(results, analysis))
     if not args.no_plots:
-        from .plots import contributions_plot, tflops_plot
-
         tflops_plot(results, analysis, base + "-tflops.png")
         contributions_plot(results, analysis, base + "-contributions.png")
     report.render(results, analysis, console, detail=args.full)
@@ -224,10 +220,6 @@ def finish(results, json_path, args, console) -> int:
 
 def render_files(sources, args, console) -> int:
     """Render saved results (each file's selected views); optional markdown / README."""
-    from . import report
-    from .analysis import analyse_results
-    from .results import base_name, load
-
     parts = []
     for path, views in sources:
         results = load(path)
@@ -247,8 +239,6 @@ def render_files(sources, args, console) -> int:
             out_base = os.path.join(args.out, os.path.basename(base))
             report.write_csv(results, analysis, out_base + ".csv")
             if not args.no_plots:
-                from .plots import contributions_plot, tflops_plot
-
                 tflops_plot(results, analysis, out_base + "-tflops.png")
                 contributions_plot(results, analysis, out_base + "-contributions.png")
     if args.markdown:
@@ -264,9 +254,6 @@ def render_files(sources, args, console) -> int:
 
 def merge_files(paths, args, console) -> int:
     """Merge saved runs (fa2check.ablate.merge) and write the merged results like a run's."""
-    from . import results as results_io
-    from .merge import MergeError, merge_runs
-
     command = " ".join(["python -m fa2check.ablate"] + [shlex.quote(a) for a in sys.argv[1:]])
     try:
         merged = merge_runs([results_io.load(p) for p in paths],
@@ -291,9 +278,6 @@ def update_readme(text: str, path: str = README):
 
 
 def _progress(console, total):
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                               TimeElapsedColumn, TimeRemainingColumn)
-
     class Bar:
         def __init__(self):
             self.progress = Progress(TextColumn("timing"), BarColumn(), MofNCompleteColumn(),
@@ -314,7 +298,6 @@ def _progress(console, total):
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
-    from rich.console import Console
 
     console = Console()
     if not console.is_terminal and not os.environ.get("COLUMNS"):
@@ -325,11 +308,7 @@ def main(argv=None) -> int:
         return merge_files(args.merge, args, console)
     measuring = args.plan or any(getattr(args, o) for o in CELL_OPTIONS)
     if not measuring:
-        import torch
-
         if not torch.cuda.is_available():
-            from .results import RESULTS_DIR, committed
-
             found = committed()
             if not found:
                 console.print(f"no GPU here and no committed results under {os.path.relpath(RESULTS_DIR)}; "

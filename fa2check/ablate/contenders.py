@@ -14,8 +14,9 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 
-from ..core.sdpa_backends import BACKENDS, forced, sdpa
+import torch
 
+from ..core.sdpa_backends import BACKENDS, forced, sdpa
 
 GLUON = "gluon"  # the prefix of the Gluon forward's names: "gluon+defer+seqpar+splitq"
 
@@ -74,8 +75,6 @@ def backend(name: str) -> Contender:
 
 def make_inputs(cell, device: str, seed: int = 0):
     """q, k, v (standard normal) and dO for a cell, generated on the device, seeded."""
-    import torch
-
     gen = torch.Generator(device=device).manual_seed(seed)
     shape_q = (cell.batch, cell.heads_q, cell.seqlen, cell.head_dim)
     shape_kv = (cell.batch, cell.heads_kv, cell.seqlen, cell.head_dim)
@@ -87,8 +86,6 @@ def make_inputs(cell, device: str, seed: int = 0):
 def timed_call(contender: Contender, mode: str, inputs, causal: bool):
     """Yields the zero-argument callable that is timed for `mode`, with the contender's
     backend forced for as long as the callable is in use."""
-    import torch
-
     q, k, v, do = inputs
     with contender.context():
         if mode == "fwd":

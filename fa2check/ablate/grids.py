@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from ..core.problems import DTYPES
+
 MODES = ("fwd", "bwd", "fwd+bwd")
 # The paper's convention: backward = 2.5 forward (two matmuls forward, five backward).
 FLOP_FACTOR = {"fwd": 1.0, "bwd": 2.5, "fwd+bwd": 3.5}
@@ -46,8 +48,6 @@ class Cell:
 
     @property
     def torch_dtype(self):
-        from ..core.problems import DTYPES
-
         return DTYPES[self.dtype]
 
     def flops(self, mode: str) -> float:

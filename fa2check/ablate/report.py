@@ -8,11 +8,14 @@ import csv
 import math
 
 import numpy as np
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
 
+from ..core.sdpa_backends import BACKENDS
 from .clocks import median_clock
 from .contributions import FLAGS, interaction_name, players_for, subsets, variant_for, view_of
 from .grids import Cell
-from ..core.sdpa_backends import BACKENDS
 from .tuning import band_seqlens
 
 FLAG_SHORT = {"defer_norm": "defer", "seq_parallel": "seqpar", "split_q": "splitq"}  # Variant's
@@ -34,9 +37,6 @@ class Grid:
 
 
 def to_rich(grid: Grid):
-    from rich.table import Table
-    from rich.text import Text
-
     table = Table(title=grid.title, caption=grid.caption or None, caption_justify="left")
     for i, h in enumerate(grid.headers):
         table.add_column(h, justify="left" if i == 0 else "right")
@@ -392,8 +392,6 @@ def render(results: dict, analysis: dict, console, source: str | None = None, de
     their cells; nothing is cut), the gate and any problems. With detail (ablate --full) the
     per-cell and tile-config tables come first, each at its own width where that is wider than
     the console (a terminal wraps those lines; `less -S` scrolls them)."""
-    from rich.panel import Panel
-
     console.print(Panel("\n".join(provenance_lines(results, source)), title="fa2check.ablate",
                         expand=False))
     for grid in tables(results, analysis, detail, headline_last=True):

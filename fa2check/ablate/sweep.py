@@ -20,16 +20,22 @@ import contextlib
 import dataclasses
 import os
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from multiprocessing import get_context
 
 import numpy as np
+import torch
+from rich.console import Console
 
-from . import tuning
+from ..core.environment import describe_environment
+from ..core.problems import DTYPES
+from ..core.sdpa_backends import BACKENDS
+from . import plan, tuning
 from .cellcheck import CellOracle, gate
 from .clocks import ClockLog, inside
 from .contenders import (GLUON, Contender, backend, kernel_name, make_inputs, ours,
                          parse_kernel_name, timed_call)
-from ..core.sdpa_backends import BACKENDS
 from .timing import bench, gpu_state, matmul_samples
 
 SCHEMA = "fa2check.ablate/1"
@@ -262,16 +268,12 @@ def run(cells, settings: Settings, device: str, *, console=None, started=None, c
     `provenance` entries are added to (or override) the environment's; on_sweep(results) is
     called once the configs are settled (tuned or loaded), after the gate and after each
     completed sweep, to save partial results."""
-    from ..core.environment import describe_environment
-
     started = time.perf_counter() if started is None else started
     log = Log(console, started)
     on_gpu = device == "cuda"
     modes = list(settings.modes)
     environment = describe_environment(device)
     if on_gpu:
-        import torch
-
         environment["cudnn"] = torch.backends.cudnn.version()
         environment["gpu_state_before"] = gpu_state()
     results = {"schema": SCHEMA, "provenance": {**environment, "command": command, **(provenance or {})},
@@ -402,11 +404,6 @@ def measure_sharded(cells, modes, configs, settings: Settings, device: str, log,
     and the samples pooled. Merged into `results` in the grid's order. Unlike the single
     process run, no gate or sweep result is saved before every shard has finished (the
     configs are, before this; --budget-s applies to each shard)."""
-    from concurrent.futures import ProcessPoolExecutor
-    from multiprocessing import get_context
-
-    from . import plan
-
     def contenders(cell, mode):
         return contenders_for(cell, mode, settings)
 
@@ -446,9 +443,6 @@ def _shard(index: int, cells, modes, configs, settings: Settings, device: str, s
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         os.environ["CUDA_VISIBLE_DEVICES"] = (visible.split(",")[index].strip() if visible
                                               else str(index))
-    from rich.console import Console
-
-    from ..core.environment import describe_environment
 
     console = Console(width=240)
     log = Log(console, started, prefix=f"shard {index}: ")
@@ -508,11 +502,7 @@ def gate_cell(cell, modes, configs: Configs, settings: Settings, device: str, lo
 
 def sweep(r, cells, entries, modes, configs, settings, device, results, progress):
     """One pass over the matmul rate and every cell, contenders interleaved."""
-    import torch
-
     for dtype, record in results["matmul"].items():
-        from ..core.problems import DTYPES
-
         samples, flops = matmul_samples(DTYPES[dtype], device=device,
                                         warmup_ms=settings.warmup_ms, rep_ms=settings.rep_ms)
         record["flops"] = flops
@@ -560,8 +550,6 @@ def contenders_for(cell, mode: str, settings: Settings) -> list[tuple[str, objec
 
 def plan_estimate(cells, settings: Settings) -> dict:
     """The planning estimate of a GPU run of `cells` (fa2check.ablate.plan), without running it."""
-    from . import plan
-
     keys = needed_keys(cells, settings.modes, settings)
     loaded = tuning.load_configs(settings.configs_from)
     configs = Configs({k: loaded[k] for k in keys if k in loaded}, on_gpu=True)

@@ -16,6 +16,7 @@ import subprocess
 import time
 
 import numpy as np
+import torch
 
 CPU_SAMPLES = 3  # host-clock samples per bench call in the interpreter
 MATMUL_SIZE = 8192
@@ -57,8 +58,6 @@ def tflops(flops: float, ms: float) -> float:
 
 def matmul_samples(dtype, *, device: str, warmup_ms: float, rep_ms: float, size=MATMUL_SIZE):
     """Samples (ms) of a size^3 matmul on random data (zeros run faster on this hardware)."""
-    import torch
-
     if device != "cuda":
         size = min(size, 256)
     gen = torch.Generator(device=device).manual_seed(0)

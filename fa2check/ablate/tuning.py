@@ -31,7 +31,15 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, replace
+from multiprocessing import get_context
+
+import torch
+
+from ..core.problems import DTYPES
+from ..core.results import read_json
+from .contenders import parse_kernel_name
 
 FWD_FIELDS = ("block_m", "block_n", "num_warps", "num_stages", "tma")
 BWD_FIELDS = ("bwd_block_m", "bwd_block_n", "bwd_num_warps", "bwd_num_stages", "bwd_dq_pass")
@@ -185,8 +193,6 @@ class TuneKey:
 
 
 def variant_of(key: TuneKey):
-    from .contenders import parse_kernel_name
-
     return parse_kernel_name(key.variant)[1]
 
 
@@ -253,8 +259,6 @@ def representative(cells, key: TuneKey, tune_seqlen: int = TUNE_SEQLEN):
 
 def load_configs(paths) -> dict[TuneKey, dict]:
     """Config records from earlier results JSON files (later files win)."""
-    from ..core.results import read_json
-
     found = {}
     for path in paths:
         data = read_json(path)
@@ -287,12 +291,7 @@ def warm_seqlen(seqlen: int) -> int:
 def warm_job(job: dict) -> str | None:
     """Run one (part, variant, config) on a tiny problem so Triton compiles it; the error
     text when it cannot run (a compile error, too much shared memory), else None."""
-    import torch
-
     from kernels import TileConfig, flash_attention
-
-    from .contenders import parse_kernel_name
-    from ..core.problems import DTYPES
 
     try:
         config = TileConfig(**job["config"])
@@ -337,9 +336,6 @@ def make_job(part: str, name: str, config, cell) -> dict:
 def precompile(jobs: list[dict], workers: int, progress=None) -> dict[tuple, str | None]:
     """Run `warm_job` for each distinct job in `workers` spawned processes: forward jobs first
     (backward jobs run a forward too), then backward jobs. Returns {job_key: error or None}."""
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-    from multiprocessing import get_context
-
     unique = {}
     for job in jobs:
         unique.setdefault(job_key(job), job)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import warnings
 
 import torch
+import torch.nn.functional as F
 
 from .implementations import Unsupported
 from .oracle import default_scale, expand_kv, visible_mask
@@ -35,8 +36,6 @@ NO_KERNEL = ("No available kernel", "No viable backend")  # torch's words when a
 def _adapter(backend: str):
     def impl(q, k, v, *, causal=False, softmax_scale=None, variant=None, return_lse=False,
              config=None):
-        import torch.nn.functional as F
-
         scale = default_scale(q.shape[-1]) if softmax_scale is None else softmax_scale
         seqlen_q, seqlen_k = q.shape[2], k.shape[2]
         mask = None

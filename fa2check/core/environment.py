@@ -8,14 +8,16 @@ import os
 import platform
 import subprocess
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository
+import numpy
+import torch
+
+# the repository: fa2check/core/ is two levels below it
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def select_device() -> str:
     """'cuda' when a GPU is usable and the interpreter was not asked for, else 'cpu' with
     TRITON_INTERPRET=1 set (which must happen before triton is imported)."""
-    import torch
-
     if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") in ("", "0"):
         return "cuda"
     os.environ["TRITON_INTERPRET"] = "1"
@@ -46,8 +48,6 @@ def kernels_sha256() -> str:
 def describe_environment(device: str, commit: str | None = None) -> dict:
     """The versions, device and code a result came from; `commit` is recorded instead of the
     checkout's where its .git is absent or stale (the device's copy of the tree)."""
-    import numpy
-    import torch
     import triton
 
     env = {

@@ -7,6 +7,9 @@ top-left aligned; callers here use seqlen_q == seqlen_k, where it equals our bot
 """
 from __future__ import annotations
 
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
 BACKENDS = {  # our name -> torch.nn.attention.SDPBackend member
     "sdpa-flash": "FLASH_ATTENTION",
     "sdpa-cudnn": "CUDNN_ATTENTION",
@@ -17,15 +20,11 @@ BACKENDS = {  # our name -> torch.nn.attention.SDPBackend member
 
 def forced(name: str):
     """A context manager under which SDPA may use only backend `name`."""
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
     return sdpa_kernel([getattr(SDPBackend, BACKENDS[name])])
 
 
 def sdpa(q, k, v, causal: bool):
     """SDPA under whatever backend the caller forced; GQA through `enable_gqa`."""
-    import torch.nn.functional as F
-
     if causal and q.shape[2] != k.shape[2]:
         raise ValueError("SDPA's is_causal is top-left aligned; it matches bottom-right only "
                          f"when seqlen_q == seqlen_k, got {q.shape[2]} and {k.shape[2]}")

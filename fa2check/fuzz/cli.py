@@ -29,7 +29,14 @@ import signal
 import sys
 import time
 
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
 from ..core.environment import describe_environment, select_device
+from ..core.implementations import Column, expand, takes_variant
+from ..core.results import write_json
 
 BOOLS = {"true": True, "false": False}
 
@@ -121,15 +128,12 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     args.command = " ".join(["python", "-m", "fa2check.fuzz",
                              *(sys.argv[1:] if argv is None else argv)])
-    from rich.console import Console
-    from rich.markup import escape
 
     from kernels import Variant
     from properties.strategies import DISTRIBUTIONS, LAYOUTS, Space
 
     from . import corpus
     from .fuzzer import CHECKS
-    from ..core.implementations import Column, expand
 
     console = Console(width=None if sys.stdout.isatty() else 200, highlight=False)
     if args.list:
@@ -156,7 +160,6 @@ def main(argv=None) -> int:
         raise SystemExit(f"--impl {impl_spec!r}: fuzz one implementation at a time")
     impl_name = names[0]
     impl = Column(impl_name, str(Variant()), impl_name).load()
-    from ..core.implementations import takes_variant
 
     with_variant = takes_variant(impl)
     base = corpus.replay_checks(replay_entry) if replay_entry else None
@@ -197,8 +200,6 @@ def _tuple(values):
 
 
 def _campaign(console, escape, args, impl_name, space, checks, explicit, corpus_dir, device):
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     from . import corpus
     from .fuzzer import PROFILES, Tally, fuzz, fuzz_parallel, merge
 
@@ -243,8 +244,6 @@ def _campaign(console, escape, args, impl_name, space, checks, explicit, corpus_
                 outcome = merge(fuzz_parallel(impl_name, args.jobs, on_tick=on_tick, **kwargs),
                                 time.monotonic() - started)
             else:
-                from ..core.implementations import Column
-
                 impl = Column(impl_name, "", impl_name).load()
                 outcome = fuzz(impl, impl_name, on_tick=on_tick, **kwargs)
         except KeyboardInterrupt:
@@ -284,8 +283,6 @@ def _campaign(console, escape, args, impl_name, space, checks, explicit, corpus_
             console.print(f"  python -m fa2check.fuzz --add-to-corpus {escape(shlex.quote(saved))}",
                           soft_wrap=True)
     if args.json_path:
-        from ..core.results import write_json
-
         write_json(args.json_path, {
             "environment": describe_environment(device), "command": args.command,
             "impl": impl_name, "profile": args.profile, "seed": outcome.seed, "jobs": args.jobs,
@@ -304,8 +301,6 @@ def _campaign(console, escape, args, impl_name, space, checks, explicit, corpus_
 
 
 def _summary(console, escape, outcome, elapsed):
-    from rich.table import Table
-
     tally = outcome.tally
     rate = tally.examples / elapsed if elapsed else 0.0
     stopped = {"done": "all examples run", "time": "time budget spent",

@@ -28,7 +28,7 @@ import shlex
 
 from properties.strategies import Example
 
-from ..core.environment import ROOT
+from ..core.environment import ROOT, git_commit, kernels_sha256
 from ..core.implementations import OURS
 from .fuzzer import DEFAULT_CHECKS, ExampleReport, check_example
 
@@ -44,8 +44,6 @@ def out_dir() -> str:
 
 
 def entry(report: ExampleReport, impl: str, checks, device: str, command: str) -> dict:
-    from ..core.environment import git_commit, kernels_sha256
-
     return {
         "example": report.example.as_dict(),
         "impl": impl,

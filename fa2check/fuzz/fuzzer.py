@@ -61,7 +61,9 @@ from __future__ import annotations
 
 import functools
 import math
+import multiprocessing
 import os
+import queue as queue_module
 import re
 import time
 import traceback
@@ -70,20 +72,23 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import torch
-from hypothesis import HealthCheck, Phase, Verbosity, given, reject, settings, target
+from hypothesis import HealthCheck, Phase, Verbosity
 from hypothesis import example as explicit_example
+from hypothesis import given, reject
 from hypothesis import seed as hypothesis_seed
+from hypothesis import settings, target
+from hypothesis.database import DirectoryBasedExampleDatabase
 
-from properties import causal_masking, determinism, extreme_logits, gqa_reduction, lse_bounds
-from properties import variant_equivalence
-from properties.base import (Case, Check, call, from_output_checks, nan_filled_allocations,
-                             scores)
+from properties import (causal_masking, determinism, extreme_logits, gqa_reduction, lse_bounds,
+                        variant_equivalence)
+from properties.base import Case, Check, call, from_output_checks, nan_filled_allocations, scores
 from properties.memory_safety import nan_view
 from properties.strategies import DISTRIBUTIONS, Example, Space, coverage_keys, examples
 
 from ..core.checks import Reference
-from ..core.environment import ROOT
-from ..core.implementations import Unsupported
+from ..core.environment import ROOT, select_device
+from ..core.explain import explain
+from ..core.implementations import Column, Unsupported, accepting_variant
 from ..core.passrule import FORWARD_OUTPUTS, GRADIENT_OUTPUTS, rounding_floor
 
 CHECKS = {
@@ -161,8 +166,6 @@ def hypothesis_settings(profile: str, max_examples: int | None = None, database=
     if max_examples is not None:
         changes["max_examples"] = max_examples
     if chosen.database or database:
-        from hypothesis.database import DirectoryBasedExampleDatabase
-
         changes["database"] = DirectoryBasedExampleDatabase(database or DATABASE_DIR)
     return settings(settings.get_profile(f"fa2check-{profile}"), **changes)
 
@@ -210,16 +213,12 @@ def check_of(result: str) -> str:
 
 def describe(check: Check) -> str:
     """One line: the check, what it expected and what came out (fa2check.core.explain.explain)."""
-    from ..core.explain import explain
-
     return explain(check)
 
 
 def check_example(impl, example: Example, device: str, checks=DEFAULT_CHECKS) -> ExampleReport:
     """Run `impl` on the example and apply `checks` (names of CHECKS). Raises Unsupported when
     the implementation cannot run it."""
-    from ..core.implementations import accepting_variant
-
     unknown = set(checks) - set(CHECKS)
     if unknown:
         raise ValueError(f"unknown checks {sorted(unknown)}; expected some of {list(CHECKS)}")
@@ -493,9 +492,6 @@ def fuzz_parallel(impl_name: str, jobs: int, *, on_tick=None, **kwargs) -> list[
     """`jobs` worker processes, each fuzzing with seed + i (a random seed when none) and
     max_examples / jobs; the first counterexample stops the others. On the GPU the workers
     compile different kernel specializations at once and share Triton's on-disk cache."""
-    import multiprocessing
-    import queue as queue_module
-
     context = multiprocessing.get_context("spawn")  # CUDA and Triton need a fresh process
     events, stop = context.Queue(), context.Event()
     base_seed = _seed(kwargs.get("profile", "dev"), kwargs.pop("seed", None))
@@ -541,13 +537,9 @@ def fuzz_parallel(impl_name: str, jobs: int, *, on_tick=None, **kwargs) -> list[
 
 
 def _worker(impl_name, seed, threads, kwargs, events, stop):
-    from ..core.environment import select_device
-
     select_device()  # TRITON_INTERPRET comes from the parent's environment
     torch.set_num_threads(threads)
     try:
-        from ..core.implementations import Column
-
         impl = Column(impl_name, "", impl_name).load()
         outcome = fuzz(impl, impl_name, seed=seed, stop=stop,
                        on_tick=lambda tick: events.put(("tick", tick)), **kwargs)

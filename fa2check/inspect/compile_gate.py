@@ -34,6 +34,11 @@ from dataclasses import dataclass
 from multiprocessing import get_context
 from typing import Callable
 
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from rich.text import Text
+
 from kernels import SUPPORTED_HEAD_DIMS, TileConfig, Variant, default_config
 from kernels.forward import REPAIR_CHUNK
 
@@ -414,9 +419,6 @@ def run_in_workers(fn, cases: list[tuple], jobs: int, progress=None) -> list:
 
 
 def _table(reports):
-    from rich.table import Table
-    from rich.text import Text
-
     table = Table(title="sm_90 compile gate")
     for column in ("kernel", "variant", "dtype", "D", "causal", "BM", "BN", "warps", "stages",
                    "slices", "choices", "dQ", "regs", "spill st/ld", "smem", "wgmma", "s",
@@ -440,8 +442,6 @@ ATOMIC_ORDER = re.compile(r"\b(?:atom|red)\.global(?:\.\w+)*?\.(relaxed|acquire|
 
 def _dq(r):
     """Where dQ is computed, and the order of its atomic adds when they are not relaxed."""
-    from rich.text import Text
-
     mode = _s(DQ_MODE.get(r.dq_pass))
     if r.atomics and r.atomics != "relaxed":
         return Text(f"{mode}, {r.atomics} atomics", "yellow")
@@ -449,8 +449,6 @@ def _dq(r):
 
 
 def _wgmma(r):
-    from rich.text import Text
-
     if r.wgmma is None:
         return ""
     return Text("serial", "yellow") if r.wgmma_serialized else "yn"[not r.wgmma]
@@ -489,8 +487,6 @@ def add_output_arguments(p):
 
 def report_console(width: int):
     """A rich console; writing to a log file, `width` columns rather than 80."""
-    from rich.console import Console
-
     console = Console()
     if not console.is_terminal:
         console.width = width
@@ -525,7 +521,6 @@ def compile_progress(console, total: int):
 
         yield advance
         return
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     with Progress(TextColumn("compiling for sm_90"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), TextColumn("{task.description}"), console=console) as bar:

@@ -41,12 +41,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .compile_gate import (SPECS, Case, CompileReport, _blank_report, _s,
-                                   add_case_arguments, add_output_arguments,
-                                   compile_kernel_for_sm90, compile_progress, describe_error,
-                                   gate_cases, interpreting, report_console,
-                                   rerun_without_interpreter, run_in_workers, summarize)
+from rich.table import Table
+from rich.text import Text
+
 from kernels import Variant
+
+from .compile_gate import (SPECS, Case, CompileReport, _blank_report, _s, add_case_arguments,
+                           add_output_arguments, compile_kernel_for_sm90, compile_progress,
+                           describe_error, gate_cases, interpreting, report_console,
+                           rerun_without_interpreter, run_in_workers, summarize)
 
 DOT_ROLES = {  # kernel variable -> the product it holds
     "s": "S", "pv": "PV", "o_s": "PV",  # forward (o_s: split-K's per-slice P V)
@@ -457,9 +460,6 @@ def _reductions_text(reductions: list[ReductionLayout]) -> str:
 
 
 def _table(reports: list[LayoutReport]):
-    from rich.table import Table
-    from rich.text import Text
-
     table = Table(title="sm_90 layouts (warpsPerCTA as Triton chose them; gluon: as the kernel "
                   "states them)", show_lines=True)
     for column in ("backend", "kernel", "variant", "dtype", "D", "causal", "products",

@@ -18,8 +18,14 @@ import signal
 import sys
 import time
 
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from properties import PROPERTIES
+
 from ..core.environment import describe_environment, select_device
-from ..core.implementations import columns as make_columns, default_specs
+from ..core.implementations import columns as make_columns
+from ..core.implementations import default_specs
 from ..core.results import read_json, write_json
 from . import runner, verdicts
 
@@ -59,10 +65,6 @@ def main(argv=None) -> int:
         print(verdicts.markdown(read_json(args.from_path)))  # X.json or its compressed X.json.gz
         return 0
     device = select_device()  # sets TRITON_INTERPRET before triton is imported
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from properties import PROPERTIES
 
     console = Console(width=None if sys.stdout.isatty() else 200)
     tier = args.tier or ("full" if device == "cuda" else "quick")

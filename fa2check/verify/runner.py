@@ -11,13 +11,22 @@ every other group has finished, when the kernels they need are in Triton's on-di
 """
 from __future__ import annotations
 
+import multiprocessing
 import os
 import queue as queue_module
 import time
 import traceback
 import warnings
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 
+import torch
+
+from properties import PROPERTIES
+from properties.base import PropertyResult
+
+from ..core.environment import select_device
+from ..core.explain import explain_failures
 from ..core.implementations import Column, Unsupported, accepting_variant, takes_variant
 
 
@@ -30,8 +39,6 @@ class Task:
 
 def plan(tier: str, columns: list[Column], property_names=None, case_ids=None, seed: int = 0,
          forward_only: bool = False) -> list[Task]:
-    from properties import PROPERTIES
-
     names = property_names or list(PROPERTIES)
     for name in names:
         if name not in PROPERTIES:
@@ -56,11 +63,6 @@ def plan(tier: str, columns: list[Column], property_names=None, case_ids=None, s
 def run_task(task: Task, device: str) -> dict:
     """Run one task; an implementation that raises gives an 'error' record, not an abort. A
     failed case's message says, check by check, what was expected and what came out."""
-    from properties import PROPERTIES
-    from properties.base import PropertyResult
-
-    from ..core.explain import explain_failures
-
     started = time.time()
     variant = task.column.variant
     try:
@@ -84,8 +86,6 @@ def run_task(task: Task, device: str) -> dict:
                                 message=f"{type(error).__name__}: {error}".splitlines()[0])
         trace = traceback.format_exc()
     if device == "cuda":
-        import torch
-
         torch.cuda.empty_cache()  # many workers share the GPU: hand back what this task cached
     record = result.as_dict()
     # variant: what was passed to the implementation (None: it takes none)
@@ -101,8 +101,6 @@ def run_task(task: Task, device: str) -> dict:
 
 def groups(tasks: list[Task], device: str) -> list[list[list[Task]]]:
     """Phases of groups of tasks (see the module docstring), costliest groups first."""
-    from properties import PROPERTIES
-
     phases = ({}, {})
     for task in tasks:
         p = task.case.problem
@@ -143,9 +141,6 @@ def execute(tasks: list[Task], device: str, jobs: int, on_record) -> list[dict]:
 
 def _execute_in_workers(phases, device, jobs, collect):
     """One pool for all phases; a phase starts when the previous one has finished."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
     context = multiprocessing.get_context("spawn")  # CUDA and Triton need a fresh process
     results = context.Queue()
     threads = max(1, (os.cpu_count() or 1) // jobs)
@@ -177,10 +172,8 @@ _results = None
 def _init_worker(results, threads):
     global _results
     _results = results
-    from ..core.environment import select_device
 
     select_device()  # TRITON_INTERPRET comes from the parent's environment
-    import torch
 
     torch.set_num_threads(threads)
 

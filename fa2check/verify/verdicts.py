@@ -6,6 +6,10 @@ from __future__ import annotations
 import math
 import shlex
 
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
 from ..core.explain import format_ratio
 
 FAILED = ("fail", "error")
@@ -40,9 +44,6 @@ def cell(records: list[dict]) -> tuple[str, str]:
 
 
 def table(records: list[dict], columns: list, property_names: list[str], title: str):
-    from rich.markup import escape
-    from rich.table import Table
-
     t = Table(title=escape(title), min_width=len(title) + 4)
     t.add_column("property")
     for column in columns:
@@ -56,8 +57,6 @@ def table(records: list[dict], columns: list, property_names: list[str], title: 
 
 def markdown(report: dict) -> str:
     """The verdict table of a saved --json report as markdown (for the README)."""
-    from rich.text import Text
-
     labels = [c["label"] for c in report["columns"]]
     lines = ["| property | " + " | ".join(labels) + " |", "|---" * (len(labels) + 1) + "|"]
     for name in report["properties"]:
@@ -133,8 +132,6 @@ def reproduce(record: dict, tier: str, seed: int, forward_only: bool) -> str:
 def failure_lines(records: list[dict]) -> list[str]:
     """Each failed case with what was expected and what came out, and its command; an
     implementation that raised is shown once per (column, message), with how many cases."""
-    from rich.markup import escape
-
     lines, raised = [], {}
     for r in records:
         if r["status"] == "error":
