@@ -11,6 +11,8 @@ XDIST = $(shell $(PYTHON) -c "import xdist" 2>/dev/null && echo "-n $(TEST_JOBS)
 # torch: the CPU wheel this project's machines carry; CUDA machines bring their own
 TORCH_CPU ?= torch==2.13.0
 STAMP := $(VENV)/.installed
+# import-linter (lint-imports) run by the python that runs the tests: the layers in pyproject.toml
+LINT_IMPORTS = $(PYTHON) -c "import importlinter.cli as cli; cli.lint_imports_command()"
 
 .PHONY: setup verify fuzz test test-gpu compile-gate clean
 
@@ -30,6 +32,7 @@ fuzz: setup
 	$(PYTHON) -m fa2check.fuzz $(ARGS)
 
 test: setup
+	$(LINT_IMPORTS)
 	$(PYTHON) -m pytest $(XDIST) $(ARGS)
 
 test-gpu:

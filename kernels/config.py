@@ -117,7 +117,7 @@ def default_config(head_dim: int, on_gpu: bool, variant=None, dtype=None,
         # d = 128 one stage takes 234-247 with the full mask and no spills, and causal spills
         # 196-224 bytes (every tile tried spilled some there).
         # FA1 itself stepped 16 rows at a time on mma.sync; a wgmma needs 64 rows a warpgroup,
-        # and the tuning space holds both (fa2check/tuning.py).
+        # and the tuning space holds both (fa2check/ablate/tuning.py).
         config = replace(config, block_m=128, block_n=64, num_warps=8,
                          num_stages=2 if head_dim <= 64 else 1)
     if variant is not None and not variant.split_q and on_gpu and head_dim >= 128:

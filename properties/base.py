@@ -15,10 +15,10 @@ from dataclasses import asdict, dataclass, field, replace
 
 import torch
 
-from fa2check.checks import Outputs, Reference, run_impl
-from fa2check.oracle import default_scale, expand_kv, visible_mask
-from fa2check.passrule import OutputCheck
-from fa2check.problems import Problem
+from fa2check.core.checks import Outputs, Reference, run_impl
+from fa2check.core.oracle import default_scale, expand_kv, visible_mask
+from fa2check.core.passrule import OutputCheck
+from fa2check.core.problems import Problem
 
 OUTPUTS = ("o", "lse", "dq", "dk", "dv")
 

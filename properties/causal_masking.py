@@ -23,8 +23,8 @@ import functools
 
 import torch
 
-from fa2check.checks import Reference
-from fa2check.problems import Problem
+from fa2check.core.checks import Reference
+from fa2check.core.problems import Problem
 
 from .base import Case, Check, PropertyResult, bitwise, call, pass_rule, visible_counts
 from .full_shapes import GQA_BF16_D64, LONG_KEYS_FP16_D128, LONG_QUERIES_FP32_D32, like

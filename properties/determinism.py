@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import functools
 
-from fa2check.checks import Reference
-from fa2check.problems import Problem
+from fa2check.core.checks import Reference
+from fa2check.core.problems import Problem
 
 from .base import Case, Check, PropertyResult, allowed_errors, bitwise, call, dq_may_vary
 from .full_shapes import LONG_QUERIES_FP32_D32, WIDE_BF16_D256, like

@@ -49,10 +49,10 @@ import math
 
 import torch
 
-from fa2check.checks import Reference
-from fa2check.oracle import expand_kv
-from fa2check.passrule import rounding_floor
-from fa2check.problems import Problem
+from fa2check.core.checks import Reference
+from fa2check.core.oracle import expand_kv
+from fa2check.core.passrule import rounding_floor
+from fa2check.core.problems import Problem
 
 from .base import Case, Check, PropertyResult, call, scores
 from .full_shapes import (GQA_BF16_D64, LONG_KEYS_FP16_D128, LONG_QUERIES_FP32_D32, NARROW_FP16_D16,

@@ -11,7 +11,7 @@ seqlen_k, MHA, GQA (groups 3, 4, 5) and MQA, and sequences of 16k queries and of
 """
 from dataclasses import replace
 
-from fa2check.problems import Problem
+from fa2check.core.problems import Problem
 
 GQA_BF16_D64 = Problem(2, 8, 2, 2048, 2048, 64, "bfloat16", causal=True)  # equal lengths
 LONG_KEYS_FP16_D128 = Problem(1, 4, 4, 1031, 16384, 128, "float16", causal=True)  # Sq < Sk, MHA

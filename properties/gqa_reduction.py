@@ -21,9 +21,9 @@ from dataclasses import replace
 
 import torch
 
-from fa2check.checks import Reference
-from fa2check.oracle import expand_kv
-from fa2check.problems import Problem
+from fa2check.core.checks import Reference
+from fa2check.core.oracle import expand_kv
+from fa2check.core.problems import Problem
 
 from .base import (Case, Check, PropertyResult, allowed_errors, call, nan_filled_allocations,
                    pass_rule, within)

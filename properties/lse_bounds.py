@@ -10,7 +10,7 @@ L is also compared with the float64 oracle on every row and with mpmath (50 digi
 rows. A log2 logsumexp (L / ln 2) breaks the bounds for most rows and misses the references.
 
 Tolerance: every check allows the pass rule's allowed lse error `a` (c * error of the
-same-dtype PyTorch lse + floor, see fa2check.passrule): the bounds may be missed by a, and the
+same-dtype PyTorch lse + floor, see fa2check.core.passrule): the bounds may be missed by a, and the
 row sums may be off by expm1(a).
 """
 from __future__ import annotations
@@ -20,9 +20,9 @@ import math
 
 import torch
 
-from fa2check.checks import Reference
-from fa2check.oracle import mp_reference_rows
-from fa2check.problems import Problem
+from fa2check.core.checks import Reference
+from fa2check.core.oracle import mp_reference_rows
+from fa2check.core.problems import Problem
 
 from .base import (Case, Check, PropertyResult, call, from_output_checks, scores, seeded_rows,
                    visible_counts)

@@ -26,8 +26,8 @@ import functools
 
 import torch
 
-from fa2check.checks import Reference
-from fa2check.problems import Problem
+from fa2check.core.checks import Reference
+from fa2check.core.problems import Problem
 
 from .base import (OUTPUTS, Case, PropertyResult, allowed_errors, call, dq_may_vary, pass_rule,
                    within)

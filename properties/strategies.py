@@ -21,7 +21,8 @@ What the strategies favour:
   below -5e4, one dominant key, lse below -88.7) are judged like properties/extreme_logits.py
   judges them (the same-dtype baseline of the pass rule means nothing there), forward only except
   lse-below-88.7 in float32, and drawn half as often as the others (whose gradients are judged;
-  fa2check/fuzzer.py says how). NaN and inf inputs are never drawn: the oracle would be NaN too.
+  fa2check/fuzz/fuzzer.py says how). NaN and inf inputs are never drawn: the oracle would be NaN
+  too.
 - layouts: contiguous, or the NaN-surrounded views of properties/memory_safety.py, so every
   example also checks that nothing outside the tensors' extent is read.
 Every choice shrinks towards the first option: FA2, float16, head_dim 16, not causal, batch 1,
@@ -36,7 +37,7 @@ from dataclasses import dataclass, field, replace
 import torch
 from hypothesis import strategies as st
 
-from fa2check.problems import DTYPES, Problem
+from fa2check.core.problems import DTYPES, Problem
 from kernels import SUPPORTED_HEAD_DIMS, TILE_HEAD_DIMS, Variant, default_config
 from kernels.config import block_d
 

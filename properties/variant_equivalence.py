@@ -14,8 +14,8 @@ from __future__ import annotations
 import functools
 from dataclasses import replace
 
-from fa2check.checks import Reference
-from fa2check.problems import Problem
+from fa2check.core.checks import Reference
+from fa2check.core.problems import Problem
 
 from .base import Case, Check, PropertyResult, allowed_errors, bitwise, call, within
 from .full_shapes import GQA_BF16_D64, NARROW_FP16_D16, like

@@ -13,7 +13,7 @@ import math
 
 import torch
 
-from fa2check.oracle import default_scale, visible_mask
+from fa2check.core.oracle import default_scale, visible_mask
 from kernels import default_config
 
 BUGS = {

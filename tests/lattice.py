@@ -1,6 +1,6 @@
 """The test lattice: variants x causal x dtype, each paired with a shape so that every variant,
 every dtype and every masking mode meets every shape (MHA/GQA/MQA, odd and unequal lengths)."""
-from fa2check.problems import Problem
+from fa2check.core.problems import Problem
 from kernels import Variant
 
 DTYPES = ("float16", "bfloat16", "float32")

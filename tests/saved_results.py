@@ -1,17 +1,17 @@
-"""Made-up results files, as fa2check.sweep.run writes them, for the tests that render,
+"""Made-up results files, as fa2check.ablate.sweep.run writes them, for the tests that render,
 merge and check saved results (tests/test_ablate.py, tests/test_clocks.py)."""
 import json
 import math
 
 import numpy as np
 
-from fa2check import contributions as C
-from fa2check.grids import Cell
+from fa2check.ablate import contributions as C
+from fa2check.ablate.grids import Cell
 
 
 def synthetic_results(date="2026-11-30T10:00:00+00:00", modes=("fwd", "bwd"), device="cuda",
                        gluon=False, n_cells=2):
-    """A results file as fa2check.sweep.run writes it, with made-up timings; gluon: the fwd
+    """A results file as fa2check.ablate.sweep.run writes it, with made-up timings; gluon: the fwd
     mode also has Gluon kernels, whose split_q is worth less (0.1 instead of 0.3 on log time)."""
     rng = np.random.default_rng(7)
     effects = {"defer_norm": 0.03, "seq_parallel": 0.8, "split_q": 0.3}

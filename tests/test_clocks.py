@@ -1,12 +1,12 @@
-"""fa2check.clocks: nvidia-smi's samples, credited to the do_bench calls they fall in, and shown
+"""fa2check.ablate.clocks: nvidia-smi's samples, credited to the do_bench calls they fall in, and shown
 beside the ratios. The GPU path runs nvidia-smi; here a stand-in script prints its lines."""
 import json
 import sys
 import time
 from datetime import datetime
 
-from fa2check import clocks
-from fa2check.sweep import attribute_clocks
+from fa2check.ablate import clocks
+from fa2check.ablate.sweep import attribute_clocks
 from saved_results import synthetic_results, two_runs
 
 

@@ -65,5 +65,5 @@ def test_make_test_runs_the_tests_in_parallel():
 def test_no_word_about_machines_that_are_not_the_users():
     assert "make test-gpu" in GPU_SKIP_REASON
     for name in ("README.md", "Makefile", "pyproject.toml", "tests/conftest.py",
-                 "fa2check/fuzz.py", "fa2check/verify.py"):
+                 "fa2check/fuzz/cli.py", "fa2check/verify/cli.py"):
         assert "device machine" not in _read(name), name

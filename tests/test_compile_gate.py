@@ -13,7 +13,7 @@ import re
 import pytest
 
 from compile_cli import ROOT, run_cli
-from fa2check.compile_gate import _forward_specialization, make_case, ptxas_usage
+from fa2check.inspect.compile_gate import _forward_specialization, make_case, ptxas_usage
 from kernels import TILE_HEAD_DIMS, Variant
 from kernels.forward import _attn_fwd
 

@@ -8,7 +8,7 @@ from functools import partial
 
 import pytest
 
-from fa2check.problems import Problem
+from fa2check.core.problems import Problem
 from kernels import Variant, default_config, flash_attention
 from properties import determinism
 from properties.base import Case

@@ -10,8 +10,8 @@ from functools import partial
 import pytest
 import torch
 
-from fa2check.checks import Reference
-from fa2check.problems import Problem
+from fa2check.core.checks import Reference
+from fa2check.core.problems import Problem
 from kernels import TileConfig, Variant, default_config, flash_attention
 from kernels.forward import FA1_MAX_SPLITS, INTERPRETER_SMS, fa1_num_splits
 

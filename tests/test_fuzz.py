@@ -14,11 +14,11 @@ import torch
 from hypothesis import given, settings
 
 from doubles import double
-from fa2check import corpus, fuzz
-from fa2check.checks import Reference
-from fa2check.fuzzer import DEFAULT_CHECKS, PROFILES, check_example
-from fa2check.fuzzer import fuzz as run_fuzz
-from fa2check.problems import Problem
+from fa2check.fuzz import cli as fuzz, corpus
+from fa2check.core.checks import Reference
+from fa2check.fuzz.fuzzer import DEFAULT_CHECKS, PROFILES, check_example
+from fa2check.fuzz.fuzzer import fuzz as run_fuzz
+from fa2check.core.problems import Problem
 from kernels import Variant, default_config, flash_attention
 from lattice import lattice
 from properties.base import scores
@@ -379,7 +379,7 @@ def test_a_function_without_variant_is_fuzzed_and_a_clean_run_says_so(tmp_path, 
 
 
 def test_coverage_names_length_classes_in_words():
-    from fa2check.fuzzer import Tally, Tick, coverage_label
+    from fa2check.fuzz.fuzzer import Tally, Tick, coverage_label
 
     assert coverage_label("seqlen_k", "32k") == "multiple of 32"
     assert coverage_label("seqlen_q", "64k+1") == "multiple of 64 plus 1"

@@ -4,8 +4,8 @@ float64 oracle at head dims that are not tile widths, with small lengths (the in
 import pytest
 import torch
 
-from fa2check.checks import Reference
-from fa2check.problems import Problem
+from fa2check.core.checks import Reference
+from fa2check.core.problems import Problem
 from kernels import TILE_HEAD_DIMS, TileConfig, Variant, default_config, flash_attention
 from kernels.config import block_d
 from lattice import DTYPES, SHAPES

@@ -15,7 +15,7 @@ from compile_cli import ROOT
 
 PROBE = """
 import json
-from fa2check.compile_gate import ptxas_usage, rerun_ptxas
+from fa2check.inspect.compile_gate import ptxas_usage, rerun_ptxas
 from kernels import Variant
 from kernels.hopper_forward import compile_for_sm90
 out = {{}}

@@ -4,8 +4,8 @@ from functools import partial
 
 import pytest
 
-from fa2check.checks import Reference
-from fa2check.problems import Problem
+from fa2check.core.checks import Reference
+from fa2check.core.problems import Problem
 from kernels import Variant, default_config, flash_attention
 from kernels.launch_order import LONGEST_FIRST_MIN_KEYS
 from lattice import lattice

@@ -9,7 +9,7 @@ from triton.compiler import make_backend
 from triton.runtime.jit import native_specialize_impl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from fa2check.problems import Problem
+from fa2check.core.problems import Problem
 import kernels.launch_cache as launch_cache
 from kernels.launch_cache import CachedLaunch, _argument_key
 

@@ -12,7 +12,7 @@ import textwrap
 import pytest
 
 from compile_cli import run_cli
-from fa2check.layouts import LayoutParseError, parse_dots, parse_layout_aliases, parse_reductions
+from fa2check.inspect.layouts import LayoutParseError, parse_dots, parse_layout_aliases, parse_reductions
 
 
 # Lines as Triton 3.6 prints them for the split-K forward, shortened; 8 warps on 64 rows
@@ -210,7 +210,7 @@ def test_gluon_split_k_reduces_the_statistics_and_outputs_across_warps(gluon_fa2
 
 
 def test_warp_partition_tells_the_splits_apart(gluon_fa2_and_split_k, fa2_and_split_k):
-    from fa2check.layouts import DotLayout, LayoutReport, ReductionLayout, warp_partition
+    from fa2check.inspect.layouts import DotLayout, LayoutReport, ReductionLayout, warp_partition
 
     def rebuilt(report):
         return LayoutReport(report["backend"], None, [DotLayout(**d) for d in report["dots"]],

@@ -4,9 +4,9 @@ import pytest
 import torch
 
 from doubles import double
-from fa2check.checks import Reference
-from fa2check.oracle import mp_reference_rows, reference, visible_mask
-from fa2check.problems import Problem
+from fa2check.core.checks import Reference
+from fa2check.core.oracle import mp_reference_rows, reference, visible_mask
+from fa2check.core.problems import Problem
 
 
 @pytest.mark.parametrize("scale", (1.0, 30.0, 300.0), ids=lambda s: f"x{s:g}")

@@ -5,7 +5,7 @@ gradients' side; this shows the residual itself, for every variant."""
 import pytest
 import torch
 
-from fa2check.oracle import reference
+from fa2check.core.oracle import reference
 from kernels import Variant, default_config
 from kernels.forward import attn_fwd
 

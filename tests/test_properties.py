@@ -8,7 +8,7 @@ import torch
 
 from conftest import DEVICE
 from doubles import double
-from fa2check.problems import Problem
+from fa2check.core.problems import Problem
 from kernels import Variant, flash_attention
 from kernels.config import default_config
 from properties import PROPERTIES

@@ -1,14 +1,14 @@
 """Replay the regression corpus (tests/regressions/*.json): every counterexample that
 `python -m fa2check.fuzz` has found, in our kernels or in any other implementation, must pass
-through our kernels (fa2check/corpus.py says what replay means). An entry marked "known_open"
+through our kernels (fa2check/fuzz/corpus.py says what replay means). An entry marked "known_open"
 is a bug of ours accepted as open: its replay is a strict xfail."""
 import os
 
 import pytest
 
-from fa2check import corpus
-from fa2check.fuzzer import CHECKS
-from fa2check.implementations import OURS
+from fa2check.fuzz import corpus
+from fa2check.fuzz.fuzzer import CHECKS
+from fa2check.core.implementations import OURS
 from properties.strategies import Example
 
 ENTRIES = corpus.load()

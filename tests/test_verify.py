@@ -9,11 +9,13 @@ import pytest
 
 from conftest import DEVICE
 from doubles import double
-from fa2check import verdicts, verify
+from fa2check import verify
 from fa2check.adapters import sdpa_efficient, sdpa_flash, sdpa_math
-from fa2check.implementations import Column, Unsupported, columns, default_specs
-from fa2check.problems import Problem
-from fa2check.runner import Task, plan, run_task
+from fa2check.core.explain import format_ratio
+from fa2check.core.implementations import Column, Unsupported, columns, default_specs
+from fa2check.core.problems import Problem
+from fa2check.verify import verdicts
+from fa2check.verify.runner import Task, plan, run_task
 from kernels import Variant
 from properties import PROPERTIES
 from properties.base import Case
@@ -64,7 +66,7 @@ def test_failures_exit_nonzero_and_reproduce(tmp_path, capsys):
     capsys.readouterr()
     assert verify.main(["--from", str(report)]) == 0  # the saved verdict as markdown
     row = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| lse_b")]
-    worst = verdicts._ratio(max(r["ratio"] for r in failed))
+    worst = format_ratio(max(r["ratio"] for r in failed))
     assert row == [f"| lse_bounds | FAIL {len(failed)}/{len(failed)}, error {worst}x allowed |"]
     with gzip.open(str(report) + ".gz", "wt") as f:  # committed older verdicts are compressed
         f.write(report.read_text())

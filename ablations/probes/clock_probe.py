@@ -1,6 +1,6 @@
 """Question: what clock and power do ours and sdpa-flash get at the 700 W cap? (D20)
 
-SM clock and board power (fa2check.clocks: nvidia-smi every 50 ms) while FA2 calls run, to
+SM clock and board power (fa2check.ablate.clocks: nvidia-smi every 50 ms) while FA2 calls run, to
 tell a kernel's speed from the clock the GPU gives it (the H200 caps the board at 700 W).
 
     python3 ablations/probes/clock_probe.py --mode fwd|fwd+bwd [--head-dim 64] [--seqlen 1024]
@@ -14,7 +14,7 @@ For each dtype and each regime the call is timed while nvidia-smi samples: do_be
 100), then back-to-back calls for --loop-s seconds (sustained use).
 Prints ms a call and the mean clock and power of each (over the samples after the first
 RAMP_S seconds); --json keeps the samples. --subject sdpa-flash (or another
-fa2check.sdpa_backends name) times that SDPA backend the same way, for a ratio under
+fa2check.core.sdpa_backends name) times that SDPA backend the same way, for a ratio under
 sustained use. A do_bench regime shorter than RAMP_S gets no samples (printed as nan).
 
 Written for two questions: does fp16 trail bf16 at the same tiles because its clock is lower
@@ -31,8 +31,9 @@ from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from fa2check import clocks, sdpa_backends, tuning  # noqa: E402
-from fa2check.grids import paper_batch, paper_heads  # noqa: E402
+from fa2check.ablate import clocks, tuning  # noqa: E402
+from fa2check.core import sdpa_backends  # noqa: E402
+from fa2check.ablate.grids import paper_batch, paper_heads  # noqa: E402
 
 # the power takes ~0.5 s to reach the 700 W cap (213 -> 513 -> 693 W in the
 # measured loops): means skip that ramp
@@ -49,12 +50,12 @@ def parse_tile(text: str, backward: bool) -> dict:
 
 
 def after_ramp(samples, start: float) -> list:
-    """fa2check.clocks samples (epoch s, MHz, W) from RAMP_S seconds after `start` on."""
+    """fa2check.ablate.clocks samples (epoch s, MHz, W) from RAMP_S seconds after `start` on."""
     return [s for s in samples if s[0] >= start + RAMP_S]
 
 
 def sampled(run):
-    """run() while fa2check.clocks samples; (run's result, samples after the ramp)."""
+    """run() while fa2check.ablate.clocks samples; (run's result, samples after the ramp)."""
     with clocks.ClockLog() as log:
         start = time.time()
         result = run()

@@ -24,9 +24,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from fa2check.environment import describe_environment  # noqa: E402
-from fa2check.grids import FLOP_FACTOR, paper_batch, paper_heads  # noqa: E402
-from fa2check.timing import summary, tflops  # noqa: E402
+from fa2check.core.environment import describe_environment  # noqa: E402
+from fa2check.ablate.grids import FLOP_FACTOR, paper_batch, paper_heads  # noqa: E402
+from fa2check.ablate.timing import summary, tflops  # noqa: E402
 
 SEQLENS = (1024, 4096, 16384)
 ROUNDS = 3

@@ -29,8 +29,8 @@ import torch
 from triton.testing import do_bench
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from fa2check.grids import Cell, paper_batch, paper_heads  # noqa: E402
-from fa2check.timing import tflops  # noqa: E402
+from fa2check.ablate.grids import Cell, paper_batch, paper_heads  # noqa: E402
+from fa2check.ablate.timing import tflops  # noqa: E402
 from kernels import Variant, flash_attention  # noqa: E402
 from kernels.config import default_config  # noqa: E402
 

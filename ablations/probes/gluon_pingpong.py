@@ -330,7 +330,7 @@ def compile_for_sm90(dtype="bf16", block_m=64, block_n=128, head_dim=64, stages=
 
 def tuned_config(path, seqlen, head_dim, causal, dtype):
     """The FA2 variant's tiles of that run's cell."""
-    from fa2check.results import load
+    from fa2check.ablate.results import load
     from kernels.config import TileConfig
 
     for cell in load(path)["cells"]:
@@ -345,7 +345,7 @@ def tuned_config(path, seqlen, head_dim, causal, dtype):
 def compile_report(**options) -> dict:
     """compile_for_sm90(**options): ptxas's registers and spills, shared memory, and the PTX's
     wgmma, setmaxnreg and mbarrier-wait counts."""
-    from fa2check.compile_gate import ptxas_usage, rerun_ptxas
+    from fa2check.inspect.compile_gate import ptxas_usage, rerun_ptxas
 
     compiled = compile_for_sm90(**options)
     ptx = compiled.asm["ptx"]
@@ -360,10 +360,10 @@ def check(args):
     import torch
     from triton.testing import do_bench
 
-    from fa2check.grids import Cell, paper_batch, paper_heads
-    from fa2check.oracle import reference
-    from fa2check.sdpa_backends import forced, sdpa
-    from fa2check.timing import tflops
+    from fa2check.ablate.grids import Cell, paper_batch, paper_heads
+    from fa2check.core.oracle import reference
+    from fa2check.core.sdpa_backends import forced, sdpa
+    from fa2check.ablate.timing import tflops
     from kernels import flash_attention
 
     n, d = args.seqlen, args.head_dim

@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from fa2check.oracle import reference  # noqa: E402
+from fa2check.core.oracle import reference  # noqa: E402
 from kernels import Variant, flash_attention  # noqa: E402
 
 

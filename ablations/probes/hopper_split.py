@@ -40,10 +40,10 @@ import torch
 from triton.testing import do_bench
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from fa2check.grids import Cell, paper_batch, paper_heads  # noqa: E402
-from fa2check.oracle import reference  # noqa: E402
-from fa2check.sdpa_backends import forced, sdpa  # noqa: E402
-from fa2check.timing import tflops  # noqa: E402
+from fa2check.ablate.grids import Cell, paper_batch, paper_heads  # noqa: E402
+from fa2check.core.oracle import reference  # noqa: E402
+from fa2check.core.sdpa_backends import forced, sdpa  # noqa: E402
+from fa2check.ablate.timing import tflops  # noqa: E402
 from kernels import Variant, flash_attention  # noqa: E402
 from kernels.config import TileConfig, default_config  # noqa: E402
 from kernels.hopper_forward import SHARED_LIMIT, shared_bytes  # noqa: E402
@@ -105,8 +105,8 @@ def time_fn(fn):
 def render(path) -> str:
     """A saved run as markdown: TFLOP/s and % of the run's matmul rate of FA2 and the
     FA1-style baseline, FA2 / FA1-style, and each switch's Shapley factor in each cell (on log
-    time over the 8 variants, fa2check.contributions; one sweep, so no intervals)."""
-    from fa2check.contributions import FLAGS, decompose, subsets, variant_for
+    time over the 8 variants, fa2check.ablate.contributions; one sweep, so no intervals)."""
+    from fa2check.ablate.contributions import FLAGS, decompose, subsets, variant_for
 
     data = json.loads(Path(path).read_text())
     prov, matmul = data["provenance"], data["matmul_tflops"]

@@ -37,10 +37,10 @@ import torch
 import triton
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from fa2check.environment import describe_environment  # noqa: E402
-from fa2check.grids import paper_batch, paper_heads  # noqa: E402
-from fa2check.sdpa_backends import BACKENDS, forced, sdpa  # noqa: E402
-from fa2check.timing import summary  # noqa: E402
+from fa2check.core.environment import describe_environment  # noqa: E402
+from fa2check.ablate.grids import paper_batch, paper_heads  # noqa: E402
+from fa2check.core.sdpa_backends import BACKENDS, forced, sdpa  # noqa: E402
+from fa2check.ablate.timing import summary  # noqa: E402
 
 CALLS = 300
 

@@ -108,7 +108,7 @@ def kernel_sass(kernel: str, head_dim: int, dtype: str, causal: bool, variant,
     from triton import knobs
 
     from compare_kernels import config_overrides  # this script's folder is on sys.path
-    from fa2check.compile_gate import compile_kernel_for_sm90
+    from fa2check.inspect.compile_gate import compile_kernel_for_sm90
     from kernels import TileConfig
     from kernels.config import default_config
 
@@ -132,7 +132,7 @@ def main(argv=None) -> int:
     p.add_argument("--full", action="store_true", help="non-causal (default: causal)")
     p.add_argument("--variant", default="+defer+seqpar+splitq")
     args = p.parse_args(argv)
-    from fa2check.compile_gate import interpreting
+    from fa2check.inspect.compile_gate import interpreting
     from kernels import Variant
 
     if interpreting():

@@ -61,7 +61,7 @@ def profile(cases: list[str], mode: str) -> None:
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from launch_cost_probe import make_case
-    from fa2check.sdpa_backends import forced
+    from fa2check.core.sdpa_backends import forced
 
     for spec in cases:
         call, backend = make_case(spec, mode)

@@ -7,7 +7,7 @@ Issue 7's performance targets, checked against saved ablation results (no GPU ne
 For every file and every mode it holds, FA2 (all three changes on) against torch SDPA's flash
 backend in the same run, cell by cell: forward >= 1.3x at seqlen >= 1k and >= 1.5x at
 head_dim 128, seqlen >= 4k; forward + backward >= 1.2x at seqlen >= 1k. Prints each miss and a
-count per target; where the run sampled clocks (fa2check.clocks), a miss shows FA2's and
+count per target; where the run sampled clocks (fa2check.ablate.clocks), a miss shows FA2's and
 sdpa-flash's SM clock while they were timed; each file's first line says whether its
 kernels (sha256 of kernels/*.py) are the tree's. --across: then, per target, every cell that
 missed in some run, with its ratio in each run that timed it, to tell a miss every run shares
@@ -18,9 +18,9 @@ import os
 import sys
 
 sys.path.insert(0, os.getcwd())
-from fa2check.analysis import analyse_results  # noqa: E402
-from fa2check.environment import kernels_sha256  # noqa: E402
-from fa2check.results import load  # noqa: E402
+from fa2check.ablate.analysis import analyse_results  # noqa: E402
+from fa2check.core.environment import kernels_sha256  # noqa: E402
+from fa2check.ablate.results import load  # noqa: E402
 
 FA2 = "+defer+seqpar+splitq"
 # (mode, name, cell filter, required ratio to sdpa-flash)

@@ -1,0 +1,102 @@
+"""What the ablation times: our kernels (one per variant, each with its own config) and torch
+SDPA's backends, and the calls that are timed for each mode.
+
+- fwd: the forward call (`flash_attention`, or SDPA under one forced backend).
+- bwd: only the backward. The forward runs once outside the timed region with inputs that
+  require grad; the timed call is `torch.autograd.grad(o, (q, k, v), dO, retain_graph=True)`.
+  For our kernels that is the preprocess (D = rowsum(dO * O)), the main backward kernel, the
+  float32 dQ buffer's zeroing and its conversion to the input dtype; SDPA's backends are timed
+  through the same call, so both carry the same autograd overhead.
+- fwd+bwd: the forward and `torch.autograd.grad` of its output, both timed.
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import torch
+
+from ..core.sdpa_backends import BACKENDS, forced, sdpa
+
+GLUON = "gluon"  # the prefix of the Gluon forward's names: "gluon+defer+seqpar+splitq"
+
+
+def kernel_name(variant, kernel_backend: str = "triton") -> str:
+    """The name of one of our kernels: str(variant), prefixed with "gluon" for that backend."""
+    return (GLUON if kernel_backend == GLUON else "") + str(variant)
+
+
+def parse_kernel_name(name: str):
+    """kernel_name's inverse: (kernel backend, kernels.Variant)."""
+    from kernels import Variant
+
+    if name.startswith(GLUON):
+        return GLUON, Variant.parse(name[len(GLUON):])
+    return "triton", Variant.parse(name)
+
+
+@dataclass(frozen=True)
+class Contender:
+    name: str  # kernel_name(variant, kernel_backend) for ours, an sdpa-* backend name otherwise
+    variant: object = None  # kernels.Variant for ours
+    config: object = None  # kernels.TileConfig for ours
+    backend: str | None = None  # the SDPA backend
+    kernel_backend: str = "triton"  # ours: kernels.config.BACKENDS
+
+    @property
+    def ours(self) -> bool:
+        return self.variant is not None
+
+    def context(self):
+        return forced(self.backend) if self.backend else contextlib.nullcontext()
+
+    def forward(self, q, k, v, causal: bool, return_lse: bool = False):
+        """o, or (o, lse) for ours with return_lse (SDPA returns no lse: (o, None))."""
+        if self.ours:
+            from kernels import flash_attention
+
+            return flash_attention(q, k, v, causal=causal, variant=self.variant,
+                                   config=self.config, return_lse=return_lse,
+                                   backend=self.kernel_backend)
+        o = sdpa(q, k, v, causal)
+        return (o, None) if return_lse else o
+
+
+def ours(variant, config, kernel_backend: str = "triton") -> Contender:
+    return Contender(kernel_name(variant, kernel_backend), variant=variant, config=config,
+                     kernel_backend=kernel_backend)
+
+
+def backend(name: str) -> Contender:
+    if name not in BACKENDS:
+        raise ValueError(f"unknown SDPA backend {name!r}; expected one of {', '.join(BACKENDS)}")
+    return Contender(name, backend=name)
+
+
+def make_inputs(cell, device: str, seed: int = 0):
+    """q, k, v (standard normal) and dO for a cell, generated on the device, seeded."""
+    gen = torch.Generator(device=device).manual_seed(seed)
+    shape_q = (cell.batch, cell.heads_q, cell.seqlen, cell.head_dim)
+    shape_kv = (cell.batch, cell.heads_kv, cell.seqlen, cell.head_dim)
+    return tuple(torch.randn(s, device=device, dtype=cell.torch_dtype, generator=gen)
+                 for s in (shape_q, shape_kv, shape_kv, shape_q))
+
+
+@contextlib.contextmanager
+def timed_call(contender: Contender, mode: str, inputs, causal: bool):
+    """Yields the zero-argument callable that is timed for `mode`, with the contender's
+    backend forced for as long as the callable is in use."""
+    q, k, v, do = inputs
+    with contender.context():
+        if mode == "fwd":
+            yield lambda: contender.forward(q, k, v, causal)
+            return
+        leaves = tuple(t.detach().requires_grad_(True) for t in (q, k, v))
+        if mode == "bwd":
+            o = contender.forward(*leaves, causal)
+            yield lambda: torch.autograd.grad(o, leaves, do, retain_graph=True)
+            return
+        if mode == "fwd+bwd":
+            yield lambda: torch.autograd.grad(contender.forward(*leaves, causal), leaves, do)
+            return
+        raise ValueError(f"unknown mode {mode!r}")

@@ -1,0 +1,460 @@
+"""Tables of an ablation's results: rich for the terminal, markdown for the README, and a CSV in
+long format. Every number comes from the results file through fa2check.ablate.analysis; nothing is
+typed by hand.
+"""
+from __future__ import annotations
+
+import csv
+import math
+
+import numpy as np
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from ..core.sdpa_backends import BACKENDS
+from .clocks import median_clock
+from .contributions import FLAGS, interaction_name, players_for, subsets, variant_for, view_of
+from .grids import Cell
+from .tuning import band_seqlens
+
+FLAG_SHORT = {"defer_norm": "defer", "seq_parallel": "seqpar", "split_q": "splitq"}  # Variant's
+BACKEND_LABELS = {"sdpa-flash": "flash", "sdpa-cudnn": "cuDNN", "sdpa-efficient": "efficient",
+                  "sdpa-math": "math"}
+
+
+# ----------------------------------------------------------------------------- table model
+
+class Grid:
+    """A table as plain strings, rendered by `to_rich` or `to_markdown`."""
+
+    def __init__(self, title: str, headers: list[str], caption: str = ""):
+        self.title, self.headers, self.caption, self.rows = title, headers, caption, []
+        self.detail = False  # one of the per-cell or config tables (ablate --full), not headline
+
+    def add(self, *cells):
+        self.rows.append([str(c) for c in cells])
+
+
+def to_rich(grid: Grid):
+    table = Table(title=grid.title, caption=grid.caption or None, caption_justify="left")
+    for i, h in enumerate(grid.headers):
+        table.add_column(h, justify="left" if i == 0 else "right")
+    for row in grid.rows:
+        table.add_row(*[Text(c, style="dim" if ("ns" in c.split() or c.startswith("n/a")) else "")
+                        for c in row])
+    return table
+
+
+def to_markdown(grid: Grid) -> str:
+    lines = [f"**{grid.title}**", "", "| " + " | ".join(grid.headers) + " |",
+             "|" + "|".join(["---"] + ["---:"] * (len(grid.headers) - 1)) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in grid.rows]
+    if grid.caption:
+        lines += ["", grid.caption]
+    return "\n".join(lines) + "\n"
+
+
+# ----------------------------------------------------------------------------- formatting
+
+def factor(q: dict | None) -> str:
+    """'1.23x [1.20, 1.26]', with ' ns' when the interval contains 1."""
+    if q is None:
+        return "-"
+    text = f"{q['factor']:.2f}x [{q['ci_low']:.2f}, {q['ci_high']:.2f}]"
+    return text if q["significant"] else text + " ns"
+
+
+def num(x, fmt="{:.0f}") -> str:
+    return "-" if x is None or (isinstance(x, float) and not math.isfinite(x)) else fmt.format(x)
+
+
+def cell_label(cell: dict) -> list[str]:
+    return [str(cell["seqlen"]), str(cell["head_dim"]), "causal" if cell["causal"] else "full",
+            cell["dtype"]]
+
+
+CELL_HEADERS = ["seqlen", "d", "mask", "dtype"]
+
+
+def names(view: str) -> tuple[str, str]:
+    """(FA2, FA1-style baseline) contender names for a view ("fwd", or "fwd gluon")."""
+    players, prefix = players_for(view), view_of(view)[1]
+    return (prefix + str(variant_for(frozenset(players), players)),
+            prefix + str(variant_for(frozenset(), players)))
+
+
+def provenance_lines(results: dict, source: str | None = None) -> list[str]:
+    p = results["provenance"]
+    settings = results["settings"]
+    lines = []
+    if p.get("device") != "cuda":
+        lines.append(f"CPU INTERPRETER on {p.get('host')}: these timings are meaningless "
+                     "(the code path ran; no GPU measured anything).")
+    else:
+        lines.append(f"Measured on {p.get('gpu')} ({p.get('sms')} SMs), driver {p.get('driver')}, "
+                     f"CUDA {p.get('cuda')}, cuDNN {p.get('cudnn')}, torch {p.get('torch')}, "
+                     f"triton {p.get('triton')}, on {p.get('date')}.")
+    lines.append(f"Code: git {p.get('git_commit')}, kernels sha256 {str(p.get('kernels_sha256'))[:12]}.")
+    lines.append(f"Command: {p.get('command')}")
+    stopped = " (stopped early by --budget-s)" if results.get("stopped_by_budget") else ""
+    timer = ("triton do_bench, L2 flushed" if p.get("device") == "cuda" else "host clock")
+    lines.append(f"Sweeps: {results.get('repeats_done')} of {settings['repeats']}{stopped}; {timer}, "
+                 f"warm-up {settings['warmup_ms']} ms, repeat {settings['rep_ms']} ms.")
+    runs = p.get("merged_from") or []
+    if runs:
+        lines.append(f"Merged from {len(runs)} runs of the same code, cells and tiles (each gated): "
+                     + "; ".join(f"{r['file']} ({r['repeats_done']} of {r['repeats']} sweeps, "
+                                 f"{r['date']}, git {r['git_commit']})" for r in runs) + ".")
+    if p.get("shards"):
+        lines.append(f"Sharded over {len(p['shards'])} processes, one GPU each "
+                     f"({', '.join(p['shards'])}); each cell and all its contenders on one of "
+                     "them (the cell's `shard`); the matmul samples pooled.")
+    for when in ("before", "after"):
+        state = p.get(f"gpu_state_{when}")
+        if state and "error" not in state:
+            lines.append(f"GPU {when}: SM {state.get('clocks.sm')} MHz (max {state.get('clocks.max.sm')}), "
+                         f"memory {state.get('clocks.mem')} MHz, power {state.get('power.draw')} W "
+                         f"of {state.get('power.limit')} W, {state.get('temperature.gpu')} C, "
+                         f"pstate {state.get('pstate')}.")
+    if source:
+        lines.append(f"Rendered from {source}.")
+    return lines
+
+
+# ----------------------------------------------------------------------------- tables
+
+def performance_table(mode: str, data: dict, matmul: dict) -> Grid:
+    fa2, fa1 = names(mode)
+    backends = [b for b in BACKENDS if any(b in row["stats"] for row in data["cells"])]
+    headers = CELL_HEADERS + ["FA2 ms", "IQR", "FA2 TFLOP/s", "% matmul", "FA1-style TFLOP/s"]
+    headers += [f"{BACKEND_LABELS[b]} TFLOP/s" for b in backends]
+    headers += [f"FA2 / {BACKEND_LABELS[b]}" for b in backends]
+    rates = ", ".join(f"{d} {r:.0f} TFLOP/s" for d, r in sorted(matmul.items()))
+    grid = Grid(f"{mode}: time and throughput (paper FLOP count)", headers,
+                f"matmul rate measured in the same run: {rates}. Ratio > 1: FA2 is faster.")
+    for row in data["cells"]:
+        stats = row["stats"]
+        if fa2 not in stats:
+            grid.add(*cell_label(row["cell"]), row["status"], *[""] * (len(headers) - 5))
+            continue
+        s = stats[fa2]
+        values = [num(s["median"], "{:.3f}"), f"{100 * s['iqr_rel']:.1f}%", num(s["tflops"]),
+                  num(s["pct_matmul"], "{:.0f}%"), num(stats.get(fa1, {}).get("tflops"))]
+        values += [num(stats.get(b, {}).get("tflops")) if b in stats
+                   else _why(row, b) for b in backends]
+        values += [num(s.get(f"ratio/{b}"), "{:.2f}") for b in backends]
+        grid.add(*cell_label(row["cell"]), *values)
+    return grid
+
+
+def _why(row, name) -> str:
+    reason = row["excluded"].get(name, "")
+    return "skipped" if reason.startswith("skipped") else ("n/a" if reason else "-")
+
+
+def short_factor(q: dict | None) -> str:
+    """'1.05x', with ' ns' when the 95% interval contains 1."""
+    if q is None:
+        return "-"
+    return f"{q['factor']:.2f}x" + ("" if q["significant"] else " ns")
+
+
+def contributions_table(mode: str, data: dict) -> Grid:
+    players = data["players"]
+    headers = CELL_HEADERS + ["FA2 / FA1-style"]
+    for f in FLAGS:
+        short = FLAG_SHORT[f]
+        headers += [f"{short} alone", f"{short} removed", f"{short} Shapley"]
+    grid = Grid(f"{mode}: what each improvement is worth, per cell (speedup factors; total and "
+                "Shapley with 95% CI)", headers,
+                _game_caption(mode, data) + " alone: switched on in FA1-style; removed: what "
+                "FA2 loses without it.")
+    for row in data["cells"]:
+        c = row["contributions"]
+        if c is None:
+            grid.add(*cell_label(row["cell"]), row["status"], *["-"] * (3 * len(FLAGS)))
+            continue
+        values = [factor(c["total"])]
+        for f in FLAGS:
+            if f in players:
+                values += [short_factor(c[f"alone/{f}"]), short_factor(c[f"removed/{f}"]),
+                           factor(c[f"shapley/{f}"])]
+            else:
+                values += ["n/a"] * 3
+        grid.add(*cell_label(row["cell"]), *values)
+    return grid
+
+
+def _game_caption(mode: str, data: dict) -> str:
+    text = ("Shapley values on log time: the factors multiply to FA2 / FA1-style exactly. "
+            "ns: the 95% bootstrap interval contains 1.")
+    for flag, why in data.get("not_applicable", {}).items():
+        text += f" {flag}: {why}."
+    return text
+
+
+def summary_table(mode: str, data: dict) -> Grid:
+    s = data["summary"]
+    grid = Grid(f"{mode}: contributions over the grid ({data['cells_in_summary']} cells, "
+                "geometric mean of factors, 95% CI)",
+                ["improvement", "alone on FA1-style", "removed from FA2", "Shapley"],
+                _game_caption(mode, data))
+    for flag in FLAGS:
+        if flag in data["players"]:
+            grid.add(flag, factor(s[f"alone/{flag}"]), factor(s[f"removed/{flag}"]),
+                     factor(s[f"shapley/{flag}"]))
+        else:
+            grid.add(flag, "n/a", "n/a", "n/a")
+    players = data["players"]
+    for t in subsets(players):
+        if len(t) >= 2:
+            name = interaction_name(t)
+            grid.add(f"interaction {name.replace('x', ' x ')}", "", "", factor(s[f"interaction/{name}"]))
+    product = math.exp(sum(s[f"shapley/{f}"]["log"] for f in players))
+    grid.add("total FA2 / FA1-style", "", "", factor(s["total"]) + f" (Shapley product {product:.2f}x)")
+    return grid
+
+
+def by_seqlen_table(mode: str, data: dict) -> Grid:
+    grid = Grid(f"{mode}: contributions by seqlen (geometric mean over head_dim, mask, dtype)",
+                ["seqlen", "FA2 / FA1-style"] + [f"Shapley {f}" for f in FLAGS],
+                _game_caption(mode, data))
+    for seqlen, s in data["by_seqlen"].items():
+        grid.add(seqlen, factor(s["total"]),
+                 *[factor(s[f"shapley/{f}"]) if f in data["players"] else "n/a" for f in FLAGS])
+    return grid
+
+
+def backends_table(view: str, triton: dict, gluon: dict) -> Grid:
+    """The Shapley values of one run measured with both kernel backends, side by side: the
+    Triton kernels (split_q: split-K's data flow, warps as Triton lays them out) and the Gluon
+    kernel (split_q: the warp partitioning itself)."""
+    mode = view_of(view)[0]
+    players = players_for(mode)
+    headers = ["seqlen"] + [f"{f}: triton / gluon" for f in players] + ["FA2 / FA1-style"]
+    grid = Grid(f"{mode}: the same run's contributions with each kernel backend (Shapley, "
+                "geometric mean over the cells)", headers,
+                "triton: kernels/forward.py, where split_q=False is split-K's data flow laid out "
+                "by Triton (wgmma for S, mma.sync for the per-slice P V); gluon: kernels/"
+                "gluon_forward.py, mma.sync with the warps on the query rows (split-Q) or on "
+                "the key slices (split-K), stated in the kernel.")
+    rows = [("all", triton["summary"], gluon["summary"])]
+    rows += [(s, t, gluon["by_seqlen"].get(s)) for s, t in triton["by_seqlen"].items()]
+    for seqlen, t, g in rows:
+        if t is None or g is None:
+            continue
+        grid.add(seqlen, *[f"{short_factor(t[f'shapley/{f}'])} / {short_factor(g[f'shapley/{f}'])}"
+                           for f in players],
+                 f"{short_factor(t['total'])} / {short_factor(g['total'])}")
+    return grid
+
+
+CLOCK_CAPTION = ("MHz / W: SM clock and board power, medians of the nvidia-smi samples taken "
+                 "during that contender's timing in this seqlen's cells (fa2check.ablate.clocks). In "
+                 "5 s loops at the H200's 700 W cap, our kernels ran 105-123 MHz below "
+                 "sdpa-flash in the two cells probed (docs/ablation.md, the power cap).")
+
+
+def versus_sdpa_table(mode: str, data: dict) -> Grid:
+    """Geometric mean over cells of each seqlen of FA2's speed relative to each backend; with
+    clock samples (fa2check.ablate.clocks), FA2's and sdpa-flash's clock and power while timed."""
+    fa2, _ = names(mode)
+    backends = [b for b in BACKENDS if any(b in row["stats"] for row in data["cells"])]
+    clocked = [n for n in (fa2, "sdpa-flash") if any(row.get("clock", {}).get(n)
+                                                     for row in data["cells"])]
+    grid = Grid(f"{mode}: FA2 (ours) relative to torch SDPA's backends, by seqlen "
+                "(geometric mean; > 1: ours faster)",
+                ["seqlen", "FA2 TFLOP/s", "FA2 % matmul"] + [f"FA2 / {BACKEND_LABELS[b]}" for b in backends]
+                + [f"{'FA2' if n == fa2 else BACKEND_LABELS[n]} MHz / W" for n in clocked],
+                CLOCK_CAPTION if clocked else "")
+    seqlens = sorted({row["cell"]["seqlen"] for row in data["cells"]})
+    for seqlen in seqlens:
+        rows = [r for r in data["cells"] if r["cell"]["seqlen"] == seqlen and fa2 in r["stats"]]
+        if not rows:
+            continue
+        cells = [_geomean([r["stats"][fa2]["tflops"] for r in rows]),
+                 _geomean([r["stats"][fa2]["pct_matmul"] for r in rows if r["stats"][fa2]["pct_matmul"]])]
+        for b in backends:
+            cells.append(_geomean([r["stats"][fa2][f"ratio/{b}"] for r in rows
+                                   if f"ratio/{b}" in r["stats"][fa2]]))
+        clocks = []
+        for n in clocked:
+            mhz, watts = median_clock([p for r in rows for p in r.get("clock", {}).get(n, [])])
+            clocks.append(f"{num(mhz)} / {num(watts)}" if mhz is not None else "-")
+        grid.add(seqlen, num(cells[0]), num(cells[1], "{:.0f}%"), *[num(x, "{:.2f}") for x in cells[2:]],
+                 *clocks)
+    return grid
+
+
+def _geomean(values):
+    values = [v for v in values if v is not None and v > 0]
+    return float(np.exp(np.mean(np.log(values)))) if values else None
+
+
+TILE_FIELDS = ("block_m", "block_n", "num_warps", "num_stages")  # with a bwd_ prefix for bwd
+# tile choices shown when they differ from TileConfig's default: field -> (label, shown value)
+CHOICES = {"tma": ("TMA loads", True), "bwd_dq_pass": ("dQ pass", True),
+           "nan_flags": ("NaN check in REPAIR", False), "key_slices": ("2 key slices", 2)}
+
+
+def configs_table(results: dict) -> Grid:
+    grid = Grid("tile configs (each variant tuned from the same search space)",
+                ["part", "variant", "d", "mask", "seqlens", "block_m", "block_n", "warps",
+                 "stages", "choices", "source"])
+    for record in results.get("configs", []):
+        key, fields = record["key"], record["fields"] or {}
+        # the first runs had one winner for all seqlens; then the backward's had `long`
+        if "band" in key:
+            seqlens = band_seqlens(key["part"], key["band"])
+        elif "long" in key and key["part"] == "bwd":
+            seqlens = band_seqlens("bwd", "long" if key["long"] else "")
+        else:
+            seqlens = "all"
+        prefix = "bwd_" if key["part"] == "bwd" else ""
+        tiles = [fields.get(prefix + f, "") for f in TILE_FIELDS]
+        choices = [label for f, (label, shown) in CHOICES.items()
+                   if f in fields and fields[f] == shown]
+        if fields.get("max_registers"):
+            choices.append(f"registers <= {fields['max_registers']}")
+        choices = ", ".join(choices)
+        grid.add(key["part"], key["variant"], key["head_dim"], "causal" if key["causal"] else "full",
+                 seqlens, *tiles, choices, record.get("source", ""))
+    return grid
+
+
+def problems(results: dict, analysis: dict) -> list[str]:
+    """Cells not timed, wrong results, and (grouped) backends that could not run a cell."""
+    lines, unavailable = [], {}
+    for mode, data in analysis["modes"].items():
+        for row in data["cells"]:
+            if row["status"] != "timed":
+                lines.append(f"{mode} {Cell(**row['cell'])}: {row['status']}")
+            for name, reason in row["excluded"].items():
+                if reason.startswith("error"):
+                    lines.append(f"{mode} {Cell(**row['cell'])}: {name} {reason}")
+    for entry in results["cells"]:
+        for name, g in entry["gate"].items():
+            if g["passed"]:
+                continue
+            if g.get("error"):
+                reason = g["error"].splitlines()[0][:120]
+                unavailable.setdefault((name, reason), []).append(str(Cell(**entry["cell"])))
+                continue
+            bad = [f"{c['output']}@b{c['batch']}h{c['kv_head']} ratio {c['ratio']:.2f}"
+                   for c in g.get("checks", []) if not c["passed"]]
+            lines.append(f"gate FAILED {Cell(**entry['cell'])} {name}: "
+                         + ("not finite; " if g.get("finite") is False else "") + "; ".join(bad))
+    for (name, reason), cells in unavailable.items():
+        lines.append(f"{name} could not run {len(cells)} cell(s) (e.g. {cells[0]}): {reason}")
+    return lines
+
+
+def gate_line(results: dict) -> str:
+    worst = {}
+    for entry in results["cells"]:
+        for name, g in entry["gate"].items():
+            if g.get("worst_ratio") is not None:
+                worst[name] = max(worst.get(name, 0.0), g["worst_ratio"])
+    passed = sum(g["passed"] for e in results["cells"] for g in e["gate"].values())
+    total = sum(len(e["gate"]) for e in results["cells"])
+    top = max(worst.items(), key=lambda kv: kv[1]) if worst else ("-", float("nan"))
+    return (f"Correctness gate: {passed}/{total} (cell, contender) pairs passed the pass rule on "
+            f"the checked slices; worst error/allowed ratio {top[1]:.2f} ({top[0]}).")
+
+
+def tables(results: dict, analysis: dict, detail: bool = True, headline_last: bool = False):
+    """The headline tables (contributions over the grid and by seqlen, FA2 against SDPA) and,
+    with detail, the per-cell tables and the configs. headline_last puts the headline at the
+    end (a terminal's or log's tail shows it)."""
+    headline, details = [], []
+    same_run = analysis.get("same_run", analysis["modes"])  # every view, before any selection
+    for mode, data in analysis["modes"].items():
+        if data["summary"] is not None:
+            headline.append(summary_table(mode, data))
+            headline.append(by_seqlen_table(mode, data))
+            base = same_run.get(view_of(mode)[0])
+            if view_of(mode)[1] and base and base["summary"] is not None:
+                headline.append(backends_table(mode, base, data))
+        headline.append(versus_sdpa_table(mode, data))
+        details.append(performance_table(mode, data, analysis["matmul_tflops"]))
+        details.append(contributions_table(mode, data))
+    details.append(configs_table(results))
+    for grid in details:
+        grid.detail = True
+    if not detail:
+        return headline
+    return details + headline if headline_last else headline + details
+
+
+def render(results: dict, analysis: dict, console, source: str | None = None, detail=False):
+    """The provenance once, then the headline tables fitted to the console's width (rich wraps
+    their cells; nothing is cut), the gate and any problems. With detail (ablate --full) the
+    per-cell and tile-config tables come first, each at its own width where that is wider than
+    the console (a terminal wraps those lines; `less -S` scrolls them)."""
+    console.print(Panel("\n".join(provenance_lines(results, source)), title="fa2check.ablate",
+                        expand=False))
+    for grid in tables(results, analysis, detail, headline_last=True):
+        table = to_rich(grid)
+        width = console.measure(table, options=console.options.update_width(100_000)).maximum
+        if not grid.detail or width <= console.width:
+            console.print(table)  # fitted: rich wraps the cells at spaces
+            continue
+        narrow = console.width
+        console.width = width
+        try:
+            console.print(table)
+        finally:
+            console.width = narrow
+    console.print(gate_line(results), highlight=False)
+    for line in problems(results, analysis):
+        console.print(line, style="yellow", highlight=False, markup=False)
+
+
+def markdown(results: dict, analysis: dict, source: str | None = None, detail=True,
+             images=()) -> str:
+    parts = ["\n".join(f"> {line}" for line in provenance_lines(results, source)), ""]
+    for grid in tables(results, analysis, detail):
+        parts.append(to_markdown(grid))
+    for alt, path in images:
+        parts.append(f"![{alt}]({path})\n")
+    parts.append(gate_line(results) + "\n")
+    return "\n".join(parts)
+
+
+# ----------------------------------------------------------------------------- CSV
+
+CSV_COLUMNS = ["mode", "batch", "heads_q", "heads_kv", "seqlen", "head_dim", "dtype", "causal",
+               "subject", "metric", "value", "ci_low", "ci_high", "significant"]
+
+
+def write_csv(results: dict, analysis: dict, path: str):
+    """Long format: one row per (cell, subject, metric); summaries have empty cell fields."""
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(CSV_COLUMNS)
+        for dtype, rate in analysis["matmul_tflops"].items():
+            w.writerow(["", "", "", "", "", "", dtype, "", "matmul", "tflops", rate, "", "", ""])
+        for mode, data in analysis["modes"].items():
+            for row in data["cells"]:
+                c = row["cell"]
+                key = [mode, c["batch"], c["heads_q"], c["heads_kv"], c["seqlen"], c["head_dim"],
+                       c["dtype"], c["causal"]]
+                for name, stats in row["stats"].items():
+                    for metric in ("median", "q25", "q75"):
+                        w.writerow(key + [name, f"{metric}_ms", stats[metric], "", "", ""])
+                    for metric in (["n", "tflops", "pct_matmul"]
+                                   + [m for m in stats if m.startswith("ratio/")]
+                                   + [m for m in ("sm_mhz", "power_w", "clock_samples")
+                                      if m in stats]):
+                        w.writerow(key + [name, metric, stats[metric], "", "", ""])
+                for name, q in (row["contributions"] or {}).items():
+                    w.writerow(key + ["contribution", name, q["factor"], q["ci_low"], q["ci_high"],
+                                      q["significant"]])
+                for name, reason in row["excluded"].items():
+                    w.writerow(key + [name, "excluded", reason, "", "", ""])
+            groups = [("all", data["summary"])] + [(s, v) for s, v in data["by_seqlen"].items()]
+            for seqlen, summary in groups:
+                for name, q in (summary or {}).items():
+                    w.writerow([mode, "", "", "", seqlen, "", "", "", "contribution (geomean)", name,
+                                q["factor"], q["ci_low"], q["ci_high"], q["significant"]])

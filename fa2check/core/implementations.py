@@ -1,0 +1,127 @@
+"""Which implementations a run verifies: ours (one column per variant) and any callable with
+flash_attention's signature, named as MODULE:FUNC.
+
+    ours                  kernels:flash_attention, one column per variant
+    gluon                 fa2check.adapters:gluon (our forward in Gluon), one column per variant
+    hopper                fa2check.adapters:hopper (the wgmma/TMA chassis), one column per
+                          variant
+    sdpa                  ours and the four torch SDPA adapters beside it
+    sdpa_math (etc.)      fa2check.adapters:sdpa_math
+    MODULE:FUNC           any importable callable (variant is passed; it may ignore it)
+"""
+from __future__ import annotations
+
+import functools
+import importlib
+import inspect
+from dataclasses import dataclass
+
+OURS = "kernels:flash_attention"
+GLUON = "fa2check.adapters:gluon"
+HOPPER = "fa2check.adapters:hopper"
+PER_VARIANT = (OURS, GLUON, HOPPER)  # implementations that take every variant
+SDPA = ("sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "sdpa_math")
+
+
+class Unsupported(Exception):
+    """An implementation cannot run this problem (a backend's limits): reported as such,
+    neither pass nor fail."""
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of the verdict table: an implementation and the variant passed to it."""
+    impl: str  # MODULE:FUNC
+    variant: str  # str(Variant)
+    label: str
+
+    @property
+    def ours(self) -> bool:
+        return self.impl in PER_VARIANT
+
+    def load(self):
+        module, _, name = self.impl.partition(":")
+        return getattr(importlib.import_module(module), name)
+
+    def load_variant(self):
+        from kernels import Variant
+
+        return Variant.parse(self.variant)
+
+    def cli_args(self) -> list[str]:
+        """The --impl/--variant arguments that select exactly this column."""
+        return ([] if self.impl == OURS else [f"--impl={self.impl}"]) + \
+            [f"--variant={self.variant}"]
+
+
+def expand(spec: str) -> list[str]:
+    """An --impl value -> MODULE:FUNC names."""
+    if spec == "ours":
+        return [OURS]
+    if spec == "gluon":
+        return [GLUON]
+    if spec == "hopper":
+        return [HOPPER]
+    if spec == "sdpa":
+        return [OURS] + [f"fa2check.adapters:{name}" for name in SDPA]
+    if spec in SDPA:
+        return [f"fa2check.adapters:{spec}"]
+    if ":" not in spec:
+        raise ValueError(f"--impl {spec!r}: expected MODULE:FUNC, 'ours', 'sdpa' or one of {SDPA}")
+    return [spec]
+
+
+def default_specs(device: str) -> list[str]:
+    """--impl's default: ours, and on a GPU also ours with the Gluon forward (which Triton's
+    interpreter cannot run)."""
+    return ["ours", "gluon"] if device == "cuda" else ["ours"]
+
+
+def columns(impl_specs: list[str] | None, variant_names: list[str] | None) -> list[Column]:
+    """Ours gets every variant (or the ones asked for); another implementation gets one
+    column with FA2's variant, or one per variant asked for."""
+    from kernels import Variant
+
+    impls = list(dict.fromkeys(n for spec in (impl_specs or ["ours"]) for n in expand(spec)))
+    asked = [Variant.parse(v) for v in variant_names] if variant_names else None
+    out = []
+    for impl in impls:
+        module, _, name = impl.partition(":")
+        if impl == OURS:
+            out += [Column(impl, str(v), str(v)) for v in (asked or Variant.all())]
+        elif impl == GLUON:
+            out += [Column(impl, str(v), f"gluon {v}") for v in (asked or Variant.all())]
+        elif impl == HOPPER:
+            out += [Column(impl, str(v), f"hopper {v}") for v in (asked or Variant.all())]
+        elif asked and len(asked) > 1:
+            out += [Column(impl, str(v), f"{name} {v}") for v in asked]
+        else:
+            out.append(Column(impl, str(asked[0] if asked else Variant()), name))
+    for column in out:
+        column.load()  # fail early on a name that does not import
+    return out
+
+
+def takes_variant(fn) -> bool:
+    """Whether `fn` accepts a `variant` keyword (a parameter of that name, or **kwargs). A
+    callable whose signature cannot be read is assumed to take it."""
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return True
+    return any(p.name == "variant" and p.kind != p.POSITIONAL_ONLY or p.kind == p.VAR_KEYWORD
+               for p in parameters)
+
+
+def accepting_variant(fn):
+    """`fn` itself when it takes `variant`; else a wrapper that drops it, so that a function
+    with flash_attention's signature less `variant` can be verified and fuzzed (its column is
+    then one implementation, whatever the variant)."""
+    if takes_variant(fn):
+        return fn
+
+    @functools.wraps(fn)
+    def without_variant(*args, variant=None, **kwargs):
+        return fn(*args, **kwargs)
+
+    return without_variant

@@ -1,0 +1,4 @@
+"""The fuzz front end (python -m fa2check.fuzz); the command itself is in cli.py."""
+from .cli import main, parse_args
+
+__all__ = ["main", "parse_args"]

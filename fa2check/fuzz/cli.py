@@ -1,0 +1,378 @@
+"""python -m fa2check.fuzz: hunt for the input that breaks a FlashAttention implementation.
+
+Hypothesis draws problems (batch, MHA/GQA/MQA heads, lengths around the device's tile sizes,
+head_dim, dtype, causal), variants, input value distributions and memory layouts
+(properties/strategies.py); each example runs the implementation and the float64 oracle, forward
+and backward, and applies the pass rule and the properties of make verify (fa2check/fuzz/fuzzer.py
+lists the checks). A failure is shrunk to a minimal example, printed with a one-line command and
+a Python snippet that reproduce it, and saved as a JSON file in --out (default
+~/.local/share/fa2check/counterexamples: a run never writes into the project). Adding one to
+the regression corpus (tests/regressions/), which make test replays against our kernels, is a
+separate, explicit step: --add-to-corpus FILE. The corpus's examples are tried first on every
+run. Exits 1 when a counterexample is found.
+
+  python -m fa2check.fuzz                                 # our kernels, every variant
+  python -m fa2check.fuzz --impl mykernels:flash_attention  # a modified copy of the kernels
+  python -m fa2check.fuzz --impl mymodule:attention       # a function without `variant` too
+  python -m fa2check.fuzz --profile ci --out found/       # deterministic, 200 examples
+  python -m fa2check.fuzz --seconds 300 --jobs 2 --dtype bfloat16 --head-dim 64
+  python -m fa2check.fuzz --replay 'EXAMPLE'              # rerun one example (or a saved file)
+  python -m fa2check.fuzz --add-to-corpus FILE            # into tests/regressions/
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import signal
+import sys
+import time
+
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from ..core.environment import describe_environment, select_device
+from ..core.implementations import Column, expand, takes_variant
+from ..core.results import write_json
+
+BOOLS = {"true": True, "false": False}
+
+
+def parse_args(argv=None):
+    from .fuzzer import CHECKS, PROFILES
+
+    parser = argparse.ArgumentParser(prog="python -m fa2check.fuzz", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--impl", default=None, metavar="MODULE:FUNC",
+                        help="the implementation to fuzz: MODULE:FUNC with flash_attention's "
+                             "signature, 'ours' (default) or one of sdpa_flash, sdpa_cudnn, "
+                             "sdpa_efficient, sdpa_math")
+    parser.add_argument("--profile", choices=list(PROFILES), default="dev",
+                        help="; ".join(f"{k}: {p.description}" for k, p in PROFILES.items()))
+    parser.add_argument("--seconds", type=float, default=None,
+                        help="time budget for finding a counterexample (default: the profile's)")
+    parser.add_argument("--shrink-seconds", type=float, default=None,
+                        help="after a counterexample, how long shrinking may run past the time "
+                             "budget before the smallest example so far is reported (default 120)")
+    parser.add_argument("--max-examples", type=int, default=None,
+                        help="default: the profile's")
+    parser.add_argument("--seed", type=int, default=None, help="default: the profile's (ci: 0), "
+                        "else random")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="worker processes, each with its own seed (default 1)")
+    space = parser.add_argument_group("what to draw from (repeatable; default: everything)")
+    space.add_argument("--variant", action="append", default=None, help="e.g. fa2, fa1, "
+                       "--variant=-defer+seqpar+splitq (with '=' when it starts with '-')")
+    space.add_argument("--dtype", action="append", default=None,
+                       choices=("float16", "bfloat16", "float32"))
+    space.add_argument("--head-dim", action="append", type=int, default=None)
+    space.add_argument("--causal", choices=list(BOOLS), default=None)
+    space.add_argument("--distribution", action="append", default=None)
+    space.add_argument("--skip-distribution", action="append", default=[], metavar="NAME",
+                       help="leave a distribution out (e.g. one whose known open issue would "
+                            "stop every worker)")
+    space.add_argument("--layout", action="append", default=None)
+    space.add_argument("--max-seqlen", type=int, default=None,
+                       help="default: twice the largest tile, plus one")
+    space.add_argument("--max-heads", type=int, default=None, help="largest heads_q")
+    checks = parser.add_argument_group("checks")
+    checks.add_argument("--check", action="append", default=[], metavar="NAME",
+                        help=f"add a check ('all': every one); one of {list(CHECKS)}")
+    checks.add_argument("--skip-check", action="append", default=[], metavar="NAME",
+                        help="leave a check out")
+    corpus = parser.add_argument_group("counterexamples and the regression corpus")
+    corpus.add_argument("--out", default=None, metavar="DIR",
+                        help="where a counterexample is saved (default: "
+                             "$XDG_DATA_HOME or ~/.local/share, then fa2check/counterexamples)")
+    corpus.add_argument("--no-save", action="store_true", help="do not save a counterexample")
+    corpus.add_argument("--corpus", default=None, metavar="DIR",
+                        help="the regression corpus: examples tried first, and where "
+                             "--add-to-corpus adds (default tests/regressions)")
+    corpus.add_argument("--add-to-corpus", action="append", default=[], metavar="FILE",
+                        help="add a saved counterexample to the regression corpus (make test "
+                             "replays it against our kernels) and exit; repeatable")
+    corpus.add_argument("--no-corpus-first", action="store_true",
+                        help="do not try the corpus's examples before fuzzing")
+    parser.add_argument("--database", default=None, metavar="DIR",
+                        help="hypothesis example database (default .hypothesis/fa2check-fuzz for "
+                             "dev and nightly, none for ci)")
+    parser.add_argument("--replay", default=None, metavar="EXAMPLE|FILE",
+                        help="run one example (VARIANT:PROBLEM:DISTRIBUTION:LAYOUT) or one "
+                             "corpus entry (a file)")
+    parser.add_argument("--json", dest="json_path", default=None, help="write the outcome here")
+    parser.add_argument("--list", action="store_true",
+                        help="list the checks, distributions and layouts, and exit")
+    return parser.parse_args(argv)
+
+
+def chosen_checks(add: list[str], skip: list[str], base=None) -> tuple[str, ...]:
+    from .fuzzer import CHECKS, DEFAULT_CHECKS
+
+    names = list(base or DEFAULT_CHECKS)
+    for name in add:
+        names += list(CHECKS) if name == "all" else [name]
+    names = [n for n in dict.fromkeys(names) if n not in skip]
+    unknown = [n for n in names + list(skip) if n not in CHECKS]
+    if unknown:
+        raise SystemExit(f"unknown check {unknown[0]!r}; expected one of {list(CHECKS)} or 'all'")
+    return tuple(n for n in CHECKS if n in names)
+
+
+def main(argv=None) -> int:
+    # first: TRITON_INTERPRET must be set before kernels (the interpreter's bfloat16 fixes) and
+    # triton are imported, and parse_args imports them
+    device = select_device()
+    args = parse_args(argv)
+    args.command = " ".join(["python", "-m", "fa2check.fuzz",
+                             *(sys.argv[1:] if argv is None else argv)])
+
+    from kernels import Variant
+    from properties.strategies import DISTRIBUTIONS, LAYOUTS, Space
+
+    from . import corpus
+    from .fuzzer import CHECKS
+
+    console = Console(width=None if sys.stdout.isatty() else 200, highlight=False)
+    if args.list:
+        _list(console, CHECKS, DISTRIBUTIONS, LAYOUTS)
+        return 0
+    corpus_dir = args.corpus or corpus.CORPUS_DIR
+    if args.add_to_corpus:
+        for path in args.add_to_corpus:
+            try:
+                added = corpus.add(path, corpus_dir)
+            except (OSError, ValueError) as error:
+                raise SystemExit(f"--add-to-corpus {path}: {error}") from None
+            console.print(f"added {escape(path)} to the regression corpus as "
+                          f"{escape(os.path.relpath(added))} (make test replays it against "
+                          "our kernels; commit it to keep it)", soft_wrap=True)
+        return 0
+    replay_entry = None
+    if args.replay and os.path.isfile(args.replay):
+        with open(args.replay) as f:
+            replay_entry = json.load(f)
+    impl_spec = args.impl or (replay_entry["impl"] if replay_entry else "ours")
+    names = expand(impl_spec)
+    if len(names) != 1:
+        raise SystemExit(f"--impl {impl_spec!r}: fuzz one implementation at a time")
+    impl_name = names[0]
+    impl = Column(impl_name, str(Variant()), impl_name).load()
+
+    with_variant = takes_variant(impl)
+    base = corpus.replay_checks(replay_entry) if replay_entry else None
+    checks = chosen_checks(args.check, args.skip_check, base)
+
+    if args.replay:
+        return _replay(console, escape, args, impl, impl_name, replay_entry, checks, device)
+
+    try:
+        variants = tuple(Variant.parse(v) for v in args.variant) if args.variant else None
+        if not with_variant:  # every variant is the same call: draw one
+            variants = (Variant(),)
+        for name in (args.distribution or []) + args.skip_distribution:
+            if name not in DISTRIBUTIONS:
+                raise ValueError(f"unknown distribution {name!r}; expected one of "
+                                 f"{list(DISTRIBUTIONS)}")
+        for name in args.layout or ():
+            if name not in LAYOUTS:
+                raise ValueError(f"unknown layout {name!r}; expected one of {list(LAYOUTS)}")
+    except ValueError as error:
+        raise SystemExit(str(error)) from None
+    space = Space.for_device(
+        device == "cuda", variants=variants, dtypes=_tuple(args.dtype),
+        head_dims=_tuple(args.head_dim), causal=(BOOLS[args.causal],) if args.causal else None,
+        distributions=_tuple([d for d in args.distribution or DISTRIBUTIONS
+                              if d not in args.skip_distribution]), layouts=_tuple(args.layout),
+        max_seqlen=args.max_seqlen, max_heads_q=args.max_heads)
+    explicit = [] if args.no_corpus_first else [e for e in corpus.examples(corpus_dir)
+                                                if space.contains(e)]
+    if not with_variant:
+        console.print(f"{escape(impl_name)} has no `variant` parameter: examples are drawn "
+                      "with one variant", soft_wrap=True)
+    return _campaign(console, escape, args, impl_name, space, checks, explicit, corpus_dir, device)
+
+
+def _tuple(values):
+    return tuple(dict.fromkeys(values)) if values else None
+
+
+def _campaign(console, escape, args, impl_name, space, checks, explicit, corpus_dir, device):
+    from . import corpus
+    from .fuzzer import PROFILES, Tally, fuzz, fuzz_parallel, merge
+
+    profile = PROFILES[args.profile]
+    max_examples = args.max_examples or profile.max_examples
+    seconds = args.seconds if args.seconds is not None else profile.seconds
+    console.print(f"[bold]fa2check fuzz[/]: {escape(impl_name)} on {device}, profile "
+                  f"{args.profile} ({max_examples} examples"
+                  + (f" or {seconds:.0f} s" if seconds else "") + f"), {args.jobs} job(s)",
+                  soft_wrap=True)
+    console.print(f"checks: {', '.join(checks)}", soft_wrap=True)
+    console.print(f"space: {escape(space.describe())}", soft_wrap=True)
+    if explicit:
+        console.print(f"first: {len(explicit)} example(s) of the regression corpus "
+                      f"({os.path.relpath(corpus_dir)})", soft_wrap=True)
+
+    kwargs = dict(space=space, device=device, profile=args.profile, checks=checks,
+                  max_examples=max_examples, seconds=seconds, seed=args.seed,
+                  database=args.database, explicit=explicit)
+    if args.shrink_seconds is not None:
+        kwargs["shrink_seconds"] = args.shrink_seconds
+    started = time.monotonic()
+    live = Tally(on_gpu=space.on_gpu)
+    signal.signal(signal.SIGTERM, _interrupt)
+    interrupted = False
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), console=console,
+                  transient=True) as progress:
+        bar = progress.add_task("fuzzing", total=max_examples, rate="")
+
+        def on_tick(tick):
+            live.add(tick)
+            elapsed = time.monotonic() - started
+            label = "shrinking" if live.shrink_examples else "fuzzing"
+            progress.update(bar, completed=live.examples, description=label,
+                            rate=f"{live.examples / max(elapsed, 1e-9):.2f} ex/s"
+                                 + (f", {live.shrink_examples} shrink steps"
+                                    if live.shrink_examples else ""))
+
+        try:
+            if args.jobs > 1:  # the workers load the implementation by name
+                outcome = merge(fuzz_parallel(impl_name, args.jobs, on_tick=on_tick, **kwargs),
+                                time.monotonic() - started)
+            else:
+                impl = Column(impl_name, "", impl_name).load()
+                outcome = fuzz(impl, impl_name, on_tick=on_tick, **kwargs)
+        except KeyboardInterrupt:
+            interrupted = True
+            outcome = None
+    elapsed = time.monotonic() - started
+    if interrupted:
+        from .fuzzer import Outcome
+
+        console.print(f"[red]interrupted after {elapsed:.0f} s[/]")
+        outcome = Outcome(impl_name, live, elapsed, "interrupted")
+
+    _summary(console, escape, outcome, elapsed)
+    if outcome.failure is None and not interrupted:
+        console.print(f"[green]no counterexample[/]: {outcome.tally.examples} examples passed "
+                      f"every check ({', '.join(checks)})", soft_wrap=True)
+    saved = None
+    if outcome.failure is not None:
+        report = outcome.failure
+        command = corpus.command(impl_name, report.example, checks)
+        console.print(f"\n[bold red]COUNTEREXAMPLE[/] {escape(str(report.example))}",
+                      soft_wrap=True)
+        console.print(f"  {escape(report.message)}", soft_wrap=True)
+        if report.traceback:
+            console.print(escape(report.traceback), soft_wrap=True)
+        console.print("reproduce:", soft_wrap=True)
+        console.print(f"  {escape(command)}", soft_wrap=True)
+        console.print("python:", soft_wrap=True)
+        for line in corpus.snippet(impl_name, report.example, checks).splitlines():
+            console.print(f"  {escape(line)}", soft_wrap=True)
+        if not args.no_save:
+            entry = corpus.entry(report, impl_name, checks, device, args.command)
+            saved = corpus.save(entry, args.out or corpus.out_dir())
+            console.print(f"saved to {escape(saved)}", soft_wrap=True)
+            console.print("to add it to the regression corpus that make test replays against "
+                          "our kernels:", soft_wrap=True)
+            console.print(f"  python -m fa2check.fuzz --add-to-corpus {escape(shlex.quote(saved))}",
+                          soft_wrap=True)
+    if args.json_path:
+        write_json(args.json_path, {
+            "environment": describe_environment(device), "command": args.command,
+            "impl": impl_name, "profile": args.profile, "seed": outcome.seed, "jobs": args.jobs,
+            "checks": list(checks), "space": space.describe(), "seconds": elapsed,
+            "stopped": outcome.stopped, "examples_per_second": outcome.tally.examples / elapsed
+            if elapsed else 0.0, **outcome.tally.as_dict(),
+            "counterexample": None if outcome.failure is None else {
+                "example": outcome.failure.example.as_dict(),
+                "failed": outcome.failure.failed_checks, "results_failed": outcome.failure.failed,
+                "message": outcome.failure.message,
+                "reproduce": corpus.command(impl_name, outcome.failure.example, checks),
+                "saved": saved},
+        })
+        console.print(f"wrote {args.json_path}")
+    return 1 if outcome.failure is not None or interrupted else 0
+
+
+def _summary(console, escape, outcome, elapsed):
+    tally = outcome.tally
+    rate = tally.examples / elapsed if elapsed else 0.0
+    stopped = {"done": "all examples run", "time": "time budget spent",
+               "counterexample": "counterexample found", "stopped": "stopped",
+               "interrupted": "interrupted"}[outcome.stopped]
+    console.print(f"\n{tally.examples} examples in {elapsed:.1f} s ({rate:.2f} examples/s; "
+                  f"{tally.example_seconds / max(tally.examples, 1):.2f} s each), "
+                  f"{tally.shrink_examples} shrink steps, {tally.rejected} rejected as "
+                  f"unsupported; {stopped}" + (f"; seed {outcome.seed}" if outcome.seed is not None
+                                               else ""), soft_wrap=True)
+    table = Table(title="coverage (examples per class)", show_lines=False)
+    table.add_column("dimension")
+    table.add_column("class: examples")
+    for key, counter in tally.coverage.items():
+        cells = ", ".join(f"{escape(str(value))}: {n}" for value, n in sorted(
+            counter.items(), key=lambda item: (-item[1], item[0])))
+        table.add_row(key, cells)
+    if tally.coverage:
+        console.print(table)
+    if tally.closest:
+        ratio, example = tally.closest
+        console.print(f"closest call: worst error/allowed ratio {ratio:.3g} at "
+                      f"{escape(example)}", soft_wrap=True)
+
+
+def _replay(console, escape, args, impl, impl_name, entry, checks, device) -> int:
+    from properties.strategies import Example
+
+    from . import corpus
+    from .fuzzer import check_example
+
+    example = (Example.from_dict(entry["example"]) if entry else Example.parse(args.replay))
+    report = check_example(impl, example, device, checks)
+    for check in report.checks:
+        colour = "green" if check.passed else "red"
+        console.print(f"[{colour}]{escape(str(check) if check.passed else _describe(check))}[/]",
+                      soft_wrap=True)
+    if report.error:
+        console.print(f"[red]raised {escape(report.error)}[/]\n{escape(report.traceback)}",
+                      soft_wrap=True)
+    verdict = "[green]PASS[/]" if report.passed else "[red]FAIL[/]"
+    console.print(f"{verdict} {escape(impl_name)} {escape(str(example))} "
+                  f"({report.seconds:.2f} s)", soft_wrap=True)
+    if not report.passed:
+        console.print(f"  {escape(corpus.command(impl_name, example, checks))}", soft_wrap=True)
+    return 0 if report.passed else 1
+
+
+def _describe(check):
+    from .fuzzer import describe
+
+    return describe(check)
+
+
+def _list(console, checks, distributions, layouts):
+    from .fuzzer import DEFAULT_CHECKS
+
+    console.print("[bold]checks[/] (* default)")
+    for name, text in checks.items():
+        mark = "*" if name in DEFAULT_CHECKS else " "
+        console.print(f" {mark} {name}: {text}", soft_wrap=True)
+    console.print("[bold]distributions[/]")
+    for d in distributions.values():
+        judged = ("pass rule or extreme_logits' bound" if d.judge == "pass_rule"
+                  else "extreme_logits' bound") + (
+            "" if d.backward_dtypes else ", forward only") + (
+            f", gradients for {', '.join(d.backward_dtypes)}"
+            if d.backward_dtypes and len(d.backward_dtypes) < 3 else "")
+        console.print(f"   {d.name}: {d.description} [dim]({judged})[/]", soft_wrap=True)
+    console.print(f"[bold]layouts[/]: {', '.join(layouts)}")
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+

@@ -1,0 +1,594 @@
+"""Compile gate: build every kernel variant for Hopper (sm_90) on a machine without a GPU.
+
+    python -m fa2check.compile_gate [--variant fa2] [--dtype bfloat16] [--head-dim 64] [--causal]
+
+Each case goes through Triton's full pipeline (TTIR -> TTGIR -> LLVM IR -> PTX -> cubin) with
+`triton.compile(ASTSource(...), target=GPUTarget("cuda", 90, 32))`, specialised as the launcher
+would specialise a contiguous call (see `runtime_specialization`). The CompiledKernel's
+`n_regs`/`n_spills` need a GPU driver (`_init_handles` loads the cubin), so registers and spill
+bytes come from the `ptxas -v` log of Triton's own ptxas run (TRITON_DUMP_PTXAS_LOG), or from
+rerunning Triton's bundled ptxas on the PTX after a Triton cache hit. Shared memory is
+`metadata.shared`; wgmma is a search of the PTX. A case fails if it does not compile or needs
+more shared memory than an sm_90 block may have.
+
+New kernels join the gate by adding a `KernelSpec` to `SPECS` (e.g. a backward kernel).
+The kernels must be `triton.jit` functions: with TRITON_INTERPRET set they are interpreter
+objects that cannot be compiled, so `main` then reruns itself without that variable.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import io
+import itertools
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from multiprocessing import get_context
+from typing import Callable
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from rich.text import Text
+
+from kernels import TILE_HEAD_DIMS, TileConfig, Variant, default_config
+from kernels.config import block_d
+from kernels.forward import REPAIR_CHUNK
+
+DTYPES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}  # torch name -> Triton type
+SM90_MAX_SHARED = 232448  # bytes of shared memory one block may opt in to on H100/H200 (227 KiB)
+
+
+@dataclass(frozen=True)
+class Case:
+    """One cell of the gate: what a launcher call would fix at compile time."""
+    variant: Variant
+    dtype: str  # a key of DTYPES
+    head_dim: int
+    causal: bool
+    config: TileConfig
+    # sequence lengths compiled as the constant 1, as Triton's launcher does for a call with
+    # that length (e.g. decoding's seqlen_q == 1); it changes loop bounds and pipelining
+    length_one: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    name: str
+    kernel: Callable[[], object]  # returns the triton.jit function (imported lazily)
+    specialize: Callable[[object, Case], tuple[dict, dict, dict]]  # -> signature, constexprs, attrs
+    tiles: Callable[[TileConfig], dict]  # -> this kernel's block_m, block_n, num_warps, num_stages
+    uses_split_q: bool = True  # False: the split_q flag does not reach this kernel
+    causal_only: bool = False  # launched for causal calls only
+    backend: str = "triton"  # kernels.config.BACKENDS: "gluon" kernels are Gluon functions
+    supports: Callable[[str, int], bool] = lambda dtype, head_dim: True
+    # -> extra compile options: the Triton forward's launches pass ptxas a register cap
+    register_cap: Callable[[TileConfig], dict] = lambda config: {}
+
+
+def runtime_specialization(fn, pointers: dict[str, str], constexprs: dict, floats=(), unit=(),
+                           div16=(), descriptors=None):
+    """(signature, constexprs, attrs) for ASTSource, as the runtime launcher would specialise.
+
+    Like Triton's launcher: ints equal to 1 (`unit`, the innermost strides of contiguous
+    tensors) become constexpr 1, and pointers plus ints in `div16` carry tt.divisibility=16.
+    Other ints are plain i32 (sequence lengths and head counts can be anything).
+    descriptors: {name: "tensordesc<...>" signature, or None for an argument passed as None}.
+    """
+    signature, consts, attrs = {}, dict(constexprs), {}
+    for i, name in enumerate(fn.arg_names):
+        if name in (descriptors or {}):
+            signature[name] = descriptors[name] or "constexpr"
+            if descriptors[name] is None:
+                consts[name] = None
+        elif name in constexprs:
+            signature[name] = "constexpr"
+        elif name in unit:
+            signature[name], consts[name] = "constexpr", 1
+        elif name in pointers:
+            signature[name] = "*" + pointers[name]
+            attrs[(i,)] = [["tt.divisibility", 16]]  # torch allocations are 16-byte aligned
+        elif name in floats:
+            signature[name] = "fp32"
+        else:
+            signature[name] = "i32"
+            if name in div16:
+                attrs[(i,)] = [["tt.divisibility", 16]]
+    return signature, consts, attrs
+
+
+def _forward_kernel():
+    from kernels.forward import _attn_fwd
+    return _attn_fwd
+
+
+def _forward_specialization(fn, case: Case, repair: bool = False, o_residual: bool = False):
+    """Arguments of `kernels.forward.attn_fwd` for contiguous (B, H, S, D) q, k, v and o;
+    o_residual: as in a call that will be differentiated (float16/bfloat16)."""
+    cfg, v = case.config, case.variant
+    io = DTYPES[case.dtype]
+    pointers = {"Q": io, "K": io, "V": io, "O": io, "O_RES": io, "LSE": "fp32", "M": "fp32",
+                "L": "fp32", "FLAGS": "i32", "ACC_TMP": "fp32", "M_TMP": "fp32", "L_TMP": "fp32"}
+    # contiguous: stride_*d == 1; stride_*m/n, *h, *b are multiples of head_dim, hence of 16.
+    # The stats strides (multiples of seqlen_q), heads_q and group_size stay plain i32: the
+    # runtime would make group_size == 1 (plain MHA) a constexpr, which drops one division.
+    unit = [f"stride_{t}d" for t in "qkvo"] + list(case.length_one)
+    div16 = [f"stride_{name}" for name in ("qb", "qh", "qm", "kb", "kh", "kn", "vb", "vh", "vn",
+                                           "ob", "oh", "om")] if case.head_dim % 16 == 0 else []
+    tma = cfg.tma and not repair  # as attn_fwd: REPAIR loads through pointers
+    constexprs = dict(IS_CAUSAL=case.causal, DEFER_NORM=v.defer_norm, SEQ_PARALLEL=v.seq_parallel,
+                      SPLIT_Q=v.split_q, KEY_SLICES=cfg.key_slices, BLOCK_M=cfg.block_m,
+                      BLOCK_N=cfg.block_n, HEAD_DIM=case.head_dim,
+                      BLOCK_D=block_d(case.head_dim), INPUT_PRECISION=cfg.input_precision,
+                      REPAIR=repair,
+                      REPAIR_CHUNK=REPAIR_CHUNK, TMA=tma, STORE_O_RES=o_residual,
+                      NAN_FLAGS=cfg.nan_flags)
+    box = _row_box(io, cfg.block_n, case.head_dim) if tma else None
+    return runtime_specialization(fn, pointers, constexprs, floats=("qk_scale",), unit=unit,
+                                  div16=div16, descriptors={"KD": box, "VD": box})
+
+
+def _forward_register_cap(c: TileConfig) -> dict:
+    """As attn_fwd launches: maxnreg only when TileConfig.max_registers sets a cap."""
+    return {"maxnreg": c.max_registers} if c.max_registers else {}
+
+
+def _row_box(io: str, rows: int, head_dim: int) -> str:
+    """The signature of a kernels.tma.row_descriptors descriptor: (1, 1, rows, D) boxes."""
+    return f"tensordesc<{io}[1,1,{rows},{head_dim}]>"
+
+
+def _forward_tiles(c: TileConfig) -> dict:
+    choices = ",".join(name for name, on in (("tma", c.tma), ("no-nan-flags", not c.nan_flags),
+                                             (f"max-registers={c.max_registers}",
+                                              c.max_registers)) if on)
+    return dict(block_m=c.block_m, block_n=c.block_n, num_warps=c.num_warps,
+                num_stages=c.num_stages, choices=choices)
+
+
+def _backward_kernel():
+    from kernels.backward import _attn_bwd
+    return _attn_bwd
+
+
+def _backward_specialization(fn, case: Case):
+    """Arguments of `kernels.backward.attn_bwd` for contiguous q, k, v and dO."""
+    cfg, v = case.config, case.variant
+    io = DTYPES[case.dtype]
+    pointers = {"Q": io, "K": io, "V": io, "DO": io, "DK": io, "DV": io,
+                "DQ": io if cfg.bwd_dq_pass else "fp32", "STAT": "fp32", "INV_L": "fp32",
+                "DELTA": "fp32"}
+    unit = [f"stride_{t}d" for t in ("q", "k", "v", "do", "dk")] + list(case.length_one)
+    # padded_q is a whole number of blocks of >= 16 rows
+    div16 = [f"stride_{t}{d}" for t in ("q", "k", "v", "do", "dk") for d in "bh"] + \
+        ["stride_qm", "stride_kn", "stride_vn", "stride_dom", "stride_dkn", "padded_q"]
+    if case.head_dim % 16:  # strides are multiples of head_dim only
+        div16 = ["padded_q"]
+    constexprs = dict(IS_CAUSAL=case.causal, DEFER_NORM=v.defer_norm, SEQ_PARALLEL=v.seq_parallel,
+                      DQ_PASS=cfg.bwd_dq_pass, BLOCK_M=cfg.bwd_block_m, BLOCK_N=cfg.bwd_block_n,
+                      HEAD_DIM=case.head_dim, BLOCK_D=block_d(case.head_dim),
+                      INPUT_PRECISION=cfg.input_precision)
+    return runtime_specialization(fn, pointers, constexprs, floats=("qk_scale", "sm_scale"),
+                                  unit=unit, div16=div16)
+
+
+def _gluon_forward_kernel():
+    from kernels.gluon_forward import _gluon_attn_fwd
+    return _gluon_attn_fwd
+
+
+def _gluon_forward_specialization(fn, case: Case):
+    """Arguments of `kernels.gluon_forward.gluon_attn_fwd` for contiguous q, k, v and o."""
+    cfg, v = case.config, case.variant
+    io = DTYPES[case.dtype]
+    pointers = {"Q": io, "K": io, "V": io, "O": io, "LSE": "fp32", "M": "fp32", "L": "fp32"}
+    div16 = [f"stride_{name}" for name in ("qb", "qh", "qm", "kb", "kh", "kn", "vb", "vh", "vn",
+                                           "ob", "oh", "om")]
+    constexprs = dict(IS_CAUSAL=case.causal, DEFER_NORM=v.defer_norm, SEQ_PARALLEL=v.seq_parallel,
+                      KEY_SLICES=1 if v.split_q else cfg.num_warps, BLOCK_M=cfg.block_m,
+                      BLOCK_N=cfg.block_n, HEAD_DIM=case.head_dim, NUM_WARPS=cfg.num_warps)
+    return runtime_specialization(fn, pointers, constexprs, floats=("qk_scale",),
+                                  unit=list(case.length_one), div16=div16)
+
+
+def _gluon_supports(dtype: str, head_dim: int) -> bool:
+    from kernels.gluon_forward import unsupported
+    return unsupported(dtype, head_dim) is None
+
+
+SPECS = {spec.name: spec for spec in [
+    KernelSpec("attn_fwd", _forward_kernel, _forward_specialization,
+               _forward_tiles, register_cap=_forward_register_cap),
+    # the second launch of a causal forward: recomputes row blocks flagged with a NaN
+    KernelSpec("attn_fwd_repair", _forward_kernel,
+               lambda fn, case: _forward_specialization(fn, case, repair=True),
+               _forward_tiles, causal_only=True, register_cap=_forward_register_cap),
+    # the forward of a call that will be differentiated: also stores o's rounding residual
+    KernelSpec("attn_fwd_grad", _forward_kernel,
+               lambda fn, case: _forward_specialization(fn, case, o_residual=True),
+               _forward_tiles, supports=lambda dtype, head_dim: dtype != "float32",
+               register_cap=_forward_register_cap),
+    KernelSpec("attn_bwd", _backward_kernel, _backward_specialization,
+               lambda c: dict(block_m=c.bwd_block_m, block_n=c.bwd_block_n,
+                              num_warps=c.bwd_num_warps, num_stages=c.bwd_num_stages,
+                              dq_pass=c.bwd_dq_pass),
+               uses_split_q=False),
+    KernelSpec("gluon_attn_fwd", _gluon_forward_kernel, _gluon_forward_specialization,
+               lambda c: dict(block_m=c.block_m, block_n=c.block_n, num_warps=c.num_warps,
+                              num_stages=1), backend="gluon", supports=_gluon_supports),
+]}
+
+
+@dataclass
+class CompileReport:
+    kernel: str
+    variant: str
+    dtype: str
+    head_dim: int
+    causal: bool
+    block_m: int
+    block_n: int
+    num_warps: int
+    num_stages: int
+    key_slices: int
+    input_precision: str
+    dq_pass: bool | None = None  # backward only: dQ in its own pass (TileConfig.bwd_dq_pass)
+    registers: int | None = None  # per thread, from ptxas -v
+    spill_stores: int | None = None  # bytes, from ptxas -v
+    spill_loads: int | None = None
+    stack_bytes: int | None = None  # stack frame per thread (spills live there)
+    shared_bytes: int | None = None  # metadata.shared: dynamic shared memory per block
+    wgmma: bool | None = None  # PTX uses Hopper's warpgroup MMA
+    # ptxas made every wgmma wait for the one before (its C7515 "Potential Performance Loss"
+    # note): the tensor cores then never overlap anything within a warpgroup
+    wgmma_serialized: bool | None = None
+    # memory orders of the PTX's atomic adds (dQ in the loop with seq_parallel): "relaxed" is
+    # a fire-and-forget reduction; "acq_rel" (Triton's default) wraps each in a GPU-wide fence
+    atomics: str = ""
+    choices: str = ""  # tile choices that change the code (TileConfig.tma)
+    compile_s: float | None = None  # near zero on a Triton cache hit (~/.triton/cache)
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def ptxas_usage(log: str) -> dict:
+    """Registers, spill bytes and stack frame from the `ptxas -v` log of a single kernel."""
+    found = lambda pattern: int(re.search(pattern, log).group(1))  # noqa: E731
+    return dict(registers=found(r"Used (\d+) registers"),
+                spill_stores=found(r"(\d+) bytes spill stores"),
+                spill_loads=found(r"(\d+) bytes spill loads"),
+                stack_bytes=found(r"(\d+) bytes stack frame"),
+                wgmma_serialized="wgmma.mma_async instructions are serialized" in log)
+
+
+def rerun_ptxas(ptx: str) -> str:
+    """The `ptxas -v` log for `ptx` (sm_90a, Triton's bundled ptxas), for Triton cache hits."""
+    from triton.backends.nvidia.compiler import get_ptxas
+    with tempfile.TemporaryDirectory() as tmp:
+        src = os.path.join(tmp, "k.ptx")
+        with open(src, "w") as f:
+            f.write(ptx)
+        cmd = [get_ptxas(90).path, "-v", "--gpu-name=sm_90a", src, "-o", src + ".o"]
+        return subprocess.run(cmd, check=True, capture_output=True, text=True).stderr
+
+
+def make_case(variant: Variant, dtype: str, head_dim: int, causal: bool,
+              config: TileConfig | None = None, length_one=(), backend: str = "triton") -> Case:
+    """A given config is used as is, as `flash_attention` does (it validates, never refits)."""
+    config = config or default_config(head_dim, on_gpu=True, variant=variant, dtype=dtype,
+                                      backend=backend)
+    return Case(variant, dtype, head_dim, causal, config, tuple(length_one))
+
+
+def compile_for_sm90(spec_name: str, variant: Variant, dtype: str, head_dim: int, causal: bool,
+                     config: TileConfig | None = None, length_one=()) -> CompileReport:
+    """Compile one case for sm_90; raises on a compile error (see `run_gate` for collecting)."""
+    return compile_kernel_for_sm90(spec_name, variant, dtype, head_dim, causal, config,
+                                   length_one)[0]
+
+
+def compile_kernel_for_sm90(spec_name: str, variant: Variant, dtype: str, head_dim: int,
+                            causal: bool, config: TileConfig | None = None, length_one=()):
+    """`compile_for_sm90`, also returning Triton's CompiledKernel: (report, compiled)."""
+    import triton
+    from triton import knobs
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    spec = SPECS[spec_name]
+    case = make_case(variant, dtype, head_dim, causal, config, length_one, spec.backend)
+    fn = spec.kernel()
+    if not isinstance(fn, triton.runtime.JITFunction):
+        raise RuntimeError(f"{spec_name} is a {type(fn).__name__}, not a JITFunction: unset "
+                           "TRITON_INTERPRET before triton is imported to compile for sm_90")
+    signature, constexprs, attrs = spec.specialize(fn, case)
+    report = _blank_report(spec_name, case)
+    start = time.perf_counter()
+    with knobs.nvidia.scope(), contextlib.redirect_stdout(io.StringIO()) as out:
+        knobs.nvidia.dump_ptxas_log = True  # Triton prints its own `ptxas -v` log
+        # Gluon's source also sets the module's num-warps, which its reductions need
+        source = (GluonASTSource if spec.backend == "gluon" else ASTSource)(fn, signature,
+                                                                           constexprs, attrs)
+        compiled = triton.compile(source,
+                                  target=GPUTarget("cuda", 90, 32),
+                                  options=dict(num_warps=report.num_warps,
+                                               num_stages=report.num_stages,
+                                               **spec.register_cap(case.config)))
+    report.compile_s = round(time.perf_counter() - start, 2)
+    log = out.getvalue()
+    if "Used" not in log:  # a cache hit runs no ptxas
+        log = rerun_ptxas(compiled.asm["ptx"])
+    report.shared_bytes = compiled.metadata.shared
+    report.wgmma = "wgmma" in compiled.asm["ptx"]
+    report.atomics = ",".join(sorted(set(ATOMIC_ORDER.findall(compiled.asm["ptx"]))))
+    for key, value in ptxas_usage(log).items():
+        setattr(report, key, value)
+    if report.shared_bytes > SM90_MAX_SHARED:
+        report.error = (f"needs {report.shared_bytes} bytes of shared memory; "
+                        f"an sm_90 block may have {SM90_MAX_SHARED}")
+    return report, compiled
+
+
+def _blank_report(spec_name: str, case: Case) -> CompileReport:
+    cfg = case.config
+    return CompileReport(spec_name, str(case.variant), case.dtype, case.head_dim, case.causal,
+                         key_slices=cfg.key_slices, input_precision=cfg.input_precision,
+                         **SPECS[spec_name].tiles(cfg))
+
+
+def _compile_or_report(spec_name: str, case: Case) -> CompileReport:
+    try:
+        return compile_for_sm90(spec_name, case.variant, case.dtype, case.head_dim, case.causal,
+                                case.config, case.length_one)
+    except Exception as e:  # noqa: BLE001 - every failure becomes a report
+        report = _blank_report(spec_name, case)
+        report.error = describe_error(e)
+        return report
+
+
+def describe_error(e: BaseException) -> str:
+    """The root cause on the first line, then the innermost Triton source excerpt if any."""
+    chain = [e]
+    while (nxt := chain[-1].__cause__ or chain[-1].__context__) and nxt not in chain:
+        chain.append(nxt)
+    root = chain[-1]
+    text = f"{type(root).__name__}: {root}".strip()
+    excerpts = [x for x in chain if type(x).__name__ == "CompilationError"]
+    if excerpts and excerpts[-1] is not root:
+        text += f"\n{excerpts[-1]}"
+    return text
+
+
+def gate_cases(variants, dtypes, head_dims, causals, specs=tuple(SPECS), overrides=None,
+               length_one=()) -> list[tuple[str, Case]]:
+    """(kernel spec, case) for every combination a launcher can reach."""
+    cases = []
+    for spec, variant, dtype, head_dim, causal in itertools.product(specs, variants, dtypes,
+                                                                    head_dims, causals):
+        if not SPECS[spec].uses_split_q and not variant.split_q:
+            continue  # the same kernel as with split_q on
+        if SPECS[spec].causal_only and not causal or not SPECS[spec].supports(dtype, head_dim):
+            continue
+        config = default_config(head_dim, on_gpu=True, variant=variant, dtype=dtype,
+                                backend=SPECS[spec].backend)
+        config = dataclasses.replace(config, **(overrides or {}))
+        cases.append((spec, make_case(variant, dtype, head_dim, causal, config, length_one)))
+    return cases
+
+
+def run_gate(variants, dtypes, head_dims, causals, specs=tuple(SPECS), overrides=None,
+             jobs: int = 1, progress: Callable[[CompileReport], None] | None = None,
+             length_one=()):
+    """Compile every combination; failures are returned as reports with `error` set.
+
+    overrides: TileConfig fields replacing the default config's; jobs > 1 compiles in that
+    many worker processes; progress is called with each report as it finishes; length_one:
+    sequence lengths compiled as the constant 1 (see Case).
+    """
+    cases = gate_cases(variants, dtypes, head_dims, causals, specs, overrides, length_one)
+    return run_in_workers(_compile_or_report, cases, jobs, progress)
+
+
+def run_in_workers(fn, cases: list[tuple], jobs: int, progress=None) -> list:
+    """[fn(*case) for case in cases], in that order, on `jobs` spawned worker processes when
+    jobs > 1 (spawn: no fork of a process that runs rich's refresh thread); progress is called
+    with each result as it finishes."""
+    results = [None] * len(cases)
+
+    def done(i, result):
+        results[i] = result
+        if progress:
+            progress(result)
+
+    if jobs <= 1:
+        for i, case in enumerate(cases):
+            done(i, fn(*case))
+    else:
+        with ProcessPoolExecutor(jobs, mp_context=get_context("spawn")) as pool:
+            futures = {pool.submit(fn, *case): i for i, case in enumerate(cases)}
+            for future in as_completed(futures):
+                done(futures[future], future.result())
+    return results
+
+
+def _table(reports):
+    table = Table(title="sm_90 compile gate")
+    for column in ("kernel", "variant", "dtype", "D", "causal", "BM", "BN", "warps", "stages",
+                   "slices", "choices", "dQ", "regs", "spill st/ld", "smem", "wgmma", "s",
+                   "status"):
+        table.add_column(column, justify="left" if column in ("kernel", "variant", "dtype",
+                                                               "status") else "right")
+    for r in reports:
+        status = Text("ok", "green") if r.ok else Text(r.error.splitlines()[0][:60], "red")
+        spills = Text("" if r.spill_stores is None else f"{r.spill_stores}/{r.spill_loads}",
+                      "yellow" if r.spill_stores else "")
+        table.add_row(r.kernel, r.variant, r.dtype, str(r.head_dim), "y" if r.causal else "n",
+                      str(r.block_m), str(r.block_n), str(r.num_warps), str(r.num_stages),
+                      str(r.key_slices), r.choices, _dq(r), _s(r.registers),
+                      spills, _s(r.shared_bytes), _wgmma(r), _s(r.compile_s), status)
+    return table
+
+
+DQ_MODE = {True: "pass", False: "in loop"}
+ATOMIC_ORDER = re.compile(r"\b(?:atom|red)\.global(?:\.\w+)*?\.(relaxed|acquire|release|acq_rel)\b")
+
+
+def _dq(r):
+    """Where dQ is computed, and the order of its atomic adds when they are not relaxed."""
+    mode = _s(DQ_MODE.get(r.dq_pass))
+    if r.atomics and r.atomics != "relaxed":
+        return Text(f"{mode}, {r.atomics} atomics", "yellow")
+    return mode
+
+
+def _wgmma(r):
+    if r.wgmma is None:
+        return ""
+    return Text("serial", "yellow") if r.wgmma_serialized else "yn"[not r.wgmma]
+
+
+def _s(value) -> str:
+    return "" if value is None else str(value)
+
+
+def interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def rerun_without_interpreter(module: str, argv) -> int:
+    """triton.jit already built interpreter objects in this process: run `python -m module`
+    in a clean one and return its exit status."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    return subprocess.run([sys.executable, "-m", module, *argv], env=env).returncode
+
+
+def add_case_arguments(p, kernels: str, dtypes: str, head_dims: str):
+    """The options that select cases (kernel, variant, dtype, head_dim); help: their defaults."""
+    p.add_argument("--kernel", action="append", choices=sorted(SPECS), help=f"default: {kernels}")
+    p.add_argument("--variant", action="append", type=Variant.parse,
+                   help="e.g. fa2, fa1 or '+defer-seqpar+splitq' (repeatable); default: all 8")
+    p.add_argument("--dtype", action="append", choices=list(DTYPES), help=f"default: {dtypes}")
+    p.add_argument("--head-dim", action="append", type=int, help=f"default: {head_dims}")
+
+
+def add_output_arguments(p):
+    """--jobs and --json, shared with the layout report."""
+    p.add_argument("--jobs", "-j", type=int, default=os.cpu_count() or 1,
+                   help="worker processes (default: one per CPU)")
+    p.add_argument("--json", metavar="PATH", help="write the reports as JSON")
+
+
+def report_console(width: int):
+    """A rich console; writing to a log file, `width` columns rather than 80."""
+    console = Console()
+    if not console.is_terminal:
+        console.width = width
+    return console
+
+
+def summarize(console, reports, failed: int, started: float, json_path: str | None) -> int:
+    """The closing line, the JSON file if asked for, and the exit status (1 if any failed)."""
+    console.print(f"{len(reports) - failed}/{len(reports)} compiled for sm_90 in "
+                  f"{time.perf_counter() - started:.0f} s")
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump([dataclasses.asdict(r) for r in reports], f, indent=1)
+    return 1 if failed else 0
+
+
+@contextlib.contextmanager
+def compile_progress(console, total: int):
+    """A progress bar over `total` compiles; yields advance(description). Where the console is
+    not a terminal (a log file, a device call), where a bar would print nothing until the end,
+    a line at each tenth of the cases instead."""
+    if not console.is_terminal:
+        start, done = time.perf_counter(), 0
+
+        def advance(description):
+            nonlocal done
+            done += 1
+            if done * 10 // total > (done - 1) * 10 // total:
+                console.print(f"compiling for sm_90: {done}/{total} in "
+                              f"{time.perf_counter() - start:.0f} s (last: {description})",
+                              highlight=False, markup=False)
+
+        yield advance
+        return
+
+    with Progress(TextColumn("compiling for sm_90"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), TextColumn("{task.description}"), console=console) as bar:
+        task = bar.add_task("", total=total)
+        yield lambda description: bar.update(task, advance=1, description=description)
+
+
+INT_OVERRIDES = ("block_m", "block_n", "num_warps", "num_stages", "key_slices", "max_registers",
+                 "bwd_block_m", "bwd_block_n", "bwd_num_warps", "bwd_num_stages")
+BOOL_OVERRIDES = ("tma", "nan_flags", "bwd_dq_pass")
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(prog="python -m fa2check.compile_gate", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_case_arguments(p, "all", "all", "16, 32, 64, 128 and 256 (any from 1 to 256 may be asked for)")
+    p.add_argument("--causal", action=argparse.BooleanOptionalAction, default=None,
+                   help="only causal / only non-causal; default: both")
+    for field in INT_OVERRIDES:
+        p.add_argument("--" + field.replace("_", "-"), type=int, help="override the default config")
+    p.add_argument("--tma", action=argparse.BooleanOptionalAction, default=None,
+                   help="override the default config: K/V through tensor descriptors (forward)")
+    p.add_argument("--nan-flags", action=argparse.BooleanOptionalAction, default=None,
+                   help="override the default config: the causal forward's main launch flags "
+                        "row blocks with a NaN for REPAIR (off: REPAIR reads first output rows)")
+    p.add_argument("--bwd-dq-pass", action=argparse.BooleanOptionalAction, default=None,
+                   help="override the default config: dQ in its own pass (backward)")
+    p.add_argument("--length-one", action="append", default=[], choices=("seqlen_q", "seqlen_k"),
+                   help="compile this length as the constant 1, as a call with length 1 is")
+    add_output_arguments(p)
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if interpreting():
+        return rerun_without_interpreter("fa2check.compile_gate", argv)
+    args = parse_args(argv)
+    overrides = {f: getattr(args, f) for f in INT_OVERRIDES + BOOL_OVERRIDES
+                 if getattr(args, f) is not None}
+    variants = args.variant or Variant.all()
+    dtypes = args.dtype or list(DTYPES)
+    head_dims = args.head_dim or list(TILE_HEAD_DIMS)
+    causals = [args.causal] if args.causal is not None else [False, True]
+    specs = args.kernel or list(SPECS)
+    total = len(gate_cases(variants, dtypes, head_dims, causals, specs))
+
+    console = report_console(180)
+    start = time.perf_counter()
+    with compile_progress(console, total) as advance:
+        def progress(r):
+            advance(f"{r.kernel} {r.variant} {r.dtype} D={r.head_dim} causal={r.causal}")
+        reports = run_gate(variants, dtypes, head_dims, causals, specs=specs, overrides=overrides,
+                           jobs=args.jobs, progress=progress, length_one=args.length_one)
+    console.print(_table(reports))
+    failed = [r for r in reports if not r.ok]
+    for r in failed:
+        console.print(f"FAILED {r.kernel} {r.variant} {r.dtype} D={r.head_dim} causal={r.causal} "
+                      f"(BM={r.block_m} BN={r.block_n} warps={r.num_warps} stages={r.num_stages} "
+                      f"slices={r.key_slices}):\n{r.error}", style="red", markup=False,
+                      highlight=False)
+    return summarize(console, reports, len(failed), start, args.json)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,183 @@
+"""Run properties x cases x columns (implementation, variant), serially or in worker processes.
+
+A task is one property on one case for one column; its record (a dict) carries the property's
+checks and numbers. Tasks are grouped so that work that shares something runs in one process:
+- on the GPU, by (column, dtype, head_dim, causal): Triton compiles a kernel per variant and
+  shape class, and a split-K forward takes 10-45 s to compile, so each group compiles its own
+  kernels once and the groups compile in parallel, one worker process per CPU core.
+- on the CPU interpreter, by case: the oracle of a case is computed once for every column.
+Properties marked RUNS_LAST (variant_equivalence: it calls the other variants too) run after
+every other group has finished, when the kernels they need are in Triton's on-disk cache.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import queue as queue_module
+import time
+import traceback
+import warnings
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, replace
+
+import torch
+
+from properties import PROPERTIES
+from properties.base import PropertyResult
+
+from ..core.environment import select_device
+from ..core.explain import explain_failures
+from ..core.implementations import Column, Unsupported, accepting_variant, takes_variant
+
+
+@dataclass(frozen=True)
+class Task:
+    column: Column
+    property: str
+    case: object  # properties.base.Case
+
+
+def plan(tier: str, columns: list[Column], property_names=None, case_ids=None, seed: int = 0,
+         forward_only: bool = False) -> list[Task]:
+    names = property_names or list(PROPERTIES)
+    for name in names:
+        if name not in PROPERTIES:
+            raise ValueError(f"unknown property {name!r}; expected one of {list(PROPERTIES)}")
+    tasks, seen_ids = [], set()
+    for name in names:
+        for case in PROPERTIES[name].CASES[tier]:
+            case = case.with_seed_offset(seed)
+            if forward_only:
+                case = replace(case, backward=False)
+            seen_ids.add(case.id)
+            if case_ids and case.id not in case_ids:
+                continue
+            tasks += [Task(column, name, case) for column in columns]
+    missing = set(case_ids or ()) - seen_ids
+    if missing:
+        raise ValueError(f"no case {sorted(missing)} in the {tier} tier of {names} "
+                         "(python -m fa2check.verify --list shows them)")
+    return tasks
+
+
+def run_task(task: Task, device: str) -> dict:
+    """Run one task; an implementation that raises gives an 'error' record, not an abort. A
+    failed case's message says, check by check, what was expected and what came out."""
+    started = time.time()
+    variant = task.column.variant
+    try:
+        impl = task.column.load()
+        if not takes_variant(impl):
+            impl, variant = accepting_variant(impl), None
+        with warnings.catch_warnings():
+            # NaN and inf inputs are deliberate here; numpy's warnings about them (from the
+            # interpreter) are noise: the checks judge the results
+            warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"triton\.")
+            result = PROPERTIES[task.property].run(impl, task.column.load_variant(), task.case,
+                                                   device)
+        if result.status == "fail":
+            result.message = explain_failures(result.checks)
+        trace = None
+    except Unsupported as error:
+        result = PropertyResult(task.property, task.case, "unsupported", message=str(error))
+        trace = None
+    except Exception as error:  # noqa: BLE001 - any crash of the implementation is a failure
+        result = PropertyResult(task.property, task.case, "error",
+                                message=f"{type(error).__name__}: {error}".splitlines()[0])
+        trace = traceback.format_exc()
+    if device == "cuda":
+        torch.cuda.empty_cache()  # many workers share the GPU: hand back what this task cached
+    record = result.as_dict()
+    # variant: what was passed to the implementation (None: it takes none)
+    record.update(column=task.column.label, impl=task.column.impl, variant=variant,
+                  seconds=round(time.time() - started, 3))
+    for check in record["checks"]:
+        if not check["passed"]:
+            check["explanation"] = explain_failures([check])
+    if trace:
+        record["traceback"] = trace
+    return record
+
+
+def groups(tasks: list[Task], device: str) -> list[list[list[Task]]]:
+    """Phases of groups of tasks (see the module docstring), costliest groups first."""
+    phases = ({}, {})
+    for task in tasks:
+        p = task.case.problem
+        key = ((task.column.label, p.dtype, p.head_dim, p.causal) if device == "cuda"
+               else (task.property, task.case.id))
+        last = getattr(PROPERTIES[task.property], "RUNS_LAST", False)
+        phases[1 if last else 0].setdefault(key, []).append(task)
+    return [sorted(phase.values(), key=_cost, reverse=True) for phase in phases if phase]
+
+
+def _cost(group: list[Task]) -> float:
+    """A rough order: split-K forwards compile slowest, then large head_dim, then size."""
+    task = group[0]
+    p = task.case.problem
+    split_k = task.column.ours and "-splitq" in task.column.variant
+    return (100 if split_k else 0) + p.head_dim / 4 + len(group) + p.seqlen_q * p.seqlen_k * 1e-7
+
+
+def execute(tasks: list[Task], device: str, jobs: int, on_record) -> list[dict]:
+    """Run every task; `on_record(record)` is called as each finishes (progress)."""
+    records = []
+
+    def collect(record):
+        records.append(record)
+        on_record(record)
+
+    phases = groups(tasks, device)
+    jobs = min(jobs, max((len(phase) for phase in phases), default=1))
+    if jobs <= 1:
+        for phase in phases:
+            for group in phase:
+                for task in group:
+                    collect(run_task(task, device))
+    else:
+        _execute_in_workers(phases, device, jobs, collect)
+    return records
+
+
+def _execute_in_workers(phases, device, jobs, collect):
+    """One pool for all phases; a phase starts when the previous one has finished."""
+    context = multiprocessing.get_context("spawn")  # CUDA and Triton need a fresh process
+    results = context.Queue()
+    threads = max(1, (os.cpu_count() or 1) // jobs)
+    pool = ProcessPoolExecutor(jobs, mp_context=context, initializer=_init_worker,
+                               initargs=(results, threads))
+    try:
+        for phase in phases:
+            futures = [pool.submit(_run_group, group, device) for group in phase]
+            expected, received = sum(len(group) for group in phase), 0
+            while received < expected:
+                try:
+                    collect(results.get(timeout=0.5))
+                    received += 1
+                except queue_module.Empty:
+                    for future in futures:
+                        if future.done() and future.exception() is not None:
+                            raise future.exception()
+    except BaseException:  # interrupted (or a worker died): stop the workers, keep the records
+        for process in list(getattr(pool, "_processes", {}).values()):
+            process.terminate()
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
+
+
+_results = None
+
+
+def _init_worker(results, threads):
+    global _results
+    _results = results
+
+    select_device()  # TRITON_INTERPRET comes from the parent's environment
+
+    torch.set_num_threads(threads)
+
+
+def _run_group(group: list[Task], device: str):
+    for task in group:
+        _results.put(run_task(task, device))

@@ -1,0 +1,260 @@
+"""The probes of ablations/probes/ (scripts, not a package): their parsing and arithmetic on
+made-up inputs; the kept patches still apply to the kernels."""
+import json
+import os
+from pathlib import Path
+
+import torch
+
+from fa2check.core.environment import kernels_sha256
+from saved_results import synthetic_results
+
+
+def _ablations_script(name: str):
+    """A script of ablations/probes/ (not a package), imported as a module."""
+    import importlib.util
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    spec = importlib.util.spec_from_file_location(name, os.path.join(root, "ablations",
+                                                                     "probes", f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_stall_probe_summarizes_a_saved_nsight_compute_csv():
+    """ablations/probes/stall_probe.py --summarize on the committed counters of the d=64
+    forward (the numbers docs/decisions.md#D14 quotes)."""
+    probe = _ablations_script("stall_probe")
+    rows = probe.summarize(Path(__file__).resolve().parents[1] / "ablations" / "results"
+                           / "20261130-h200-ncu-fwd.csv")
+    assert [r["kernel"][:9] for r in rows] == ["_attn_fwd", "_attn_fwd", "void pyto",
+                                               "_attn_fwd", "void pyto"]
+    assert rows[0]["instructions"] == "574,144,512 inst" and rows[0]["eligible"] == "0.69 warp"
+    assert rows[1]["top pipe"] == "Tensor 40.6%" and rows[1]["issue busy"] == "57.21 %"
+
+
+def test_targets_across_runs_tell_a_shared_miss_from_a_single_runs(tmp_path, capsys):
+    """ablations/probes/targets.py --across: each cell that missed in some run, with every run's
+    ratio. Synthetic runs: FA2 at about 0.97 ms, sdpa-flash 1.1 ms (1.13x, a miss) in both,
+    but 1.4 ms (1.44x) in the second run's first cell."""
+    targets = _ablations_script("targets")
+    first, second = synthetic_results(modes=("fwd",)), synthetic_results(modes=("fwd",))
+    flash = second["cells"][0]["modes"]["fwd"]["samples"]["sdpa-flash"]
+    second["cells"][0]["modes"]["fwd"]["samples"]["sdpa-flash"] = [
+        [x * 1.4 / 1.1 for x in sweep] for sweep in flash]
+    second["cells"][1]["modes"]["fwd"]["clock"] = {"+defer+seqpar+splitq": [[1805, 690]],
+                                                   "sdpa-flash": [[1910, 689]]}
+    first["provenance"]["kernels_sha256"] = "0" * 64
+    second["provenance"]["kernels_sha256"] = kernels_sha256()
+    paths = []
+    for i, run in enumerate((first, second)):
+        paths.append(tmp_path / f"run{i}.json")
+        paths[-1].write_text(json.dumps(run))
+    assert targets.main([str(p) for p in paths] + ["--across"]) == 0
+    out = capsys.readouterr().out
+    # which code each file measured: the first is not the tree's kernels, the second is
+    assert "run0.json: 2026-11-30T10:00:00+00:00, git abc123, kernels 000000000000: not the " \
+           "tree's kernels" in out
+    assert f"run1.json: 2026-11-30T10:00:00+00:00, git abc123, kernels {kernels_sha256()[:12]}: " \
+           "the tree's kernels" in out
+    assert "run0.json: fwd >= 1.3x, seqlen >= 1k: 0 of 2 cells" in out
+    assert "run1.json: fwd >= 1.3x, seqlen >= 1k: 1 of 2 cells" in out
+    # a miss of a run with clock samples says at which clocks the two were timed
+    assert "causal: 1.13" in out and "(FA2 at 1805 MHz, sdpa-flash at 1910 MHz)" in out
+    assert out.count("sdpa-flash at") == 1  # the other run has no clock samples
+    # each run's misses follow its own count line: the clocked miss is the second run's
+    run0, run1 = out.index("run0.json: fwd >= 1.3x"), out.index("run1.json: fwd >= 1.3x")
+    assert run0 < out.index("miss") < run1 < out.index("1805 MHz")
+    across = out[out.index("across 2 runs"):]
+    assert "seqlen 4096, d=64, bfloat16, full: met in 1 of 2 runs (1.13" in across
+    assert "seqlen 4096, d=64, bfloat16, causal: met in 0 of 2 runs (1.13" in across
+
+
+def test_same_gradients_tells_a_changed_kernel_from_an_equal_one(tmp_path):
+    """ablations/probes/same_gradients.py: the tree against itself has no difference; a copy whose
+    backward scales dK by 1.0001 differs in dk alone; one whose forward's log2(e) is off by
+    0.5% differs in o and lse too."""
+    import shutil
+
+    same = _ablations_script("same_gradients")
+    root = Path(__file__).resolve().parents[1]
+    problem = [(1, 2, 1, 17, 20, 16, torch.float16, True)]
+    compared, differ = same.compare(root / "kernels", root / "kernels", problem)
+    assert compared == 80 and differ == []
+    broken = tmp_path / "kernels"
+    shutil.copytree(root / "kernels", broken, ignore=shutil.ignore_patterns("__pycache__"))
+    source = (broken / "backward.py").read_text()
+    assert "    dk *= sm_scale\n" in source
+    (broken / "backward.py").write_text(source.replace("    dk *= sm_scale\n",
+                                                       "    dk *= sm_scale * 1.0001\n"))
+    compared, differ = same.compare(root / "kernels", broken, problem)
+    assert compared == 80 and differ and all(line.startswith("dk ") for line in differ)
+    forward = (broken / "forward.py").read_text()
+    assert "\nLOG2E = 1.4426950408889634" in forward
+    (broken / "forward.py").write_text(forward.replace("\nLOG2E = 1.4426950408889634",
+                                                       "\nLOG2E = 1.45  # 1.4426950408889634"))
+    _, differ = same.compare(root / "kernels", broken, problem)
+    assert {line.split()[0] for line in differ} >= {"o", "lse", "dk"}
+
+
+def test_clock_probe_reads_tiles_and_skips_the_power_ramp():
+    """ablations/probes/clock_probe.py's parsing (the probe itself needs a GPU)."""
+    probe = _ablations_script("clock_probe")
+    assert probe.parse_tile("64,64,4,3,tma", backward=False) == {
+        "block_m": 64, "block_n": 64, "num_warps": 4, "num_stages": 3, "tma": True}
+    assert probe.parse_tile("32,128,4,3", backward=True) == {
+        "bwd_block_m": 32, "bwd_block_n": 128, "bwd_num_warps": 4, "bwd_num_stages": 3,
+        "bwd_dq_pass": False}
+    samples = [(100.0 + 0.1 * i, 1980 - i, 200 + 100 * i) for i in range(8)]
+    assert probe.after_ramp(samples, 100.0) == samples[5:]
+
+
+def test_sass_loops_reads_control_bits_and_keeps_the_innermost_loops():
+    """ablations/probes/sass_loops.py's parsing, on made-up `cuobjdump -sass` lines: the stall
+    cycles and wait mask come from the high word's control bits, and of two nested loops that
+    issue HGMMA only the inner one is kept; a loop without HGMMA, and a region from a branch
+    after a loop back into its body, are dropped."""
+    sass_loops = _ablations_script("sass_loops")
+
+    def line(addr, text, stall, wait=0):
+        high = (stall << 41) | (wait << 52) | 0x0000000000000a00
+        return (f"        /*{addr:04x}*/                   {text} ;   /* 0x0000000000000000 */\n"
+                f"                                                 /* 0x{high:016x} */")
+
+    program = "\n".join([
+        "	code for sm_90a", "		Function : _attn_fwd",
+        line(0x00, "MOV R1, R2", 1),
+        line(0x10, "HGMMA.64x64x16.F32.BF16 R24, gdesc[UR4], R24", 2),  # outer loop start
+        line(0x20, "FADD R3, R4, R5", 4, wait=0b000010),  # inner loop start
+        line(0x30, "HGMMA.64x64x16.F32.BF16 R24, gdesc[UR8], R24", 1),
+        line(0x40, "@P0 BRA 0x20", 5),
+        line(0x50, "BRA 0x10", 3),
+        line(0x60, "IADD3 R6, R6, 0x1, RZ", 2),  # a loop without HGMMA
+        line(0x70, "@P1 BRA 0x60", 1),
+        line(0x80, "EXIT", 0),
+        line(0x90, "BRA 0x30", 1),  # from after the loops back into the inner one: no loop
+    ])
+    instrs = sass_loops.parse_sass(program)
+    assert [x.addr for x in instrs] == list(range(0, 0xa0, 0x10))
+    assert [x.stall for x in instrs] == [1, 2, 4, 1, 5, 3, 2, 1, 0, 1]
+    assert instrs[2].wait_mask == 0b000010 and instrs[2].opcode == "FADD"
+    assert instrs[4].opcode == "BRA"  # the predicate is not the opcode
+    loops = sass_loops.inner_loops(instrs)
+    assert loops == [(2, 4)]
+    summary = sass_loops.summarize(instrs, loops[0])
+    assert (summary["start"], summary["instructions"], summary["stall_cycles"],
+            summary["waiting"]) == (0x20, 3, 10, 1)
+
+
+def test_ab_table_names_versions_by_what_differs_and_measures_against_the_first():
+    """ablations/probes/ab_table.py: each time's change is against the first version of its
+    cell, the shared fields are named once, the dtype comes from the recorded command, and a
+    version missing from a cell shows '-' rather than a change."""
+    ab_table = _ablations_script("ab_table")
+    base, capped = "kernels:block_m=64,num_stages=3", "kernels:block_m=64,num_stages=3,maxreg=96"
+
+    def row(version, seqlen, median):
+        return dict(version=version, seqlen=seqlen, head_dim=64, causal=True, median=median)
+
+    dtype = ab_table.dtype_of("python3 ablations/compare_kernels.py A B --dtype float16")
+    assert (dtype, ab_table.dtype_of("python3 compare_kernels.py A")) == ("float16", "bfloat16")
+    text = ab_table.table([(dtype, [row(base, 1024, 0.5), row(capped, 1024, 0.4),
+                                    row(base, 2048, 1.0)])])
+    lines = text.splitlines()
+    assert lines[0].startswith("Every version: kernels:block_m=64,num_stages=3;")
+    assert lines[2] == "| dtype | d | mask | seqlen | (shared only) | maxreg=96 |"
+    assert lines[4] == "| float16 | 64 | causal | 1024 | 0.5000 | 0.4000 (-20.0%) |"
+    assert lines[5] == "| float16 | 64 | causal | 2048 | 1.0000 | - |"
+
+
+def test_ab_copy_applies_the_kernels_part_of_a_patch(tmp_path):
+    """ablations/probes/ab_copy.sh makes ablations/ab/NAME/kernels from kernels/ and a patch's
+    kernels/ hunks only; a patch that changes nothing there, or no patch, is an error; several
+    patches go on in order, each on top of the ones before, into ablations/ab/A+B."""
+    import difflib
+    import shutil
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    source = open(os.path.join(root, "kernels", "forward.py")).read().splitlines(keepends=True)
+    changed = [source[0].rstrip("\n") + "  # patched\n"] + source[1:]
+    kernels_part = "".join(difflib.unified_diff(source, changed, "a/kernels/forward.py",
+                                                "b/kernels/forward.py"))
+    other_part = ("--- a/README.md\n+++ b/README.md\n@@ -1 +1 @@\n-x\n+y\n")
+    script = os.path.join(root, "ablations", "probes", "ab_copy.sh")
+
+    twice = [changed[0].rstrip("\n") + " twice\n"] + source[1:]
+    on_top = "".join(difflib.unified_diff(changed, twice, "a/kernels/forward.py",
+                                          "b/kernels/forward.py"))
+
+    def run(patch_text, name, *more):
+        paths = []
+        for text, stem in [(patch_text, name), *more]:
+            paths.append(tmp_path / f"{stem}.patch")
+            paths[-1].write_text(text)
+        return subprocess.run(["bash", script, *map(str, paths)], capture_output=True, text=True)
+
+    try:
+        made = run(kernels_part + other_part, "ab-copy-test")
+        assert made.returncode == 0, made.stderr
+        copy = os.path.join(root, made.stdout.strip())
+        assert copy.endswith(os.path.join("ablations", "ab", "ab-copy-test", "kernels"))
+        assert open(os.path.join(copy, "forward.py")).readline().endswith("  # patched\n")
+        assert not open(os.path.join(root, "kernels", "forward.py")).readline().endswith(
+            "  # patched\n")
+        assert run(other_part, "ab-copy-empty").returncode == 1  # nothing under kernels/
+        chained = run(kernels_part, "ab-copy-test", (on_top, "ab-copy-top"))
+        assert chained.returncode == 0, chained.stderr
+        assert chained.stdout.strip().endswith(os.path.join("ab", "ab-copy-test+ab-copy-top",
+                                                            "kernels"))
+        assert open(os.path.join(root, chained.stdout.strip(), "forward.py")).readline() \
+            .endswith("  # patched twice\n")
+        assert run(on_top, "ab-copy-top").returncode != 0  # not on top of kernels/ itself
+        missing = subprocess.run(["bash", script, "no-such-patch"], capture_output=True)
+        assert missing.returncode == 2
+    finally:
+        for name in ("ab-copy-test", "ab-copy-empty", "ab-copy-test+ab-copy-top", "ab-copy-top"):
+            shutil.rmtree(os.path.join(root, "ablations", "ab", name), ignore_errors=True)
+
+
+def test_every_kept_patch_applies_to_the_kernels():
+    """ablations/patches/ holds kernel changes kept for a later A/B; each must still apply to
+    kernels/ as it is (a change to the kernels' context lines means a rebase)."""
+    import glob
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    patches = sorted(glob.glob(os.path.join(root, "ablations", "patches", "*.patch")))
+    assert patches
+    for patch in patches:
+        check = subprocess.run(["git", "apply", "--check", "--include=kernels/*", patch],
+                               cwd=root, capture_output=True, text=True)
+        assert check.returncode == 0, f"{os.path.basename(patch)}: {check.stderr}"
+
+
+def test_launch_tail_model_starts_programs_in_order_on_the_first_free_slot():
+    """ablations/probes/launch_tail.py: a long program started last runs alone at the end; started
+    first, it overlaps the short ones. The heaviest-first launch ranks every head's programs
+    alike, the longest first, each kind alternating."""
+    tail = _ablations_script("launch_tail")
+    assert tail.makespan([1, 1, 1, 3], sms=2, slots=1) == 4
+    assert tail.makespan([3, 1, 1, 1], sms=2, slots=1) == 3
+    assert tail.makespan([2, 2], sms=1, slots=2, solo=2.0) == 2  # both share the SM
+    assert tail.makespan([2], sms=1, slots=2, solo=2.0) == 1
+    columns, rows = tail.program_steps("bwd", 256, 32, 128, dq_cost=0.5)
+    assert (columns, rows) == ([8, 4], [2.0, 4.0])
+    assert tail.launch(columns, rows, heads=3, window=2) == [8, 8, 4, 4, 4, 4, 2, 2] + [8, 4, 4, 2]
+    assert tail.launch(columns, rows, heads=2, window=None) == [8, 4, 2.0, 4.0] * 2
+    assert tail.program_steps("fwd", 256, 64, 64, 1.0) == ([], [1, 2, 3, 4])
+    assert tail.launch([], [1, 2, 3], heads=1, window=1) == [3, 2, 1]
+
+
+def test_compare_kernels_puts_every_version_first_in_turn():
+    """ablations/probes/compare_kernels.py rotates the order of the versions each round, so no
+    version is always measured first."""
+    compare = _ablations_script("compare_kernels")
+    names = ["a", "b", "c"]
+    orders = [compare.rotated(names, r) for r in range(4)]
+    assert orders == [["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"], ["a", "b", "c"]]
+    assert {order[0] for order in orders[:3]} == set(names)

@@ -1,0 +1,148 @@
+"""fa2check.ablate's sweep: the correctness gate (against test doubles), which kernels are timed
+where, the plan and its budget, sharded runs, and one tiny end-to-end run through the
+interpreter (its timings mean nothing; the code path runs)."""
+import json
+
+import pytest
+import torch
+
+from fa2check.ablate.grids import Cell
+from kernels import Variant
+
+
+class _Double:
+    """A contender whose forward is flash_attention with a planted bug."""
+
+    def __init__(self, bug):
+        self.name, self.bug, self.ours = f"double-{bug}", bug, True
+
+    def context(self):
+        import contextlib
+
+        return contextlib.nullcontext()
+
+    def forward(self, q, k, v, causal, return_lse=False):
+        from kernels import flash_attention
+
+        o, lse = flash_attention(q, k, v, causal=causal, return_lse=True)
+        if self.bug == "batch-offset":  # the last batch entry gets batch 0's output
+            o = torch.cat([o[:-1], o[:1]])
+        return (o, lse) if return_lse else o
+
+
+def test_gate_passes_the_kernel_and_rejects_test_doubles(device):
+    from fa2check.ablate.cellcheck import CellOracle, gate, gate_slices
+    from fa2check.ablate.contenders import backend, make_inputs, ours
+
+    cell = Cell(2, 4, 2, 40, 16, "bfloat16", True)
+    assert gate_slices(cell) == [(0, 0), (1, 1)]
+    inputs = make_inputs(cell, device)
+    oracle = CellOracle(cell, inputs, backward=True)
+    good = gate(ours(Variant(False, False, False), None), cell, inputs, oracle)
+    assert good["passed"], good
+    assert {c["output"] for c in good["checks"]} == {"o", "lse", "dq", "dk", "dv"}
+    assert gate(backend("sdpa-math"), cell, inputs, oracle)["passed"]
+    bad = gate(_Double("batch-offset"), cell, inputs, oracle)
+    assert not bad["passed"]
+    assert {(c["batch"], c["output"]) for c in bad["checks"] if not c["passed"]} >= {(1, "o")}
+
+
+def test_gluon_kernels_are_timed_only_where_they_can_run():
+    from fa2check.ablate.sweep import Settings, gluon_skipped, kernels_for
+
+    on, off = Settings(gluon=True), Settings()
+    cell = Cell(4, 32, 32, 4096, 64, "bfloat16", True)
+    assert len(kernels_for("fwd", cell, on)) == 16 and len(kernels_for("fwd", cell, off)) == 8
+    assert len(kernels_for("bwd", cell, on)) == 4  # the Gluon kernel is a forward
+    for other in (Cell(1, 16, 16, 8192, 128, "bfloat16", True), Cell(4, 32, 32, 4096, 64,
+                                                                    "float32", False)):
+        assert len(kernels_for("fwd", other, on)) == 8
+        assert gluon_skipped(other, on).startswith("skipped")
+
+
+def test_tiny_end_to_end_run_in_the_interpreter(tmp_path, device):
+    if device != "cpu":
+        pytest.skip("the GPU runs the real grid")
+    from fa2check import ablate
+
+    status = ablate.main(["--seqlen", "16", "--head-dim", "16", "--heads", "2", "--heads-kv", "1",
+                          "--batch", "2", "--causal", "true", "--mode", "fwd,bwd",
+                          "--repeats", "3", "--budget-s", "0.001", "--bootstrap", "100",
+                          "--backends", "sdpa-math,sdpa-efficient", "--gluon", "--out",
+                          str(tmp_path)])
+    assert status == 0
+    (path,) = tmp_path.glob("*.json")
+    results = json.loads(path.read_text())
+    assert results["provenance"]["device"] == "cpu"
+    assert results["repeats_done"] == 1 and results["stopped_by_budget"]
+    (entry,) = results["cells"]
+    assert all(entry["gate"][str(v)]["passed"] for v in Variant.all())
+    fwd, bwd = entry["modes"]["fwd"], entry["modes"]["bwd"]
+    assert set(fwd["timed"]) == {str(v) for v in Variant.all()} | {"sdpa-math"}
+    assert set(bwd["timed"]) == {str(v) for v in Variant.all() if v.split_q} | {"sdpa-math"}
+    assert fwd["excluded"]["sdpa-efficient"].startswith("unavailable")
+    # the Gluon kernels are gated like any contender; the interpreter cannot run them
+    gluon = [f"gluon{v}" for v in Variant.all()]
+    assert all("needs a CUDA GPU" in fwd["excluded"][n] for n in gluon)
+    assert not any(n in bwd["excluded"] for n in gluon)  # forward only
+    assert all(len(runs) == 1 and runs[0] for runs in fwd["samples"].values())
+    assert {r["key"]["part"] for r in results["configs"]} == {"fwd", "bwd"}
+    triton = [r for r in results["configs"] if not r["key"]["variant"].startswith("gluon")]
+    assert all(r["source"].startswith("tuned on") for r in triton)
+    analysis = results["analysis"]["modes"]
+    assert analysis["bwd"]["players"] == ["defer_norm", "seq_parallel"]
+    assert "shapley/split_q" in analysis["fwd"]["cells"][0]["contributions"]
+    for suffix in (".csv", ".md", "-tflops.png", "-contributions.png"):
+        assert path.with_name(path.stem + suffix).exists()
+
+
+def test_split_by_cost_balances_groups_and_keeps_order():
+    from fa2check.ablate.plan import split_by_cost
+
+    groups = split_by_cost([5.0, 1.0, 4.0, 2.0, 3.0, 1.0], 2)
+    assert sorted(i for g in groups for i in g) == list(range(6))
+    assert all(g == sorted(g) for g in groups)
+    totals = [sum([5.0, 1.0, 4.0, 2.0, 3.0, 1.0][i] for i in g) for g in groups]
+    assert totals == [8.0, 8.0]
+    assert split_by_cost([1.0], 3) == [[0], [], []]
+
+
+def test_plan_counts_the_repair_kernel_of_a_causal_forward():
+    from fa2check.ablate import plan
+    from fa2check.ablate.sweep import Settings
+
+    def precompile_s(*jobs):
+        return plan.estimate([], ["fwd"], lambda c, m: [], Settings(), list(jobs), [], [],
+                             1)["precompile_tuning_s"] - plan.WORKER_START_S
+
+    fwd = {"part": "fwd", "variant": "+defer+seqpar+splitq", "causal": False}
+    assert precompile_s({**fwd, "causal": True}) == 2 * precompile_s(fwd)
+    bwd = {**fwd, "part": "bwd"}
+    assert precompile_s({**bwd, "causal": True}) == precompile_s(bwd)
+
+
+def test_sharded_run_keeps_every_cell_in_grid_order(tmp_path, device, monkeypatch):
+    if device != "cpu":
+        pytest.skip("the GPU runs the real grid")
+    from fa2check import ablate
+    from fa2check.ablate import results as results_io
+
+    saved, save = [], results_io.save
+    monkeypatch.setattr(results_io, "save", lambda results, path: (
+        saved.append(json.loads(json.dumps(results))), save(results, path)))
+    status = ablate.main(["--seqlen", "16", "--seqlen", "32", "--head-dim", "16", "--heads", "2",
+                          "--batch", "1", "--causal", "false", "--mode", "fwd", "--no-tune",
+                          "--repeats", "1", "--bootstrap", "20", "--backends", "sdpa-math",
+                          "--shards", "2", "--no-plots", "--out", str(tmp_path)])
+    assert status == 0
+    (path,) = tmp_path.glob("*.json")
+    results = json.loads(path.read_text())
+    assert [e["cell"]["seqlen"] for e in results["cells"]] == [16, 32]
+    assert sorted(e["shard"] for e in results["cells"]) == [0, 1]
+    assert len(results["provenance"]["shards"]) == 2
+    assert len(results["matmul"]["bfloat16"]["samples"]) == 2  # one sweep on each shard
+    assert results["repeats_done"] == 1
+    for entry in results["cells"]:
+        assert all(runs for runs in entry["modes"]["fwd"]["samples"].values())
+    # the configs are on disk before any cell is measured: a run cut later keeps them
+    assert saved[0]["configs"] and not saved[0]["cells"]
