@@ -14,9 +14,7 @@ What the strategies favour:
   a tile and one, so the causal diagonal crosses tiles at every offset). The tile sizes are the
   device's own: `kernels.default_config` for the head_dim and variant (forward query and key
   tiles, backward tiles, and split-K's key slices), never hard-coded.
-- head_dim: any from 1 to 256, a tile width (16, 32, ..., 256) half the time and any other
-  head_dim (padded to a tile width and masked in the kernels) the other half.
-- dtype, causal: every supported value (or those asked for).
+- head_dim, dtype, causal: every supported value (or those asked for).
 - values (`DISTRIBUTIONS`): see each entry. The "extreme" ones (logits of 1e3 and more, rows
   below -5e4, one dominant key, lse below -88.7) are judged like properties/extreme_logits.py
   judges them (the same-dtype baseline of the pass rule means nothing there), forward only except
@@ -38,8 +36,7 @@ import torch
 from hypothesis import strategies as st
 
 from fa2check.core.problems import DTYPES, Problem
-from kernels import SUPPORTED_HEAD_DIMS, TILE_HEAD_DIMS, Variant, default_config
-from kernels.config import block_d
+from kernels import TILE_HEAD_DIMS, Variant, default_config
 
 from .base import Case
 from .extreme_logits import extreme_inputs
@@ -246,9 +243,7 @@ class Space:
     """What the fuzzer may draw (the command line narrows it)."""
     variants: tuple = field(default_factory=lambda: tuple(Variant.all()))
     dtypes: tuple[str, ...] = tuple(DTYPES)
-    # the tile widths first, so that a head_dim shrinks towards 16
-    head_dims: tuple[int, ...] = TILE_HEAD_DIMS + tuple(d for d in SUPPORTED_HEAD_DIMS
-                                                        if d not in TILE_HEAD_DIMS)
+    head_dims: tuple[int, ...] = TILE_HEAD_DIMS  # the tile widths; odd head dims: not yet drawn
     causal: tuple[bool, ...] = (False, True)
     distributions: tuple[str, ...] = tuple(DISTRIBUTIONS)
     layouts: tuple[str, ...] = LAYOUTS
@@ -341,18 +336,6 @@ def _seqlen(draw, site: str, tiles: tuple[int, ...], limit: int, near: int | Non
     return min(max(n, 1), limit)
 
 
-def _head_dim(draw, head_dims: tuple[int, ...]) -> int:
-    """A tile width (a head_dim the kernels need not pad) or, as often, any other head_dim of
-    `head_dims`; shrinks towards the first tile width. Both choices are always drawn, so the
-    second keeps its meaning when hypothesis shrinks the first."""
-    widths = [d for d in head_dims if d == block_d(d)]
-    others = [d for d in head_dims if d != block_d(d)]
-    padded = draw(_evenly((False, True), "head_dim"))
-    pick = draw(_evenly(range(256), "head_dim"))
-    chosen = (others if padded and others else widths) or others
-    return chosen[pick % len(chosen)]
-
-
 def variants(space: Space):
     return st.sampled_from(space.variants)
 
@@ -371,7 +354,7 @@ def problems(draw, space: Space):
     head_dim, the length choices keep their meaning (measured: with per-variant tiles a bug of
     every variant stayed reported on a split-K variant and an arbitrary seed)."""
     dtype = draw(st.sampled_from(space.dtypes))
-    head_dim = _head_dim(draw, space.head_dims)
+    head_dim = draw(st.sampled_from(space.head_dims))
     causal = draw(st.sampled_from(space.causal))
     tiles = space.tiles()
     limit = space.seqlen_limit(tiles)

@@ -78,9 +78,6 @@ REACHES = {
     "causal diagonal one past a tile": lambda e: e.problem.causal
     and e.problem.seqlen_k - e.problem.seqlen_q == BLOCK_N + 1,
     "head_dim 256 float32": lambda e: e.problem.head_dim == 256 and e.problem.dtype == "float32",
-    "head_dim below 16": lambda e: e.problem.head_dim < 16,
-    "head_dim between tile widths": lambda e: 64 < e.problem.head_dim < 128,
-    "head_dim above 128": lambda e: 128 < e.problem.head_dim < 256,
     "extreme below-5e4 padded": lambda e: e.distribution == "below-5e4"
     and e.layout == "padded-bshd-strided",
     "split-K, batch 2": lambda e: not e.variant.split_q and e.problem.batch == 2,
