@@ -174,3 +174,16 @@ def test_without_a_gpu_the_render_fits_a_120_column_terminal(device, monkeypatch
     full = capsys.readouterr().out
     assert "tile configs" in full and "time and throughput" in full and "…" not in full
     assert full.count("Measured on") == files
+
+
+def test_a_render_says_when_the_results_ran_other_kernels_than_the_trees(tmp_path, capsys):
+    from fa2check import ablate
+    from fa2check.core.environment import kernels_sha256
+
+    for sha, says in ((kernels_sha256(), False), ("0" * 64, True)):
+        run = synthetic_results(modes=("fwd",))
+        run["provenance"]["kernels_sha256"] = sha
+        path = tmp_path / "run.json"
+        path.write_text(json.dumps(run))
+        assert ablate.main(["--from", str(path), "--no-plots", "--bootstrap", "50"]) == 0
+        assert ("not the tree's" in capsys.readouterr().out) == says

@@ -218,6 +218,17 @@ def finish(results, json_path, args, console) -> int:
                     for row in d["cells"]) else 0
 
 
+def kernels_note(results) -> str | None:
+    """A line saying that saved results ran other kernels than the tree's (sha256 of kernels/),
+    or None when they ran these (or do not say)."""
+    ran = results.get("provenance", {}).get("kernels_sha256")
+    tree = kernels_sha256()
+    if not ran or ran == tree:
+        return None
+    return (f"note: these results ran kernels {ran[:12]}, not the tree's ({tree[:12]}); what "
+            "changed since is in docs/decisions.md")
+
+
 def render_files(sources, args, console) -> int:
     """Render saved results (each file's selected views); optional markdown / README."""
     parts = []
@@ -228,6 +239,8 @@ def render_files(sources, args, console) -> int:
             analysis["same_run"] = analysis["modes"]
             analysis["modes"] = {m: d for m, d in analysis["modes"].items() if m in views}
         report.render(results, analysis, console, source=os.path.relpath(path), detail=args.full)
+        if note := kernels_note(results):
+            console.print(note, highlight=False)
         base = base_name(path)
         images = [(alt, os.path.relpath(base + suffix, os.path.dirname(README)))
                   for suffix, alt in (("-tflops.png", "TFLOP/s by seqlen"),
