@@ -351,20 +351,19 @@ def _attn_fwd_row_block(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, block_index
         m_i, l_i, acc = _online_softmax_step(
             m_i, l_i, acc, q, K_ptrs + start_n * stride_kn, V_ptrs + start_n * stride_vn,
             KD, VD, off_b, off_hkv, start_n, offs_m, offs_n, seqlen_q, seqlen_k, qk_scale,
-            False, IS_CAUSAL, DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM, BLOCK_D,
-            INPUT_PRECISION, False, TMA)
+            False, IS_CAUSAL, DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM,
+            BLOCK_D, INPUT_PRECISION, False, TMA)
     for start_n in range(full_end, hi, BLOCK_N):
         m_i, l_i, acc = _online_softmax_step(
             m_i, l_i, acc, q, K_ptrs + start_n * stride_kn, V_ptrs + start_n * stride_vn,
             KD, VD, off_b, off_hkv, start_n, offs_m, offs_n, seqlen_q, seqlen_k, qk_scale,
-            True, IS_CAUSAL, DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM, BLOCK_D,
-            INPUT_PRECISION, IS_CAUSAL and REPAIR, TMA)
+            True, IS_CAUSAL, DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM,
+            BLOCK_D, INPUT_PRECISION, IS_CAUSAL and REPAIR, TMA)
 
     _store_row_block(O, O_RES, LSE, M, L, FLAGS, acc, m_i, l_i, block_index, offs_m, row_ok,
                      off_b, off_h, stride_ob, stride_oh, stride_om, stride_od, stride_lb,
                      stride_lh, qk_scale, IS_CAUSAL, DEFER_NORM, HEAD_DIM, BLOCK_D, REPAIR,
-                     STORE_O_RES,
-                     NAN_FLAGS)
+                     STORE_O_RES, NAN_FLAGS)
 
 
 @triton.jit
@@ -593,8 +592,8 @@ def _attn_fwd(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, ACC_TMP, M_TMP, L_TMP
                                         stride_ob, stride_oh, stride_om, stride_od, stride_lb,
                                         stride_lh, seqlen_q, seqlen_k, qk_scale, IS_CAUSAL,
                                         DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_M, BLOCK_N,
-                                        HEAD_DIM, BLOCK_D, INPUT_PRECISION, True, TMA, STORE_O_RES,
-                                        NAN_FLAGS)
+                                        HEAD_DIM, BLOCK_D, INPUT_PRECISION, True, TMA,
+                                        STORE_O_RES, NAN_FLAGS)
         return
     if SEQ_PARALLEL:
         off_bh = tl.program_id(1)
@@ -687,6 +686,19 @@ def _sms_and_ctas_per_sm(device, args, kwargs) -> tuple[int, int]:
     return props.multi_processor_count, _CTAS_PER_SM[key]
 
 
+def empty_outputs(q, defer_norm: bool):
+    """Every forward launcher's outputs: o (q's shape, contiguous, q's dtype), the statistics
+    the backward takes, float32 (B, Hq, Sq): (lse,) with defer_norm, else (m, l), and the
+    three pointers a kernel takes, (LSE, M, L), those it does not write aliased to one it does."""
+    import torch
+
+    o = torch.empty_like(q, memory_format=torch.contiguous_format)
+    stats = tuple(torch.empty(q.shape[:3], device=q.device, dtype=torch.float32)
+                  for _ in range(1 if defer_norm else 2))
+    pointers = (stats[0],) * 3 if defer_norm else (stats[0], *stats)
+    return o, stats, pointers
+
+
 def attn_fwd(q, k, v, causal, softmax_scale, variant, config, o_residual=False):
     """Launch the forward kernel. q (B, Hq, Sq, D), k and v (B, Hkv, Sk, D), already validated.
 
@@ -700,15 +712,8 @@ def attn_fwd(q, k, v, causal, softmax_scale, variant, config, o_residual=False):
 
     batch, heads_q, seqlen_q, head_dim = q.shape
     heads_kv, seqlen_k = k.shape[1], k.shape[2]
-    o = torch.empty_like(q, memory_format=torch.contiguous_format)
+    o, stats, (lse, m, l) = empty_outputs(q, variant.defer_norm)
     stat_shape = (batch, heads_q, seqlen_q)
-    if variant.defer_norm:
-        stats = (torch.empty(stat_shape, device=q.device, dtype=torch.float32),)
-        lse, m, l = stats[0], stats[0], stats[0]  # m and l are not written
-    else:
-        stats = tuple(torch.empty(stat_shape, device=q.device, dtype=torch.float32) for _ in range(2))
-        m, l = stats
-        lse = m  # not written
     o_res = torch.empty_like(o) if o_residual and q.dtype != torch.float32 else None
     row_blocks = triton.cdiv(seqlen_q, config.block_m)
     n_blocks = batch * heads_q * row_blocks

@@ -29,7 +29,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import mma_v2
 
-from .forward import LN2 as _LN2, LOG2E
+from .forward import LN2 as _LN2, LOG2E, empty_outputs
 
 LN2 = gl.constexpr(_LN2)
 
@@ -259,16 +259,11 @@ def check_gluon_call(dtype, head_dim: int, variant, config):
 def gluon_attn_fwd(q, k, v, causal, softmax_scale, variant, config):
     """`kernels.forward.attn_fwd`'s contract, computed by the Gluon kernel (CUDA only).
     Split-K cuts each K/V tile into num_warps slices, one per warp (config.key_slices unused)."""
-    import torch
-
     check_gluon_call(q.dtype, q.shape[-1], variant, config)
     q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
     batch, heads_q, seqlen_q, head_dim = q.shape
     heads_kv, seqlen_k = k.shape[1], k.shape[2]
-    o = torch.empty_like(q, memory_format=torch.contiguous_format)
-    stats = tuple(torch.empty((batch, heads_q, seqlen_q), device=q.device, dtype=torch.float32)
-                  for _ in range(1 if variant.defer_norm else 2))
-    m, l = (stats[0], stats[0]) if variant.defer_norm else stats
+    o, stats, (_, m, l) = empty_outputs(q, variant.defer_norm)
     row_blocks = triton.cdiv(seqlen_q, config.block_m)
     grid = (row_blocks, batch * heads_q) if variant.seq_parallel else (batch * heads_q,)
     _gluon_attn_fwd[grid](

@@ -58,7 +58,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
     mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
 
-from .forward import LN2 as _LN2, LOG2E
+from .forward import LN2 as _LN2, LOG2E, empty_outputs
 
 LN2 = gl.constexpr(_LN2)
 ROWS_PER_WARPGROUP = gl.constexpr(64)  # a wgmma's M: 16 rows for each of 4 warps
@@ -560,10 +560,7 @@ def hopper_attn_fwd(q, k, v, causal, softmax_scale, variant, config):
     check_hopper_call(q, k, v, variant, config)
     batch, heads_q, seqlen_q, head_dim = q.shape
     heads_kv, seqlen_k = k.shape[1], k.shape[2]
-    o = torch.empty_like(q, memory_format=torch.contiguous_format)
-    stats = tuple(torch.empty((batch, heads_q, seqlen_q), device=q.device, dtype=torch.float32)
-                  for _ in range(1 if variant.defer_norm else 2))
-    m, l = (stats[0], stats[0]) if variant.defer_norm else stats
+    o, stats, (_, m, l) = empty_outputs(q, variant.defer_norm)
     descs = []
     for t, box in zip((q, k, v), block_shapes(head_dim, config.block_n, variant.split_q)):
         layout = gl.NVMMASharedLayout.get_default_for(box, _gl_dtype(t.dtype))

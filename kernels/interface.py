@@ -44,7 +44,7 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, variant=Varian
     (kernels.gluon_forward; CUDA only, float16/bfloat16); the backward is the Triton one.
     backend "hopper" computes it on Hopper's wgmma/TMA/warp-specialised chassis, where split-K
     splits the keys across consumer warpgroups (kernels.hopper_forward; sm_90, float16/bfloat16,
-    head_dim 64 or 128, seq_parallel variants); the backward is the Triton one.
+    head_dim 64 or 128, every variant); the backward is the Triton one.
     """
     _check_inputs(q, k, v, causal, softmax_scale, variant)
     if backend not in BACKENDS:

@@ -115,8 +115,8 @@ def gluon(q, k, v, *, causal=False, softmax_scale=None, variant=None, return_lse
 def hopper(q, k, v, *, causal=False, softmax_scale=None, variant=None, return_lse=False,
            config=None):
     """Our kernels with the Hopper chassis's forward (kernels.hopper_forward): what it cannot
-    run (no sm_90 GPU, float32, head_dim other than 64 and 128, seq_parallel off, strides TMA
-    cannot read) is Unsupported."""
+    run (no sm_90 GPU, float32, head_dim other than 64 and 128, strides TMA cannot read, tiles
+    over the shared memory) is Unsupported."""
     from kernels import Variant, flash_attention
     from kernels.hopper_forward import check_hopper_call
 
