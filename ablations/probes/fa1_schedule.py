@@ -19,33 +19,22 @@ import argparse
 import itertools
 import json
 import os
-import subprocess
 import sys
-import time
 from dataclasses import replace
 from pathlib import Path
 
 import torch
-from triton.testing import do_bench
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from fa2check.ablate.grids import Cell, paper_batch, paper_heads  # noqa: E402
 from fa2check.ablate.timing import tflops  # noqa: E402
 from kernels import Variant, flash_attention  # noqa: E402
+from probe_run import cell_inputs, header, matmul_tflops, provenance, time_ms  # noqa: E402
 from kernels.config import default_config  # noqa: E402
 
 NCU_CELL = (2048, 128, False)  # seqlen, head_dim, causal
 
 
-def time_fn(fn):
-    fn()
-    torch.cuda.synchronize()
-    return do_bench(fn, warmup=25, rep=120, return_mode="median")
-
-
-def inputs(cell):
-    shape = (cell.batch, cell.heads_q, cell.seqlen, cell.head_dim)
-    return [torch.randn(shape, device="cuda", dtype=cell.torch_dtype) for _ in range(3)]
 
 
 def dram_model_bytes(cell, config):
@@ -60,12 +49,8 @@ def dram_model_bytes(cell, config):
 def render(path) -> str:
     """A saved run as markdown: % of the run's matmul rate per variant and cell."""
     data = json.loads(Path(path).read_text())
-    prov = data["provenance"]
     names = list(data["cells"][0]["ms"])
-    lines = [f"Measured on {prov['gpu']}, torch {prov['torch']}, triton {prov['triton']}, git "
-             f"{prov['commit']}, {prov['date']}; `{prov['command']}`; bf16 matmul "
-             f"{data['matmul_tflops']:.0f} TFLOP/s in the same run; % of it, default tiles "
-             "(`+h`: FA1's num_splits heuristic).", "",
+    lines = [header(data) + " % of it, default tiles (`+h`: FA1's num_splits heuristic).", "",
              "| cell | " + " | ".join(n.replace(" fa1-heuristic-splits", " +h") for n in names)
              + " |", "|---|" + "---:|" * len(names)]
     for row in data["cells"]:
@@ -93,7 +78,7 @@ def main():
         n, d, causal = NCU_CELL
         cell = Cell(paper_batch(n), paper_heads(d), paper_heads(d), n, d, "bfloat16", causal)
         config = default_config(d, True, variant, torch.bfloat16)
-        q, k, v = inputs(cell)
+        q, k, v = cell_inputs(cell)
         flash_attention(q, k, v, causal=causal, variant=variant, config=config)
         torch.cuda.synchronize()
         print(json.dumps(dict(cell=str(cell), config=str(config),
@@ -101,19 +86,14 @@ def main():
         return 0
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    commit = args.commit or subprocess.run(["git", "rev-parse", "--short=12", "HEAD"],
-                                           capture_output=True, text=True).stdout.strip()
-    provenance = dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__,
-                      triton=__import__("triton").__version__, commit=commit,
-                      date=time.strftime("%Y-%m-%dT%H:%M:%S%z"), command=" ".join(sys.argv))
-    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-    matmul = 2 * 8192 ** 3 / (time_fn(lambda: a @ a) * 1e-3) / 1e12
+    run_provenance = provenance(args.commit)
+    matmul = matmul_tflops()
     print(f"matmul bf16 8192^3: {matmul:.0f} TFLOP/s", flush=True)
     rows = []
     for d, causal, n in itertools.product(map(int, args.head_dims.split(",")), (False, True),
                                           map(int, args.seqlens.split(","))):
         cell = Cell(paper_batch(n), paper_heads(d), paper_heads(d), n, d, "bfloat16", causal)
-        q, k, v = inputs(cell)
+        q, k, v = cell_inputs(cell)
         row = dict(cell=cell.as_dict(), ms={}, configs={})
         runs = [(str(var), var, default_config(d, True, var, torch.bfloat16))
                 for var in Variant.all()]
@@ -122,7 +102,7 @@ def main():
                  for var in Variant.all() if not var.seq_parallel]
         for name, var, config in runs:
             try:
-                row["ms"][name] = time_fn(lambda: flash_attention(
+                row["ms"][name] = time_ms(lambda: flash_attention(
                     q, k, v, causal=causal, variant=var, config=config))
                 row["configs"][name] = str(config)
             except Exception as e:  # noqa: BLE001 - a row that cannot run is reported
@@ -135,7 +115,7 @@ def main():
         print(f"  timed {cell}", flush=True)
         del q, k, v
         (out / "fa1_schedule.json").write_text(json.dumps(  # after every cell: nothing lost
-            dict(provenance=provenance, matmul_tflops=matmul, cells=rows), indent=1))
+            dict(provenance=run_provenance, matmul_tflops=matmul, cells=rows), indent=1))
     names = list(rows[0]["ms"])
     print("\n% of matmul (bf16 forward, default tiles):")
     print(f"{'cell':38s} " + " ".join(f"{n.replace(' fa1-heuristic-splits', '+h'):>21s}"

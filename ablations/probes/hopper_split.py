@@ -31,13 +31,10 @@ import itertools
 import json
 import math
 import os
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import torch
-from triton.testing import do_bench
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from fa2check.ablate.grids import Cell, paper_batch, paper_heads  # noqa: E402
@@ -45,6 +42,7 @@ from fa2check.core.oracle import reference  # noqa: E402
 from fa2check.core.sdpa_backends import forced, sdpa  # noqa: E402
 from fa2check.ablate.timing import tflops  # noqa: E402
 from kernels import Variant, flash_attention  # noqa: E402
+from probe_run import cell_inputs, header, matmul_tflops, provenance, time_ms  # noqa: E402
 from kernels.config import TileConfig, default_config  # noqa: E402
 from kernels.hopper_forward import SHARED_LIMIT, shared_bytes  # noqa: E402
 
@@ -96,11 +94,6 @@ def check(out):
     return not bad
 
 
-def time_fn(fn):
-    fn()
-    torch.cuda.synchronize()
-    return do_bench(fn, warmup=25, rep=120, return_mode="median")
-
 
 def render(path) -> str:
     """A saved run as markdown: TFLOP/s and % of the run's matmul rate of FA2 and the
@@ -109,11 +102,9 @@ def render(path) -> str:
     from fa2check.ablate.contributions import FLAGS, decompose, subsets, variant_for
 
     data = json.loads(Path(path).read_text())
-    prov, matmul = data["provenance"], data["matmul_tflops"]
-    lines = [f"Measured on {prov['gpu']}, torch {prov['torch']}, triton {prov['triton']}, git "
-             f"{prov['commit']}, {prov['date']}; `{prov['command']}`; bf16 matmul "
-             f"{matmul:.0f} TFLOP/s in the same run. TFLOP/s (% of matmul); every variant on "
-             "its own tiles (block_n, stages), tuned at 4k.", "",
+    matmul = data["matmul_tflops"]
+    lines = [header(data) + " TFLOP/s (% of matmul); every variant on its own tiles (block_n, "
+             "stages), tuned at 4k.", "",
              "| cell | FA2 | FA1-style | FA2 / FA1-style | Shapley defer_norm | Shapley "
              "seq_parallel | Shapley split_q |",
              "|---|---:|---:|---:|---:|---:|---:|"]
@@ -148,20 +139,12 @@ def main():
         return 0
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    commit = args.commit or subprocess.run(["git", "rev-parse", "--short=12", "HEAD"],
-                                           capture_output=True, text=True).stdout.strip()
-    provenance = dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__,
-                      triton=__import__("triton").__version__, commit=commit,
-                      date=time.strftime("%Y-%m-%dT%H:%M:%S%z"), command=" ".join(sys.argv))
+    run_provenance = provenance(args.commit)
     ok = check(out) if args.check else True
 
-    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-    matmul = 2 * 8192 ** 3 / (time_fn(lambda: a @ a) * 1e-3) / 1e12
+    matmul = matmul_tflops()
     print(f"matmul bf16 8192^3: {matmul:.0f} TFLOP/s", flush=True)
 
-    def cell_inputs(cell):
-        shape = (cell.batch, cell.heads_q, cell.seqlen, cell.head_dim)
-        return [torch.randn(shape, device="cuda", dtype=cell.torch_dtype) for _ in range(3)]
 
     results, tiles = [], {}
     for dtype, d in itertools.product(args.dtypes.split(","), (64, 128)):
@@ -176,7 +159,7 @@ def main():
                         continue
                     cfg = hopper_config(d, bn, st)
                     try:
-                        ms = time_fn(lambda: flash_attention(q, k, v, causal=causal, variant=var,
+                        ms = time_ms(lambda: flash_attention(q, k, v, causal=causal, variant=var,
                                                              config=cfg, backend="hopper"))
                     except Exception as e:  # shared memory over the limit, say
                         print(f"  tile {bn}x{st} {var} d={d}: {type(e).__name__}", flush=True)
@@ -194,19 +177,19 @@ def main():
             for var in HOPPER_VARIANTS:
                 bn, st = tiles[(dtype, d, causal, str(var))]
                 cfg = hopper_config(d, bn, st)
-                row["ms"]["hopper" + str(var)] = time_fn(lambda: flash_attention(
+                row["ms"]["hopper" + str(var)] = time_ms(lambda: flash_attention(
                     q, k, v, causal=causal, variant=var, config=cfg, backend="hopper"))
                 row["tiles"]["hopper" + str(var)] = [bn, st]
-            row["ms"]["triton+defer+seqpar+splitq (default tiles)"] = time_fn(
+            row["ms"]["triton+defer+seqpar+splitq (default tiles)"] = time_ms(
                 lambda: flash_attention(q, k, v, causal=causal))
             with forced("sdpa-flash"):
-                row["ms"]["sdpa-flash"] = time_fn(lambda: sdpa(q, k, v, causal))
+                row["ms"]["sdpa-flash"] = time_ms(lambda: sdpa(q, k, v, causal))
             row["tflops"] = {name: tflops(cell.flops("fwd"), ms) for name, ms in row["ms"].items()}
             results.append(row)
             print(f"  timed {cell}", flush=True)
             del q, k, v
     (out / "hopper_split.json").write_text(json.dumps(
-        dict(provenance=provenance, matmul_tflops=matmul, oracle_ok=ok, cells=results),
+        dict(provenance=run_provenance, matmul_tflops=matmul, oracle_ok=ok, cells=results),
         indent=1))
     names = ["hopper" + str(v) for v in HOPPER_VARIANTS]
     print("\nTFLOP/s: " + ", ".join(f"{i}={v}" for i, v in enumerate(HOPPER_VARIANTS)))
