@@ -411,17 +411,11 @@ def _consumer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
 
 
 @gluon.jit
-def _consumer0(args, DEFER_NORM: gl.constexpr, SPLIT_Q: gl.constexpr,
-               SEQ_PARALLEL: gl.constexpr, IS_CAUSAL: gl.constexpr):
+def _consumer_partition(args, DEFER_NORM: gl.constexpr, SPLIT_Q: gl.constexpr,
+                        SEQ_PARALLEL: gl.constexpr, IS_CAUSAL: gl.constexpr,
+                        CONSUMER: gl.constexpr):
     _consumer(*args, DEFER_NORM=DEFER_NORM, SPLIT_Q=SPLIT_Q, SEQ_PARALLEL=SEQ_PARALLEL,
-              causal=IS_CAUSAL, CONSUMER=0)
-
-
-@gluon.jit
-def _consumer1(args, DEFER_NORM: gl.constexpr, SPLIT_Q: gl.constexpr,
-               SEQ_PARALLEL: gl.constexpr, IS_CAUSAL: gl.constexpr):
-    _consumer(*args, DEFER_NORM=DEFER_NORM, SPLIT_Q=SPLIT_Q, SEQ_PARALLEL=SEQ_PARALLEL,
-              causal=IS_CAUSAL, CONSUMER=1)
+              causal=IS_CAUSAL, CONSUMER=CONSUMER)
 
 
 @gluon.jit
@@ -479,8 +473,10 @@ def _hopper_attn_fwd(q_desc, k_desc, v_desc, O, LSE, M, L, O_TMP, STATS_TMP, seq
             kv_empty, x_max, x_sum, x_out, bar_max, bar_out, O, LSE, M, L, O_TMP, STATS_TMP,
             seqlen_q, seqlen_k, heads_q, group_size, qk_scale, stride_ob, stride_oh,
             stride_om, stride_lb, stride_lh, stats_tmp_stride)
-    gl.warp_specialize([(_consumer0, (args, DEFER_NORM, SPLIT_Q, SEQ_PARALLEL, IS_CAUSAL)),
-                        (_consumer1, (args, DEFER_NORM, SPLIT_Q, SEQ_PARALLEL, IS_CAUSAL)),
+    gl.warp_specialize([(_consumer_partition,
+                         (args, DEFER_NORM, SPLIT_Q, SEQ_PARALLEL, IS_CAUSAL, 0)),
+                        (_consumer_partition,
+                         (args, DEFER_NORM, SPLIT_Q, SEQ_PARALLEL, IS_CAUSAL, 1)),
                         (_load_warp, (args, DEFER_NORM, SPLIT_Q, SEQ_PARALLEL, IS_CAUSAL))],
                        [4, 1], [CONSUMER_REGS, 56])
 
