@@ -59,6 +59,18 @@ BUGS = {
 _CALLS = itertools.count()
 
 
+def without_variant(bug: str = "none"):
+    """double(bug) as a user would write it: flash_attention's documented signature, less
+    `variant` (the harness must call it without one)."""
+    impl = double(bug)
+
+    def attention(q, k, v, causal=False, softmax_scale=None, return_lse=False):
+        return impl(q, k, v, causal=causal, softmax_scale=softmax_scale, return_lse=return_lse)
+
+    attention.__name__ = f"attention_{bug}_without_variant"
+    return attention
+
+
 def double(bug: str = "none"):
     if bug not in BUGS:
         raise ValueError(f"unknown bug {bug!r}")

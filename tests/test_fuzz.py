@@ -13,7 +13,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 
-from doubles import double
+from doubles import double, without_variant
 from fa2check.fuzz import cli as fuzz, corpus
 from fa2check.core.checks import Reference
 from fa2check.fuzz.fuzzer import DEFAULT_CHECKS, PROFILES, check_example
@@ -317,15 +317,8 @@ def test_cli_rejects_unknown_names():
 
 # ----------------------------------------------------------------------------- a user's run
 
-def attention_without_variant(q, k, v, causal=False, softmax_scale=None, return_lse=False):
-    """A user's function with flash_attention's documented signature, less `variant`."""
-    return double("none")(q, k, v, causal=causal, softmax_scale=softmax_scale,
-                          return_lse=return_lse)
-
-
-def planted_group_5_without_variant(q, k, v, causal=False, softmax_scale=None, return_lse=False):
-    return double("planted_group_5")(q, k, v, causal=causal, softmax_scale=softmax_scale,
-                                     return_lse=return_lse)
+attention_without_variant = without_variant("none")  # a user's function, as --impl names it
+planted_group_5_without_variant = without_variant("planted_group_5")
 
 
 def test_a_users_counterexample_stays_out_of_the_project_until_added(tmp_path, capsys,

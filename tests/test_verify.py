@@ -8,7 +8,7 @@ import shlex
 import pytest
 
 from conftest import DEVICE
-from doubles import double
+from doubles import without_variant
 from fa2check import verify
 from fa2check.adapters import sdpa_efficient, sdpa_flash, sdpa_math
 from fa2check.core.explain import format_ratio
@@ -143,15 +143,8 @@ def test_sdpa_math_passes_bottom_right_causal_with_unequal_lengths():
 
 # ----------------------------------------------------------------------------- a user's function
 
-def attention(q, k, v, causal=False, softmax_scale=None, return_lse=False):
-    """A user's implementation with flash_attention's documented signature, less `variant`."""
-    return double("none")(q, k, v, causal=causal, softmax_scale=softmax_scale,
-                          return_lse=return_lse)
-
-
-def attention_in_log2(q, k, v, causal=False, softmax_scale=None, return_lse=False):
-    return double("lse_log2")(q, k, v, causal=causal, softmax_scale=softmax_scale,
-                              return_lse=return_lse)
+attention = without_variant("none")  # a user's implementation, as --impl names it
+attention_in_log2 = without_variant("lse_log2")
 
 
 def attention_that_raises(q, k, v, causal=False, softmax_scale=None, return_lse=False):
