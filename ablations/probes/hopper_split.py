@@ -25,6 +25,9 @@ dim D, 64 query rows under split-K):
   for 128 rows, split-K once for 64), and deferred normalisation moves only O(rows) work per tile.
 
     python3 ablations/probes/hopper_split.py --out DIR [--seqlens 1024,...] [--dtypes ...]
+    ncu --clock-control none -k regex:_hopper_attn_fwd --launch-skip 1 --launch-count 1 \
+        --metrics smsp__sass_data_bytes_mem_shared_op_ld.sum,smsp__sass_data_bytes_mem_shared_op_st.sum \
+        python3 ablations/probes/hopper_split.py --ncu-cell VARIANT   # one cell's exchange bytes
 """
 import argparse
 import itertools
@@ -48,6 +51,21 @@ from kernels.hopper_forward import SHARED_LIMIT, shared_bytes  # noqa: E402
 
 HOPPER_VARIANTS = Variant.all()  # FA2 first, FA1-style (all off) last
 TILES = [(128, 2), (128, 3), (64, 2)]
+NCU_CELL = (2048, 128, False, 128, 2)  # seqlen, head_dim, causal, block_n, stages
+
+
+def exchange_model_bytes(cell, block_n, split_q):
+    """Split-K's shared-memory traffic through loads and stores (the model above): per program
+    (64 rows) and K/V tile, each consumer stores its other half of P V (64 x D/2 float32), its
+    64 row maxima and 64 row sums, and loads the other's: 2 * 2 * (64 * D/2 + 2 * 64) * 4
+    bytes, split evenly between loads and stores. Split-Q exchanges nothing: wgmma reads K, V
+    from shared memory by descriptor and TMA writes them, neither of which is a load or store
+    instruction. Full mask only (causal tiles vary per row block)."""
+    if split_q or cell.causal:
+        return 0
+    programs = cell.batch * cell.heads_q * -(-cell.seqlen // 64)
+    tiles = -(-cell.seqlen // block_n)
+    return programs * tiles * 2 * 2 * (64 * cell.head_dim // 2 + 2 * 64) * 4
 
 
 def hopper_config(head_dim, block_n, stages):
@@ -133,9 +151,24 @@ def main():
     p.add_argument("--tune-seqlen", type=int, default=4096)
     p.add_argument("--check", action="store_true", help="first compare with the oracle (slow)")
     p.add_argument("--render", metavar="JSON", help="print a saved run as markdown and exit")
+    p.add_argument("--ncu-cell", metavar="VARIANT", help="run VARIANT on the chassis at "
+                   f"{NCU_CELL} twice (profile the second launch with ncu) and print the model's "
+                   "shared-memory exchange bytes")
     args = p.parse_args()
     if args.render:
         print(render(args.render))
+        return 0
+    if args.ncu_cell:
+        n, d, causal, bn, st = NCU_CELL
+        var = Variant.parse(args.ncu_cell)
+        cell = Cell(paper_batch(n), paper_heads(d), paper_heads(d), n, d, "bfloat16", causal)
+        q, k, v = cell_inputs(cell)
+        for _ in range(2):
+            flash_attention(q, k, v, causal=causal, variant=var, config=hopper_config(d, bn, st),
+                            backend="hopper")
+        torch.cuda.synchronize()
+        print(json.dumps(dict(cell=str(cell), variant=str(var), block_n=bn, stages=st,
+                              model_exchange_bytes=exchange_model_bytes(cell, bn, var.split_q))))
         return 0
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
