@@ -522,16 +522,16 @@ def _attn_fwd_kv_outer(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, ACC_TMP, M_T
                            first_bad_key, start_n, first, tl.minimum(ends, row_blocks), split,
                            n_splits, first_block, off_b, off_h, stride_qb, stride_qh, stride_qm,
                            stride_qd, stride_ob, stride_oh, stride_om, stride_od, stride_lb,
-                           stride_lh, seqlen_q, seqlen_k, qk_scale, True, True, IS_CAUSAL, DEFER_NORM, SPLIT_Q,
-                           KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM, BLOCK_D, INPUT_PRECISION,
-                           STORE_O_RES, True)
+                           stride_lh, seqlen_q, seqlen_k, qk_scale, True, True, IS_CAUSAL,
+                           DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM, BLOCK_D,
+                           INPUT_PRECISION, STORE_O_RES, True)
             _fold_kv_block(Q, O, O_RES, LSE, M, L, FLAGS, ACC_TMP, M_TMP, L_TMP, kT, v_ok,
                            first_bad_key, start_n, ends, tl.minimum(unmasked, row_blocks), split,
                            n_splits, first_block, off_b, off_h, stride_qb, stride_qh, stride_qm,
                            stride_qd, stride_ob, stride_oh, stride_om, stride_od, stride_lb,
-                           stride_lh, seqlen_q, seqlen_k, qk_scale, True, False, IS_CAUSAL, DEFER_NORM, SPLIT_Q,
-                           KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM, BLOCK_D, INPUT_PRECISION,
-                           STORE_O_RES, True)
+                           stride_lh, seqlen_q, seqlen_k, qk_scale, True, False, IS_CAUSAL,
+                           DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM, BLOCK_D,
+                           INPUT_PRECISION, STORE_O_RES, True)
         _fold_kv_block(Q, O, O_RES, LSE, M, L, FLAGS, ACC_TMP, M_TMP, L_TMP, kT, v, 0, start_n,
                        unmasked, row_blocks, split, n_splits, first_block, off_b, off_h,
                        stride_qb, stride_qh, stride_qm, stride_qd, stride_ob, stride_oh,
