@@ -185,6 +185,24 @@ def _tile_values(V_tile_ptrs, VD, off_b, off_hkv, start_n, offs_n, seqlen_k,
 
 
 @triton.jit
+def _sanitized_values(v, start_n, offs_n, seqlen_k):
+    """V_j with its non-finite values zeroed, and for each column d the first key of the tile
+    whose V[:, d] is non-finite (seqlen_k if none). Row i sees a prefix of the tile's keys, so
+    it sees a non-finite V[:, d] iff that key is visible to it (_nan_where_seen)."""
+    v_finite = tl.abs(v) < float("inf")  # False for NaN too
+    first_bad_key = tl.min(tl.where(v_finite, seqlen_k, (start_n + offs_n)[:, None]), 0)
+    return tl.where(v_finite, v, 0.0), first_bad_key
+
+
+@triton.jit
+def _nan_where_seen(acc, first_bad_key, offs_m, seqlen_q, seqlen_k):
+    """acc with NaN in the columns where a row sees a non-finite V that _sanitized_values
+    zeroed (causal: query i sees key j iff j <= i + seqlen_k - seqlen_q)."""
+    sees_bad = first_bad_key[None, :] <= offs_m[:, None] + (seqlen_k - seqlen_q)
+    return tl.where(sees_bad, float("nan"), acc)
+
+
+@triton.jit
 def _fold_tile(m_i, l_i, acc, s, v, start_n, offs_m, offs_n, seqlen_q, seqlen_k, qk_scale,
                DEFER_NORM: tl.constexpr, SPLIT_Q: tl.constexpr, KEY_SLICES: tl.constexpr,
                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
@@ -198,11 +216,7 @@ def _fold_tile(m_i, l_i, acc, s, v, start_n, offs_m, offs_n, seqlen_q, seqlen_k,
     rounded max by up to half an ulp of s * qk_scale: 8192 for logits near 2e11, enough to
     overflow exp2 (seen on the H200 with all-equal bfloat16 inputs of 133120)."""
     if SANITIZE_V:
-        # Row i sees a prefix of the tile's keys, so it sees a non-finite V[:, d] iff the first
-        # such key of column d is visible to it: zero those V, put NaN back after the update.
-        v_finite = tl.abs(v) < float("inf")  # False for NaN too
-        first_bad_key = tl.min(tl.where(v_finite, seqlen_k, (start_n + offs_n)[:, None]), 0)
-        v = tl.where(v_finite, v, 0.0)
+        v, first_bad_key = _sanitized_values(v, start_n, offs_n, seqlen_k)
 
     if SPLIT_Q:
         m_new = tl.maximum(m_i, tl.max(s, 1))
@@ -249,8 +263,7 @@ def _fold_tile(m_i, l_i, acc, s, v, start_n, offs_m, offs_n, seqlen_q, seqlen_k,
     if SANITIZE_V:
         # after the update, so the product and its accumulation are the main launch's own
         # code and a row that sees no non-finite V gets the same bits as there
-        sees_bad = first_bad_key[None, :] <= offs_m[:, None] + (seqlen_k - seqlen_q)
-        acc = tl.where(sees_bad, float("nan"), acc)
+        acc = _nan_where_seen(acc, first_bad_key, offs_m, seqlen_q, seqlen_k)
     return m_new, l_new, acc
 
 
@@ -394,8 +407,8 @@ def _first_of_split(row_block, split, n_splits):
 
 
 @triton.jit
-def _fold_kv_block(Q, O, O_RES, LSE, M, L, FLAGS, ACC_TMP, M_TMP, L_TMP, kT, v, start_n,
-                   rb_lo, rb_hi, split, n_splits, first_block, off_b, off_h,
+def _fold_kv_block(Q, O, O_RES, LSE, M, L, FLAGS, ACC_TMP, M_TMP, L_TMP, kT, v, first_bad_key,
+                   start_n, rb_lo, rb_hi, split, n_splits, first_block, off_b, off_h,
                    stride_qb, stride_qh, stride_qm, stride_qd,
                    stride_ob, stride_oh, stride_om, stride_od, stride_lb, stride_lh,
                    seqlen_q, seqlen_k, qk_scale,
@@ -404,10 +417,12 @@ def _fold_kv_block(Q, O, O_RES, LSE, M, L, FLAGS, ACC_TMP, M_TMP, L_TMP, kT, v, 
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
                    BLOCK_D: tl.constexpr,
                    INPUT_PRECISION: tl.constexpr, STORE_O_RES: tl.constexpr,
-                   NAN_FLAGS: tl.constexpr):
+                   SANITIZED_V: tl.constexpr):
     """FA1's inner loop: fold the K/V tile (kT, v) at keys start_n .. start_n + BLOCK_N into
     each of this split's row blocks in [rb_lo, rb_hi), every one of which sees some of its
-    keys. A row block's (m_i, l_i, acc) come from the HBM scratch (ACC_TMP, M_TMP, L_TMP: FA1's
+    keys. SANITIZED_V: v is _sanitized_values' (causal masked tiles), and NaN goes back into
+    the columns where a row sees a non-finite V (first_bad_key); otherwise first_bad_key is
+    not read. A row block's (m_i, l_i, acc) come from the HBM scratch (ACC_TMP, M_TMP, L_TMP: FA1's
     o_tmp) unless this is its first tile; LAST: this is the last tile of every one of these
     row blocks, which are finalized (O, L_i or m_i and l_i stored); otherwise their state goes
     back to the scratch."""
@@ -437,11 +452,13 @@ def _fold_kv_block(Q, O, O_RES, LSE, M, L, FLAGS, ACC_TMP, M_TMP, L_TMP, kT, v, 
         m_i, l_i, acc = _fold_tile(m_i, l_i, acc, s, v, start_n, offs_m, offs_n, seqlen_q,
                                    seqlen_k, qk_scale, DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_M,
                                    BLOCK_N, HEAD_DIM, BLOCK_D, INPUT_PRECISION, False)
-        if LAST:
+        if SANITIZED_V:
+            acc = _nan_where_seen(acc, first_bad_key, offs_m, seqlen_q, seqlen_k)
+        if LAST:  # no NaN flags: nothing hidden leaks here, and REPAIR does not run
             _store_row_block(O, O_RES, LSE, M, L, FLAGS, acc, m_i, l_i, first_block + row_block,
                              offs_m, row_ok, off_b, off_h, stride_ob, stride_oh, stride_om,
                              stride_od, stride_lb, stride_lh, qk_scale, IS_CAUSAL, DEFER_NORM,
-                             HEAD_DIM, BLOCK_D, False, STORE_O_RES, NAN_FLAGS)
+                             HEAD_DIM, BLOCK_D, False, STORE_O_RES, False)
         else:
             tl.store(acc_ptrs, acc, mask=row_cols_ok)
             tl.store(M_TMP + stat_head + offs_m, m_i, mask=row_ok)
@@ -461,11 +478,13 @@ def _attn_fwd_kv_outer(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, ACC_TMP, M_T
                        SPLIT_Q: tl.constexpr, KEY_SLICES: tl.constexpr, BLOCK_M: tl.constexpr,
                        BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
                        INPUT_PRECISION: tl.constexpr, TMA: tl.constexpr,
-                       STORE_O_RES: tl.constexpr, NAN_FLAGS: tl.constexpr):
+                       STORE_O_RES: tl.constexpr):
     """FA1's schedule for one (batch, head) and one split of its row blocks: K/V tiles outer,
     each loaded once and folded into every row block that sees it (see the module docstring).
     Which row blocks a tile ends, and which need a mask, are ranges of row blocks, so every
-    call of the inner loop knows both at compile time."""
+    call of the inner loop knows both at compile time. Causal: the row blocks that need a mask
+    get the tile's V sanitised once a tile (the module docstring), so this launch keeps hidden
+    non-finite V out itself and sets no NaN flags."""
     row_blocks = tl.cdiv(seqlen_q, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
@@ -484,7 +503,7 @@ def _attn_fwd_kv_outer(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, ACC_TMP, M_T
                          tl.zeros([BLOCK_M], tl.float32), first_block + row_block, offs_m,
                          offs_m < seqlen_q, off_b, off_h, stride_ob, stride_oh, stride_om,
                          stride_od, stride_lb, stride_lh, qk_scale, IS_CAUSAL, DEFER_NORM,
-                         HEAD_DIM, BLOCK_D, False, STORE_O_RES, NAN_FLAGS)
+                         HEAD_DIM, BLOCK_D, False, STORE_O_RES, False)
 
     final_start = (seqlen_k - 1) // BLOCK_N * BLOCK_N  # the keys' last tile
     for start_n in range(0, final_start, BLOCK_N):  # whole tiles, none the keys' last
@@ -498,26 +517,27 @@ def _attn_fwd_kv_outer(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, ACC_TMP, M_T
         first, ends, unmasked = _row_blocks_seeing(start_n, seqlen_q, seqlen_k, BLOCK_M,
                                                    BLOCK_N, IS_CAUSAL)
         if IS_CAUSAL:  # the row blocks the diagonal crosses: ending here, then going on
-            _fold_kv_block(Q, O, O_RES, LSE, M, L, FLAGS, ACC_TMP, M_TMP, L_TMP, kT, v, start_n,
-                           first, tl.minimum(ends, row_blocks), split, n_splits, first_block,
-                           off_b, off_h, stride_qb, stride_qh, stride_qm, stride_qd, stride_ob,
-                           stride_oh, stride_om, stride_od, stride_lb, stride_lh, seqlen_q,
-                           seqlen_k, qk_scale, True, True, IS_CAUSAL, DEFER_NORM, SPLIT_Q,
-                           KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM, BLOCK_D, INPUT_PRECISION,
-                           STORE_O_RES, NAN_FLAGS)
-            _fold_kv_block(Q, O, O_RES, LSE, M, L, FLAGS, ACC_TMP, M_TMP, L_TMP, kT, v, start_n,
-                           ends, tl.minimum(unmasked, row_blocks), split, n_splits, first_block,
-                           off_b, off_h, stride_qb, stride_qh, stride_qm, stride_qd, stride_ob,
-                           stride_oh, stride_om, stride_od, stride_lb, stride_lh, seqlen_q,
-                           seqlen_k, qk_scale, True, False, IS_CAUSAL, DEFER_NORM, SPLIT_Q,
-                           KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM, BLOCK_D, INPUT_PRECISION,
-                           STORE_O_RES, NAN_FLAGS)
-        _fold_kv_block(Q, O, O_RES, LSE, M, L, FLAGS, ACC_TMP, M_TMP, L_TMP, kT, v, start_n,
+            v_ok, first_bad_key = _sanitized_values(v, start_n, offs_n, seqlen_k)
+            _fold_kv_block(Q, O, O_RES, LSE, M, L, FLAGS, ACC_TMP, M_TMP, L_TMP, kT, v_ok,
+                           first_bad_key, start_n, first, tl.minimum(ends, row_blocks), split,
+                           n_splits, first_block, off_b, off_h, stride_qb, stride_qh, stride_qm,
+                           stride_qd, stride_ob, stride_oh, stride_om, stride_od, stride_lb,
+                           stride_lh, seqlen_q, seqlen_k, qk_scale, True, True, IS_CAUSAL,
+                           DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM, BLOCK_D,
+                           INPUT_PRECISION, STORE_O_RES, True)
+            _fold_kv_block(Q, O, O_RES, LSE, M, L, FLAGS, ACC_TMP, M_TMP, L_TMP, kT, v_ok,
+                           first_bad_key, start_n, ends, tl.minimum(unmasked, row_blocks), split,
+                           n_splits, first_block, off_b, off_h, stride_qb, stride_qh, stride_qm,
+                           stride_qd, stride_ob, stride_oh, stride_om, stride_od, stride_lb,
+                           stride_lh, seqlen_q, seqlen_k, qk_scale, True, False, IS_CAUSAL,
+                           DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM, BLOCK_D,
+                           INPUT_PRECISION, STORE_O_RES, True)
+        _fold_kv_block(Q, O, O_RES, LSE, M, L, FLAGS, ACC_TMP, M_TMP, L_TMP, kT, v, 0, start_n,
                        unmasked, row_blocks, split, n_splits, first_block, off_b, off_h,
                        stride_qb, stride_qh, stride_qm, stride_qd, stride_ob, stride_oh,
                        stride_om, stride_od, stride_lb, stride_lh, seqlen_q, seqlen_k, qk_scale,
                        False, False, IS_CAUSAL, DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_M,
-                       BLOCK_N, HEAD_DIM, BLOCK_D, INPUT_PRECISION, STORE_O_RES, NAN_FLAGS)
+                       BLOCK_N, HEAD_DIM, BLOCK_D, INPUT_PRECISION, STORE_O_RES, False)
     # the keys' last tile, whole or not: masked, and the last of every row block that sees it
     kT = _tile_keys(K_ptrs + final_start * stride_kn, KD, off_b, off_hkv, final_start, offs_n,
                     seqlen_k, True, BLOCK_N, HEAD_DIM, BLOCK_D, TMA)
@@ -526,12 +546,15 @@ def _attn_fwd_kv_outer(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, ACC_TMP, M_T
     tl.debug_barrier()
     first, _, _ = _row_blocks_seeing(final_start, seqlen_q, seqlen_k, BLOCK_M, BLOCK_N,
                                      IS_CAUSAL)
-    _fold_kv_block(Q, O, O_RES, LSE, M, L, FLAGS, ACC_TMP, M_TMP, L_TMP, kT, v, final_start,
-                   first, row_blocks, split, n_splits, first_block, off_b, off_h,
+    first_bad_key = 0  # not read without causal: no key of a tile is hidden from a row
+    if IS_CAUSAL:
+        v, first_bad_key = _sanitized_values(v, final_start, offs_n, seqlen_k)
+    _fold_kv_block(Q, O, O_RES, LSE, M, L, FLAGS, ACC_TMP, M_TMP, L_TMP, kT, v, first_bad_key,
+                   final_start, first, row_blocks, split, n_splits, first_block, off_b, off_h,
                    stride_qb, stride_qh, stride_qm, stride_qd, stride_ob, stride_oh,
                    stride_om, stride_od, stride_lb, stride_lh, seqlen_q, seqlen_k, qk_scale,
                    True, True, IS_CAUSAL, DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_M, BLOCK_N,
-                   HEAD_DIM, BLOCK_D, INPUT_PRECISION, STORE_O_RES, NAN_FLAGS)
+                   HEAD_DIM, BLOCK_D, INPUT_PRECISION, STORE_O_RES, IS_CAUSAL)
 
 
 @triton.jit
@@ -628,7 +651,7 @@ def _attn_fwd(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, ACC_TMP, M_TMP, L_TMP
                            stride_ob, stride_oh, stride_om, stride_od, stride_lb, stride_lh,
                            seqlen_q, seqlen_k, qk_scale, IS_CAUSAL, DEFER_NORM, SPLIT_Q,
                            KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM, BLOCK_D, INPUT_PRECISION, TMA,
-                           STORE_O_RES, NAN_FLAGS)
+                           STORE_O_RES)
 
 
 _ATTN_FWD = CachedLaunch(_attn_fwd)  # host time: kernels/launch_cache.py
@@ -717,9 +740,11 @@ def attn_fwd(q, k, v, causal, softmax_scale, variant, config, o_residual=False):
     o_res = torch.empty_like(o) if o_residual and q.dtype != torch.float32 else None
     row_blocks = triton.cdiv(seqlen_q, config.block_m)
     n_blocks = batch * heads_q * row_blocks
-    # causal with nan_flags: one flag per row block, set by the main launch where the output
-    # holds a NaN
-    flags = torch.empty(n_blocks if causal and config.nan_flags else 1, device=q.device,
+    # REPAIR follows the row-block schedule's main launch only: FA1's schedule sanitises V in
+    # its masked tiles itself (decisions D53)
+    repair_launch = causal and variant.seq_parallel
+    # with nan_flags: one flag per row block, set by the main launch where the output holds a NaN
+    flags = torch.empty(n_blocks if repair_launch and config.nan_flags else 1, device=q.device,
                         dtype=torch.int32)
     # FA1's o_tmp (seq_parallel off): each row block's float32 (acc, m_i, l_i) between K/V
     # tiles, laid out as o and the stats; not touched when one tile holds every key
@@ -730,7 +755,7 @@ def attn_fwd(q, k, v, causal, softmax_scale, variant, config, o_residual=False):
                                    dtype=torch.float32).unbind(0)
     repair_grid = (triton.cdiv(n_blocks, REPAIR_CHUNK),)
     kd, vd = row_descriptors((k, v), config.block_n) if config.tma else (None, None)
-    for repair in (False, True) if causal else (False,):
+    for repair in (False, True) if repair_launch else (False,):
         # REPAIR rarely has work: pointer loads, no descriptors to encode on the host
         tma = config.tma and not repair
         args = (q, k, v, o, o if o_res is None else o_res, lse, m, l, flags, kd if tma else None,

@@ -47,21 +47,33 @@ that cross a row's diagonal or the end of the keys are masked; masked scores are
 that sees no key gets O = 0 and L = -inf. Causal row blocks are launched longest first. Q, K, V
 are read through 4-D descriptors over (B, H, S, D), so rows past a head's end arrive as zeros.
 
+Non-finite V at hidden keys (causal): a hidden key's P is 0, but 0 * NaN and 0 * inf are NaN
+inside the P V wgmma, which reads V from shared memory. A causal tile that hides a key from
+the program's first row is sanitised in place before either consumer's P V reads it: consumer
+c takes half of the tile's keys (split-Q: both read every key; split-K: its own), zeroes their
+non-finite V in shared memory, puts each column's first non-finite key of its half into
+x_bad, and the consumers meet once (an mbarrier each). After the fold, NaN goes back into the
+columns where a row sees a non-finite V (as the Triton kernels' REPAIR does). Unmasked tiles
+run as before; a row that sees no non-finite V gets the same bits with or without the
+poisoned keys, since the same code computes it and adding a product 0 * 0 changes nothing
+(docs/decisions.md D53). x_bad is double-buffered: one consumer may sanitise the next such
+tile while the other still puts NaN back from this one's.
+
 Domain (an ablation chassis, not a general backend): CUDA sm_90, float16/bfloat16, head_dim 64
-or 128, unit stride along head_dim and 16-byte aligned strides. A NaN or inf
-in V at a key that a causal row cannot see may reach that row here (the Triton kernels keep it
-out with their REPAIR launch); `check_hopper_call` states the domain.
+or 128, unit stride along head_dim and 16-byte aligned strides; `check_hopper_call` states
+the domain.
 """
 import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
-    mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
+    fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
 
 from .forward import LN2 as _LN2, LOG2E, empty_outputs
 
 LN2 = gl.constexpr(_LN2)
 ROWS_PER_WARPGROUP = gl.constexpr(64)  # a wgmma's M: 16 rows for each of 4 warps
+SANITISE_KEYS = gl.constexpr(16)  # V rows a consumer's sanitising pass holds at a time
 HOPPER_DTYPES = ("float16", "bfloat16")
 HOPPER_HEAD_DIMS = (64, 128)
 
@@ -114,8 +126,83 @@ def _first_row_block(j, seqlen_q, seqlen_k, causal: gl.constexpr,
 
 
 @gluon.jit
+def _full_tiles(start_m, diag, seqlen_k, BLOCK_N: gl.constexpr):
+    """Causal: the K/V tiles before this index hide no key from row start_m (query i sees key
+    j iff j <= i + diag, diag = seqlen_k - seqlen_q)."""
+    return gl.minimum(gl.maximum(start_m + diag + 1, 0), seqlen_k) // BLOCK_N
+
+
+@gluon.jit
+def _sanitise_values(v_smem, slot, j, seqlen_k, x_bad, bar_v, n, V_PARTS: gl.constexpr,
+                     CONSUMER: gl.constexpr):
+    """K/V tile j (ring slot `slot`) hides a key from the program's first row: zero the
+    non-finite V of my half of its keys in shared memory, in place, and store each column's
+    first non-finite key of that half (seqlen_k if none) in x_bad[n % 2, CONSUMER]; then meet
+    the other consumer (`n`: how many tiles were sanitised before), so that neither's P V
+    reads V before both halves are clean."""
+    BLOCK_N: gl.constexpr = v_smem.type.shape[3]  # slots of (1, 1, BLOCK_N, V_COLS)
+    V_COLS: gl.constexpr = v_smem.type.shape[4]
+    HALF: gl.constexpr = BLOCK_N // 2
+    layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])  # 16 rows a pass
+    for part in gl.static_range(V_PARTS):
+        v_part = v_smem.index(slot * V_PARTS + part).reshape([BLOCK_N, V_COLS])
+        first_bad = gl.full([V_COLS], seqlen_k, gl.int32, gl.SliceLayout(0, layout))
+        for key0 in gl.static_range(CONSUMER * HALF, CONSUMER * HALF + HALF, SANITISE_KEYS):
+            rows = v_part.slice(key0, SANITISE_KEYS)
+            v = rows.load(layout)
+            finite = gl.abs(v.to(gl.float32)) < float("inf")  # False for NaN too
+            keys = j * BLOCK_N + key0 + gl.arange(0, SANITISE_KEYS,
+                                                  layout=gl.SliceLayout(1, layout))
+            first_bad = gl.minimum(first_bad,
+                                   gl.min(gl.where(finite, seqlen_k, keys[:, None]), 0))
+            rows.store(gl.where(finite, v, gl.zeros_like(v)))
+        x_bad.index((n % 2) * 2 + CONSUMER).slice(part * V_COLS, V_COLS).store(first_bad)
+    fence_async_shared()  # my stores before the wgmmas' (async proxy) reads
+    _rendezvous(bar_v, n, CONSUMER)
+
+
+@gluon.jit
+def _sanitise_if_masked(v_smem, slot, j, start_m, seqlen_q, seqlen_k, x_bad, bar_v,
+                        causal: gl.constexpr, V_PARTS: gl.constexpr, CONSUMER: gl.constexpr):
+    """Causal: whether K/V tile j hides a key from row start_m and has therefore been
+    sanitised, and how many tiles were sanitised before it (those from the first that hides
+    a key from row start_m: a row sees a prefix of the keys). seq_parallel: start_m is the
+    program's first row. FA1's schedule: 0, since tile j hides a key from the first row of
+    the first row block that sees it iff it hides one from row 0. Both consumers decide
+    alike, so they meet alike."""
+    sanitised = False
+    n = 0
+    if causal:
+        BLOCK_N: gl.constexpr = v_smem.type.shape[3]
+        full_tiles = _full_tiles(start_m, seqlen_k - seqlen_q, seqlen_k, BLOCK_N)
+        sanitised = j >= full_tiles
+        n = j - full_tiles
+        if sanitised:
+            _sanitise_values(v_smem, slot, j, seqlen_k, x_bad, bar_v, n, V_PARTS, CONSUMER)
+    return sanitised, n
+
+
+@gluon.jit
+def _nan_where_seen(acc, x_bad, n, row0, diag, SPLIT_Q: gl.constexpr, CONSUMER: gl.constexpr):
+    """acc (my rows, my columns) with NaN where a row sees a non-finite V that
+    _sanitise_values zeroed (tile number n of those sanitised): row i sees it in column d iff
+    the first such key of column d, over both halves, is <= i + diag."""
+    BM: gl.constexpr = ROWS_PER_WARPGROUP
+    o_layout: gl.constexpr = acc.type.layout
+    COLS: gl.constexpr = acc.type.shape[1]
+    col0: gl.constexpr = 0 if SPLIT_Q else CONSUMER * COLS
+    cols: gl.constexpr = gl.SliceLayout(0, o_layout)
+    pair = (n % 2) * 2
+    first_bad = gl.minimum(x_bad.index(pair).slice(col0, COLS).load(cols),
+                           x_bad.index(pair + 1).slice(col0, COLS).load(cols))
+    rows = row0 + gl.arange(0, BM, layout=gl.SliceLayout(1, o_layout))
+    return gl.where(first_bad[None, :] <= rows[:, None] + diag, float("nan"), acc)
+
+
+@gluon.jit
 def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, kv_ready,
-              kv_empty, x_max, x_sum, x_out, bar_max, bar_out, O, LSE, M, L, O_TMP, STATS_TMP,
+              kv_empty, x_max, x_sum, x_out, bar_max, bar_out, x_bad, bar_v, O, LSE, M, L,
+              O_TMP, STATS_TMP,
               seqlen_q, seqlen_k, heads_q, group_size, qk_scale, stride_ob, stride_oh,
               stride_om, stride_lb, stride_lh, stats_tmp_stride,
               DEFER_NORM: gl.constexpr, SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr,
@@ -183,10 +270,13 @@ def _rendezvous(bars, phase, ME: gl.constexpr):
 @gluon.jit
 def _fold_tile(m_i, l_i, acc, q, k_smem, v_smem, slot, j, t, row0, seqlen_q, seqlen_k,
                causal: gl.constexpr, qk_scale, q_empty, x_max, x_sum, x_out, bar_max, bar_out,
+               x_bad, sanitised, n_sanitised,
                DEFER_NORM: gl.constexpr, SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr,
                CONSUMER: gl.constexpr):
     """Fold K/V tile j (ring slot `slot`) into my rows' (m_i, l_i, acc); t counts this
-    consumer's tiles so far (the rendezvous' phase and, in FA1's schedule, the Q ring's)."""
+    consumer's tiles so far (the rendezvous' phase and, in FA1's schedule, the Q ring's).
+    Causal: `sanitised` says whether _sanitise_values cleaned this tile's V, the
+    n_sanitised-th so cleaned (x_bad's buffer)."""
     BM: gl.constexpr = ROWS_PER_WARPGROUP
     STAGES: gl.constexpr = k_smem.type.shape[0]
     V_PARTS: gl.constexpr = v_smem.type.shape[0] // STAGES
@@ -209,7 +299,7 @@ def _fold_tile(m_i, l_i, acc, q, k_smem, v_smem, slot, j, t, row0, seqlen_q, seq
     if not SEQ_PARALLEL:
         mbarrier.arrive(q_empty.index(t % 2), count=1)  # Q_i is read again next K/V tile
     if causal:  # tiles from full_tiles on hide a key from my first row
-        full_tiles = gl.minimum(gl.maximum(row0 + diag + 1, 0), seqlen_k) // BLOCK_N
+        full_tiles = _full_tiles(row0, diag, seqlen_k, BLOCK_N)
     else:
         full_tiles = seqlen_k // BLOCK_N
     if j >= full_tiles:
@@ -266,6 +356,9 @@ def _fold_tile(m_i, l_i, acc, q, k_smem, v_smem, slot, j, t, row0, seqlen_q, seq
             inv_l_new = 1.0 / gl.where(l_new == 0.0, 1.0, l_new)
             keep = gl.convert_layout(l_i * alpha * inv_l_new, orow_layout)
             acc = acc * keep[:, None] + pv * gl.convert_layout(inv_l_new, orow_layout)[:, None]
+    if causal:
+        if sanitised:  # after the update: the product and its accumulation are untouched
+            acc = _nan_where_seen(acc, x_bad, n_sanitised, row0, diag, SPLIT_Q, CONSUMER)
     return m_new, l_new, acc
 
 
@@ -323,7 +416,8 @@ def _partial_state(O_TMP, STATS_TMP, bh, row0, rows_tmp, stats_tmp_stride,
 
 @gluon.jit
 def _consumer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, kv_ready,
-              kv_empty, x_max, x_sum, x_out, bar_max, bar_out, O, LSE, M, L, O_TMP, STATS_TMP,
+              kv_empty, x_max, x_sum, x_out, bar_max, bar_out, x_bad, bar_v, O, LSE, M, L,
+              O_TMP, STATS_TMP,
               seqlen_q, seqlen_k, heads_q, group_size, qk_scale, stride_ob, stride_oh,
               stride_om, stride_lb, stride_lh, stats_tmp_stride,
               DEFER_NORM: gl.constexpr, SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr,
@@ -337,6 +431,7 @@ def _consumer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
     HEAD_DIM: gl.constexpr = k_desc.block_type.shape[3]
     KEYS: gl.constexpr = BLOCK_N if SPLIT_Q else BLOCK_N // 2
     COLS: gl.constexpr = HEAD_DIM if SPLIT_Q else HEAD_DIM // 2
+    V_PARTS: gl.constexpr = v_smem.type.shape[0] // STAGES
     o_layout: gl.constexpr = mma_layout(COLS)
     row_layout: gl.constexpr = gl.SliceLayout(1, mma_layout(KEYS))
     off_b, off_h, off_hkv = _heads(heads_q, group_size)
@@ -353,10 +448,13 @@ def _consumer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
         for j in range(n_tiles):
             slot = j % STAGES
             mbarrier.wait(kv_ready.index(slot), (j // STAGES) & 1)
+            sanitised, n_sanitised = _sanitise_if_masked(
+                v_smem, slot, j, start_m, seqlen_q, seqlen_k, x_bad, bar_v, causal, V_PARTS,
+                CONSUMER)
             m_i, l_i, acc = _fold_tile(m_i, l_i, acc, q, k_smem, v_smem, slot, j, j, row0,
                                        seqlen_q, seqlen_k, causal, qk_scale, q_empty, x_max,
-                                       x_sum, x_out, bar_max, bar_out, DEFER_NORM,
-                                       SPLIT_Q, SEQ_PARALLEL, CONSUMER)
+                                       x_sum, x_out, bar_max, bar_out, x_bad, sanitised,
+                                       n_sanitised, DEFER_NORM, SPLIT_Q, SEQ_PARALLEL, CONSUMER)
             mbarrier.arrive(kv_empty.index(slot), count=1)
         _store_outputs(m_i, l_i, acc, O, LSE, M, L, off_b, off_h, row0, seqlen_q, qk_scale,
                        stride_ob, stride_oh, stride_om, stride_lb, stride_lh, DEFER_NORM,
@@ -374,6 +472,9 @@ def _consumer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
         for j in range(gl.cdiv(seqlen_k, BLOCK_N)):
             slot = j % STAGES
             mbarrier.wait(kv_ready.index(slot), (j // STAGES) & 1)
+            sanitised, n_sanitised = _sanitise_if_masked(
+                v_smem, slot, j, 0, seqlen_q, seqlen_k, x_bad, bar_v, causal, V_PARTS,
+                CONSUMER)
             for i in range(_first_row_block(j, seqlen_q, seqlen_k, causal, ROWS, BLOCK_N),
                            row_blocks):
                 row0 = i * ROWS + MY_BOX * BM
@@ -390,8 +491,9 @@ def _consumer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
                 q = q_smem.index((t % 2) * Q_BOXES + MY_BOX).reshape([BM, HEAD_DIM])
                 m_i, l_i, acc = _fold_tile(m_i, l_i, acc, q, k_smem, v_smem, slot, j, t, row0,
                                            seqlen_q, seqlen_k, causal, qk_scale, q_empty,
-                                           x_max, x_sum, x_out, bar_max, bar_out,
-                                           DEFER_NORM, SPLIT_Q, SEQ_PARALLEL, CONSUMER)
+                                           x_max, x_sum, x_out, bar_max, bar_out, x_bad,
+                                           sanitised, n_sanitised, DEFER_NORM, SPLIT_Q,
+                                           SEQ_PARALLEL, CONSUMER)
                 if j == _tiles_seen(i * ROWS, seqlen_q, seqlen_k, causal, ROWS, BLOCK_N) - 1:
                     _store_outputs(m_i, l_i, acc, O, LSE, M, L, off_b, off_h, row0, seqlen_q,
                                    qk_scale, stride_ob, stride_oh, stride_om, stride_lb,
@@ -456,6 +558,11 @@ def _hopper_attn_fwd(q_desc, k_desc, v_desc, O, LSE, M, L, O_TMP, STATS_TMP, seq
         vec=8, per_phase=1, max_phase=8, order=[1, 0]))
     bar_max = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     bar_out = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    # causal tiles that hide a key: each consumer's first non-finite key of every column of
+    # its half of the tile's keys, two buffers (see the module docstring), and its mbarrier
+    x_bad = gl.allocate_shared_memory(gl.int32, [4, v_desc.block_type.shape[3] * V_PARTS],
+                                      rows_layout)
+    bar_v = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     q_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     q_empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     kv_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -468,10 +575,11 @@ def _hopper_attn_fwd(q_desc, k_desc, v_desc, O, LSE, M, L, O_TMP, STATS_TMP, seq
         mbarrier.init(q_empty.index(i), count=2)
         mbarrier.init(bar_max.index(i), count=1)
         mbarrier.init(bar_out.index(i), count=1)
+        mbarrier.init(bar_v.index(i), count=1)
 
     args = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, kv_ready,
-            kv_empty, x_max, x_sum, x_out, bar_max, bar_out, O, LSE, M, L, O_TMP, STATS_TMP,
-            seqlen_q, seqlen_k, heads_q, group_size, qk_scale, stride_ob, stride_oh,
+            kv_empty, x_max, x_sum, x_out, bar_max, bar_out, x_bad, bar_v, O, LSE, M, L, O_TMP,
+            STATS_TMP, seqlen_q, seqlen_k, heads_q, group_size, qk_scale, stride_ob, stride_oh,
             stride_om, stride_lb, stride_lh, stats_tmp_stride)
     gl.warp_specialize([(_consumer_partition,
                          (args, DEFER_NORM, SPLIT_Q, SEQ_PARALLEL, IS_CAUSAL, 0)),
@@ -509,12 +617,13 @@ def shared_bytes(head_dim: int, block_n: int, stages: int, split_q: bool,
                  seq_parallel: bool = True) -> int:
     """Shared memory of the chassis's buffers: Q (one or two warpgroups' rows; two slots in
     FA1's schedule), the K/V ring, split-K's exchange (partial outputs, 64 x D/2 float32 a
-    consumer) and the row statistics' buffers (2 x 2 x 64 float32)."""
+    consumer), the row statistics' buffers (2 x 2 x 64 float32) and the first non-finite keys
+    of causal tiles (4 x D int32)."""
     rows = ROWS_PER_WARPGROUP.value
     q = (1 if seq_parallel else 2) * (2 if split_q else 1) * rows * head_dim * 2
     ring = stages * 2 * block_n * head_dim * 2
     exchange = 0 if split_q else 2 * rows * (head_dim // 2) * 4
-    return q + ring + exchange + 4 * rows * 4
+    return q + ring + exchange + 4 * rows * 4 + 4 * head_dim * 4
 
 
 def check_hopper_call(q, k, v, variant, config):

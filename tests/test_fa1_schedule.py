@@ -10,10 +10,12 @@ from functools import partial
 import pytest
 import torch
 
+import kernels.forward
 from fa2check.core.checks import Reference
 from fa2check.core.problems import Problem
 from kernels import TileConfig, Variant, default_config, flash_attention
 from kernels.forward import FA1_MAX_SPLITS, INTERPRETER_SMS, fa1_num_splits
+from properties.causal_masking import first_hidden_key
 
 BLOCK = 16
 PROBLEMS = [
@@ -90,6 +92,62 @@ def test_fa1_schedule_rows_that_see_no_key(device):
             assert torch.all(o[:, :, :blind] == 0), f"{variant} splits={splits}"
             assert torch.all(lse[:, :, :blind] == float("-inf")), f"{variant} splits={splits}"
             assert torch.all(torch.isfinite(lse[:, :, blind:])), f"{variant} splits={splits}"
+
+
+
+class _WithoutRepair:
+    """kernels.forward's launcher with every REPAIR launch dropped (and counted)."""
+
+    def __init__(self, launch):
+        self.launch, self.repairs = launch, 0
+
+    def __getitem__(self, grid):
+        def run(*args, **kwargs):
+            if kwargs["REPAIR"]:
+                self.repairs += 1
+            else:
+                self.launch[grid](*args, **kwargs)
+        return run
+
+
+# verify's full-tier causal_masking case in small: causal, seqlen_q > seqlen_k, float32, d=32
+HIDDEN_V_PROBLEM = Problem(1, 2, 1, 1000, 200, 32, "float32", True, seed=302)
+
+
+@pytest.mark.filterwarnings("ignore:All-NaN slice:RuntimeWarning")  # the interpreter's row max
+@pytest.mark.parametrize("variant", VARIANTS, ids=str)
+def test_fa1_schedule_keeps_hidden_non_finite_values_out_in_its_own_launch(variant, device,
+                                                                            monkeypatch):
+    """With K and V from a key c on set to NaN, or V to +inf, the rows that cannot see c come
+    out bitwise as without, from the FA1 schedule's main launch alone (REPAIR dropped), on the
+    GPU's default tiles (128-row blocks: the block holding the first row that sees c holds
+    rows that do not). REPAIR recomputed such a block with a kernel of its own, whose float32
+    split-K bits the H200 compiled 1 ulp apart from the main launch's (decisions D53); the
+    masked tiles now sanitise V in the main launch, so one compiled code serves both calls.
+    Rows that see c get NaN."""
+    problem = HIDDEN_V_PROBLEM
+    config = default_config(problem.head_dim, True, variant, problem.dtype)
+    launcher = _WithoutRepair(kernels.forward._ATTN_FWD)
+    monkeypatch.setattr(kernels.forward, "_ATTN_FWD", launcher)
+    q, k, v, _ = problem.inputs(device)
+    c, rows = first_hidden_key(problem)
+    assert rows % config.block_m, "the row block holding row `rows` must hold both kinds"
+    o, lse = flash_attention(q, k, v, causal=True, variant=variant, return_lse=True,
+                             config=config)
+    for fill_k, fill_v in ((float("nan"), float("nan")), (None, float("inf"))):
+        k2, v2 = k.clone(), v.clone()
+        if fill_k is not None:
+            k2[:, :, c:] = fill_k
+        v2[:, :, c:] = fill_v
+        o2, lse2 = flash_attention(q, k2, v2, causal=True, variant=variant, return_lse=True,
+                                   config=config)
+        hidden = slice(0, rows)
+        assert torch.equal(o2[:, :, hidden], o[:, :, hidden]), (
+            f"{variant}, K/V from key {c} = {fill_k}/{fill_v}: "
+            f"{int((o2[:, :, hidden] != o[:, :, hidden]).sum())} elements of o differ")
+        assert torch.equal(lse2[:, :, hidden], lse[:, :, hidden])
+        assert torch.isnan(o2[:, :, rows:]).all()
+    assert launcher.repairs == 0
 
 
 def test_fa1_num_splits_is_fa1s_heuristic():

@@ -50,3 +50,63 @@ def test_hopper_splits_compile_as_designed(head_dim):
     # partial outputs and statistics stored to shared memory; split-Q stores none in its loop
     assert split_k["arrives"] == split_q["arrives"] + 4, (split_q, split_k)
     assert split_k["shared_stores"] > split_q["shared_stores"], (split_q, split_k)
+
+
+SANITISE_PROBE = """
+import json
+from kernels import Variant
+from kernels.hopper_forward import compile_for_sm90
+out = {{}}
+for split_q in (True, False):
+    for seq_parallel in (True, False):
+        for causal in (True, False):
+            k = compile_for_sm90(Variant({defer}, seq_parallel, split_q), head_dim=64,
+                                 block_n=128, causal=causal)
+            out[f"{{split_q}} {{seq_parallel}} {{causal}}"] = k.asm["ttgir"]
+print(json.dumps(out))
+"""
+# a store of a bf16 register tile into shared memory: only the sanitising pass writes V back
+V_STORE = re.compile(r"ttg\.local_store .*: tensor<\d+x\d+xbf16")
+OPENS = lambda op, line: re.match(rf"(%\S+ = )?{op} ", line)  # noqa: E731
+
+
+def _enclosing_ops(ir: str, line_index: int) -> list[str]:
+    """The ops whose regions hold line `line_index` of an MLIR listing, innermost first (by
+    indentation: a region's ops are indented deeper than the op that opens it)."""
+    lines = ir.splitlines()
+    depth = len(lines[line_index]) - len(lines[line_index].lstrip())
+    ops = []
+    for line in reversed(lines[:line_index]):
+        indent = len(line) - len(line.lstrip())
+        if line.strip() and indent < depth:
+            ops.append(line.strip())
+            depth = indent
+    return ops
+
+
+@pytest.mark.parametrize("defer_norm", [True, False])
+def test_hopper_causal_tiles_sanitise_values_only_where_a_key_is_hidden(defer_norm):
+    """Causal: V of a tile that hides a key from the program's first row is written back to
+    shared memory with its non-finite values zeroed before the P V wgmma (docs/decisions.md
+    D53), under a runtime branch taken on those tiles only: every such store sits inside an
+    `scf.if` in the K/V loop, and is followed by the async-proxy fence. Without causal there is
+    no such store. (Removing `_sanitise_values`' store, or running it on every tile, fails.)"""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    proc = subprocess.run([sys.executable, "-c", SANITISE_PROBE.format(defer=defer_norm)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    for key, ttgir in json.loads(proc.stdout.strip().splitlines()[-1]).items():
+        split_q, seq_parallel, causal = (word == "True" for word in key.split())
+        lines = ttgir.splitlines()
+        stores = [i for i, line in enumerate(lines) if V_STORE.search(line)]
+        if not causal:
+            assert not stores, f"{key}: V stored back without causal masking"
+            continue
+        # each consumer: its half of the keys, 16 rows a pass, in every part of V's columns
+        assert len(stores) == 2 * 64 // 16 * (1 if split_q else 2), (key, len(stores))
+        for i in stores:
+            ops = _enclosing_ops(ttgir, i)
+            assert OPENS("scf.if", ops[0]), (key, ops[:2])  # the masked tiles' branch
+            assert any(OPENS("scf.for", op) for op in ops), (key, ops)  # in the K/V loop
+        assert "ttng.fence_async_shared" in ttgir, key
