@@ -69,8 +69,10 @@ def default_config(head_dim: int, on_gpu: bool, variant=None, dtype=None,
     are those of the padded tile (head_dim 96 gets head_dim 128's tiles)."""
     head_dim = block_d(head_dim)
     if backend == "hopper":  # kernels/hopper_forward.py: 64 rows a consumer warpgroup
+        # FA1's schedule: one K/V stage, its room given to the partial-state ring (D55)
+        stages = 1 if variant is not None and not variant.seq_parallel else 2
         return replace(default_config(head_dim, on_gpu, None, dtype), block_m=64, block_n=128,
-                       num_warps=4, num_stages=2, tma=False)
+                       num_warps=4, num_stages=stages, tma=False)
     if backend == "gluon":
         config = default_config(head_dim, on_gpu, None, dtype)
         if variant is not None and not variant.split_q:  # FA1: 16 rows, 16 keys per warp

@@ -33,9 +33,13 @@ Everything but the split is the same code: producer, ring, stages, masking, epil
 SEQ_PARALLEL (FA2, section 3.2): grid (row blocks, B * Hq), a row block's state in registers
 for every K/V tile. Off, FA1's schedule (fmha_fprop_kernel_1xN.h): grid (1, B * Hq), K/V tiles
 in the outer loop and the row blocks that see each tile inside; Q_i is loaded again for every
-tile (a two-slot ring), each row block's float32 output (the consumer's columns) and each
-consumer's copy of m, l go to scratch buffers in HBM and back between tiles (FA1's o_tmp), and
-the last tile a row block sees finalises it: about 10 N^2 D / BN bytes of HBM traffic a head.
+tile (a two-slot ring; one slot for split-Q at head_dim 128), each row block's float32 output
+(the consumer's columns) and each consumer's copy of m, l go to scratch buffers in HBM and back
+between tiles (FA1's o_tmp), and the last tile a row block sees finalises it: about
+10 N^2 D / BN bytes of HBM traffic a head. Both directions are TMA (D55): the producer
+prefetches the next step's state into a two-slot state ring while the consumers compute, and
+the consumers write it back through the slot it arrived in (then O, at the last tile); the
+K/V ring may be one stage deep (a tile serves every row block).
 
 DEFER_NORM, as in kernels/forward.py: O is rescaled by alpha only and divided by l once after
 the loop, L = m c + log2 l (in natural log) stored; off, FA1's recurrence: O is kept normalised
@@ -202,15 +206,17 @@ def _nan_where_seen(acc, x_bad, n, row0, diag, SPLIT_Q: gl.constexpr, CONSUMER: 
 @gluon.jit
 def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, kv_ready,
               kv_empty, x_max, x_sum, x_out, bar_max, bar_out, x_bad, bar_v, O, LSE, M, L,
-              O_TMP, STATS_TMP,
+              o_tmp_desc, stats_desc,
               seqlen_q, seqlen_k, heads_q, group_size, qk_scale, stride_ob, stride_oh,
-              stride_om, stride_lb, stride_lh, stats_tmp_stride,
+              stride_om, stride_lb, stride_lh, state,
               DEFER_NORM: gl.constexpr, SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr,
               causal: gl.constexpr, CONSUMER: gl.constexpr):
     """One warp. seq_parallel: Q once, then K_j and V_j into the ring. FA1's schedule: for each
-    K/V tile j, K_j and V_j into the ring, then Q_i of every row block that sees it into the
-    two-slot Q ring (Q is read again for every K/V tile, as FA1 read it). Under split-K V
-    arrives in column halves, one a consumer."""
+    K/V tile j, K_j and V_j into the ring, then for every row block i that sees it Q_i into
+    the Q ring (Q is read again for every K/V tile, as FA1 read it) and, from the second tile
+    on, the row block's partial state (fp32 output, m, l) from HBM into the state ring, so
+    that the consumers find step t + 1's state in shared memory while they compute step t.
+    Under split-K V arrives in column halves, one a consumer."""
     BM: gl.constexpr = ROWS_PER_WARPGROUP
     Q_BOXES: gl.constexpr = 2 if SPLIT_Q else 1
     ROWS: gl.constexpr = Q_BOXES * BM
@@ -221,8 +227,9 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
     off_b, off_h, off_hkv = _heads(heads_q, group_size)
     if SEQ_PARALLEL:
         start_m, n_tiles = _row_block_span(seqlen_q, seqlen_k, causal, ROWS, BLOCK_N)
-        _load_q(q_desc, q_smem, q_ready, q_empty, 0, off_b, off_h, start_m, Q_BOXES)
+        _load_q(q_desc, q_smem, q_ready, q_empty, 0, off_b, off_h, start_m, Q_BOXES, 2)
     else:
+        Q_SLOTS: gl.constexpr = q_smem.type.shape[0] // Q_BOXES
         n_tiles = gl.cdiv(seqlen_k, BLOCK_N)
         row_blocks = gl.cdiv(seqlen_q, ROWS)
     t = 0  # (row block, K/V tile) steps so far: the Q ring's position
@@ -239,23 +246,69 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
             tma.async_copy_global_to_shared(v_desc, [off_b, off_hkv, j * BLOCK_N, part * V_COLS],
                                             ready, v_smem.index(slot * V_PARTS + part))
         if not SEQ_PARALLEL:
-            for i in range(_first_row_block(j, seqlen_q, seqlen_k, causal, ROWS, BLOCK_N),
-                           row_blocks):
-                _load_q(q_desc, q_smem, q_ready, q_empty, t, off_b, off_h, i * ROWS, Q_BOXES)
+            first = _first_row_block(j, seqlen_q, seqlen_k, causal, ROWS, BLOCK_N)
+            for i in range(first, row_blocks):
+                _load_q(q_desc, q_smem, q_ready, q_empty, t, off_b, off_h, i * ROWS, Q_BOXES,
+                        Q_SLOTS)
+                # the step before (i, j) was (i, j - 1) iff tile j's only row block is the last
+                _load_partial_state(o_tmp_desc, stats_desc, state, t, j, i, first == row_blocks - 1,
+                                    gl.program_id(1), ROWS, SPLIT_Q)
                 t += 1
 
 
 @gluon.jit
-def _load_q(q_desc, q_smem, q_ready, q_empty, t, off_b, off_h, start_m, Q_BOXES: gl.constexpr):
-    """Rows start_m .. start_m + Q_BOXES * 64 - 1 into Q ring slot t % 2, once both consumers
-    released what that slot held."""
+def _load_partial_state(o_tmp_desc, stats_desc, state, t, j, i, after_itself, bh,
+                        ROWS: gl.constexpr, SPLIT_Q: gl.constexpr):
+    """FA1's schedule, step t = (row block i, K/V tile j): both consumers' partial state of
+    row block i (fp32 output, m, l), as tile j - 1 left it in HBM (FA1's o_tmp), into state
+    ring slot t % 2. Tile 0 has no state to load: the slot's ready barrier is only arrived on,
+    so that every step completes one phase of it.
+
+    Synchronisation: st_free[s] completes once per step on slot s, when both consumers have
+    read the slot, written their new state through it and waited for those TMA stores to
+    complete in global memory (tma.store_wait). So
+      - waiting for step t - 2's completion frees the slot for this load (write after read),
+        and covers every state stored at steps <= t - 2 (each consumer waits for its stores
+        before it arrives, in step order);
+      - the one state it does not cover is one stored at step t - 1: row block i's own when
+        (i, j - 1) came right before (i, j) (`after_itself`: tile j's only row block is the
+        last one, as at the end of a causal walk or with one row block). Then the load waits
+        for step t - 1's completion too (read after write through HBM).
+    Neither wait can see a later phase of its barrier: a consumer finishes step t (and so
+    completes later phases) only after this load's ready barrier."""
+    st_acc, st_stats, st_ready, st_free, o_desc = state
+    s = t % 2
+    mbarrier.wait(st_free.index(s), ((t // 2) & 1) ^ 1)
+    ready = st_ready.index(s)
+    if j == 0:  # a fresh state: nothing to load
+        mbarrier.arrive(ready, count=1)
+    else:
+        if after_itself:
+            mbarrier.wait(st_free.index(1 - s), ((t - 1) // 2) & 1)
+        mbarrier.expect(ready, 2 * (o_tmp_desc.block_type.nbytes + stats_desc.block_type.nbytes))
+        for c in gl.static_range(2):
+            row, col = _partial_state(i, ROWS, o_tmp_desc.block_type.shape[2], c, SPLIT_Q)
+            tma.async_copy_global_to_shared(o_tmp_desc, [bh, row, col], ready,
+                                            st_acc.index(2 * s + c))
+            tma.async_copy_global_to_shared(stats_desc, [bh, 2 * c, row], ready,
+                                            st_stats.index(2 * s + c))
+
+
+@gluon.jit
+def _load_q(q_desc, q_smem, q_ready, q_empty, t, off_b, off_h, start_m, Q_BOXES: gl.constexpr,
+            Q_SLOTS: gl.constexpr):
+    """Rows start_m .. start_m + Q_BOXES * 64 - 1 into Q buffer t % Q_SLOTS (1 or 2), once both
+    consumers released what it held (step t - Q_SLOTS). The ready/empty barriers always have
+    two slots (step t uses slot t % 2); with one buffer, step t waits for the release of step
+    t - 1 on the other slot: r = t + 2 - Q_SLOTS is the step whose slot and phase say that."""
     qs = t % 2
-    mbarrier.wait(q_empty.index(qs), ((t // 2) & 1) ^ 1)
+    r = t + 2 - Q_SLOTS
+    mbarrier.wait(q_empty.index(r % 2), ((r // 2) & 1) ^ 1)
     mbarrier.expect(q_ready.index(qs), Q_BOXES * q_desc.block_type.nbytes)
     for c in gl.static_range(Q_BOXES):
         tma.async_copy_global_to_shared(
             q_desc, [off_b, off_h, start_m + c * ROWS_PER_WARPGROUP, 0], q_ready.index(qs),
-            q_smem.index(qs * Q_BOXES + c))
+            q_smem.index((t % Q_SLOTS) * Q_BOXES + c))
 
 
 @gluon.jit
@@ -371,18 +424,36 @@ def _store_outputs(m_i, l_i, acc, O, LSE, M, L, off_b, off_h, row0, seqlen_q, qk
     o_layout: gl.constexpr = acc.type.layout
     orow_layout: gl.constexpr = gl.SliceLayout(1, o_layout)
     COLS: gl.constexpr = acc.type.shape[1]
-    row_layout: gl.constexpr = m_i.type.layout
-    sees_a_key = l_i > 0.0
-    l_safe = gl.where(sees_a_key, l_i, 1.0)
-    if DEFER_NORM:  # the one deferred division
-        acc = acc / gl.convert_layout(l_safe, orow_layout)[:, None]
+    acc = _final_output(l_i, acc, DEFER_NORM)
     o_rows = row0 + gl.arange(0, BM, layout=orow_layout)
     cols = (0 if SPLIT_Q else CONSUMER * COLS) + gl.arange(0, COLS,
                                                           layout=gl.SliceLayout(0, o_layout))
     o_ptrs = (O + off_b.to(gl.int64) * stride_ob + off_h.to(gl.int64) * stride_oh
               + o_rows.to(gl.int64)[:, None] * stride_om + cols[None, :])
     gl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=(o_rows < seqlen_q)[:, None])
-    if SPLIT_Q or CONSUMER == 0:  # split-K: both hold the same statistics
+    _store_statistics(m_i, l_i, LSE, M, L, off_b, off_h, row0, seqlen_q, qk_scale, stride_lb,
+                      stride_lh, DEFER_NORM, SPLIT_Q, CONSUMER)
+
+
+@gluon.jit
+def _final_output(l_i, acc, DEFER_NORM: gl.constexpr):
+    """O of my rows from the running output: divided by l once (defer_norm) or as it is."""
+    if DEFER_NORM:  # the one deferred division
+        l_safe = gl.where(l_i > 0.0, l_i, 1.0)
+        acc = acc / gl.convert_layout(l_safe, gl.SliceLayout(1, acc.type.layout))[:, None]
+    return acc
+
+
+@gluon.jit
+def _store_statistics(m_i, l_i, LSE, M, L, off_b, off_h, row0, seqlen_q, qk_scale, stride_lb,
+                      stride_lh, DEFER_NORM: gl.constexpr, SPLIT_Q: gl.constexpr,
+                      CONSUMER: gl.constexpr):
+    """From one consumer (split-K: both hold the same statistics), my rows' L (or m and l)."""
+    BM: gl.constexpr = ROWS_PER_WARPGROUP
+    row_layout: gl.constexpr = m_i.type.layout
+    if SPLIT_Q or CONSUMER == 0:
+        sees_a_key = l_i > 0.0
+        l_safe = gl.where(sees_a_key, l_i, 1.0)
         rows = row0 + gl.arange(0, BM, layout=row_layout)
         stat = off_b * stride_lb + off_h * stride_lh + rows
         if DEFER_NORM:
@@ -394,32 +465,91 @@ def _store_outputs(m_i, l_i, acc, O, LSE, M, L, off_b, off_h, row0, seqlen_q, qk
 
 
 @gluon.jit
-def _partial_state(O_TMP, STATS_TMP, bh, row0, rows_tmp, stats_tmp_stride,
-                   COLS: gl.constexpr, o_layout: gl.constexpr, row_layout: gl.constexpr,
-                   CONSUMER: gl.constexpr, SPLIT_Q: gl.constexpr):
-    """FA1's schedule: pointers to my rows' fp32 partial output (my columns) in O_TMP
-    (B*H, rows_tmp, D) and to my copy of their m and l in STATS_TMP (2 consumers, m/l,
-    B*H*rows_tmp); rows_tmp is seqlen_q rounded up to whole row blocks, so no mask. The
-    scalar base carries the row block, the tensor part only the position within it (pointer
-    tensors that do not change with the row block would be hoisted out of the loops and
-    spilled)."""
+def _store_outputs_tma(m_i, l_i, acc, o_desc, staging, LSE, M, L, off_b, off_h, row0,
+                       seqlen_q, qk_scale, stride_lb, stride_lh, DEFER_NORM: gl.constexpr,
+                       SPLIT_Q: gl.constexpr, CONSUMER: gl.constexpr):
+    """FA1's schedule's epilogue: as _store_outputs, but O goes through `staging` (my half of
+    the state ring's slot, read already) with a TMA store, which drops the rows past seqlen_q
+    itself: no pointer tensor (64-bit a element) stays live in the loop. Complete on return
+    (the slot may be loaded again after the arrive that follows)."""
     BM: gl.constexpr = ROWS_PER_WARPGROUP
-    HEAD_DIM: gl.constexpr = COLS if SPLIT_Q else 2 * COLS
+    COLS: gl.constexpr = acc.type.shape[1]
+    out = staging._reinterpret(o_desc.dtype, o_desc.block_type.shape, o_desc.layout)
+    out.reshape([BM, COLS]).store(_final_output(l_i, acc, DEFER_NORM).to(o_desc.dtype))
+    fence_async_shared()  # my writes (generic proxy) before the TMA engine reads them
+    gl.thread_barrier()  # every thread's writes and fence before the one thread's copy
     col0: gl.constexpr = 0 if SPLIT_Q else CONSUMER * COLS
-    o_base = O_TMP + (bh.to(gl.int64) * rows_tmp + row0) * HEAD_DIM + col0
-    acc_ptrs = (o_base + (gl.arange(0, BM, layout=gl.SliceLayout(1, o_layout)) * HEAD_DIM)[:, None]
-                + gl.arange(0, COLS, layout=gl.SliceLayout(0, o_layout))[None, :])
-    m_ptrs = (STATS_TMP + (2 * CONSUMER) * stats_tmp_stride + bh.to(gl.int64) * rows_tmp + row0
-              + gl.arange(0, BM, layout=row_layout))
-    return acc_ptrs, m_ptrs
+    tma.async_copy_shared_to_global(o_desc, [off_b, off_h, row0, col0], out)
+    _store_statistics(m_i, l_i, LSE, M, L, off_b, off_h, row0, seqlen_q, qk_scale, stride_lb,
+                      stride_lh, DEFER_NORM, SPLIT_Q, CONSUMER)
+    tma.store_wait(0)  # read out of the slot: the slot may be loaded again
+
+
+@gluon.jit
+def _partial_state(i, ROWS: gl.constexpr, COLS: gl.constexpr, CONSUMER: gl.constexpr,
+                   SPLIT_Q: gl.constexpr):
+    """FA1's schedule: where consumer CONSUMER's part of row block i's partial state lies in
+    the scratch buffers: its first row in O_TMP (B*H, rows_tmp, D) and in STATS_TMP
+    (B*H, 4, rows_tmp) (rows 2c, 2c + 1: my copy of m and l), and its first column in O_TMP
+    (split-Q: my 64 of the block's rows, every column; split-K: the block's 64 rows, my D/2
+    columns). rows_tmp is seqlen_q rounded up to whole row blocks."""
+    if SPLIT_Q:
+        return i * ROWS + CONSUMER * ROWS_PER_WARPGROUP, 0
+    return i * ROWS, CONSUMER * COLS
+
+
+@gluon.jit
+def _stats_rows(stats_buf):
+    """A [1, 2, 64] float32 box of STATS_TMP (m, l) as two rows to load or store a row vector
+    (its TMA layout is unswizzled row-major, so the view only drops the NVMMA label)."""
+    BM: gl.constexpr = ROWS_PER_WARPGROUP
+    return stats_buf._reinterpret(gl.float32, [2, BM], gl.SwizzledSharedLayout(
+        vec=1, per_phase=1, max_phase=1, order=[0]))
+
+
+@gluon.jit
+def _store_partial_state(m_i, l_i, acc, o_tmp_desc, stats_desc, state, s, i, bh,
+                         ROWS: gl.constexpr, SPLIT_Q: gl.constexpr, CONSUMER: gl.constexpr):
+    """My part of row block i's partial state through my half of state ring slot s (the
+    buffer its load arrived in, read already) to HBM with TMA stores, complete in global
+    memory on return (the producer may load it for the next step)."""
+    st_acc, st_stats, st_ready, st_free, o_desc = state
+    BM: gl.constexpr = ROWS_PER_WARPGROUP
+    COLS: gl.constexpr = acc.type.shape[1]
+    acc_buf = st_acc.index(2 * s + CONSUMER)
+    stats_buf = st_stats.index(2 * s + CONSUMER)
+    acc_buf.reshape([BM, COLS]).store(acc)
+    stats = _stats_rows(stats_buf)
+    stats.index(0).store(m_i)
+    stats.index(1).store(l_i)
+    # my threads' shared-memory writes (generic proxy) ordered before the TMA engine's reads
+    # of them (async proxy); then a barrier of my 128 threads, so that every thread's writes
+    # and fence are done before the one thread that issues the copies does
+    fence_async_shared()
+    gl.thread_barrier()
+    row, col = _partial_state(i, ROWS, COLS, CONSUMER, SPLIT_Q)
+    tma.async_copy_shared_to_global(o_tmp_desc, [bh, row, col], acc_buf)
+    tma.async_copy_shared_to_global(stats_desc, [bh, 2 * CONSUMER, row], stats_buf)
+    # complete (not only read out of shared memory): the arrive on st_free that follows tells
+    # the producer both that the slot is free and that the state is in HBM
+    _bulk_stores_complete()
+
+
+@gluon.jit
+def _bulk_stores_complete():
+    """Wait until this thread's TMA stores are complete in global memory: PTX's
+    `cp.async.bulk.wait_group 0`. (tma.store_wait emits the `.read` form, which only waits until
+    the stores have read shared memory; the producer's load of the state needs the writes.)"""
+    gl.inline_asm_elementwise("cp.async.bulk.wait_group 0; mov.u32 $0, $1;", "=r,r",
+                              [gl.to_tensor(0)], dtype=gl.int32, is_pure=False, pack=1)
 
 
 @gluon.jit
 def _consumer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, kv_ready,
               kv_empty, x_max, x_sum, x_out, bar_max, bar_out, x_bad, bar_v, O, LSE, M, L,
-              O_TMP, STATS_TMP,
+              o_tmp_desc, stats_desc,
               seqlen_q, seqlen_k, heads_q, group_size, qk_scale, stride_ob, stride_oh,
-              stride_om, stride_lb, stride_lh, stats_tmp_stride,
+              stride_om, stride_lb, stride_lh, state,
               DEFER_NORM: gl.constexpr, SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr,
               causal: gl.constexpr, CONSUMER: gl.constexpr):
     BM: gl.constexpr = ROWS_PER_WARPGROUP
@@ -462,7 +592,8 @@ def _consumer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
     else:  # FA1: K/V tiles outer, row blocks inner, each row block's state through HBM
         bh = gl.program_id(1)
         row_blocks = gl.cdiv(seqlen_q, ROWS)
-        rows_tmp = row_blocks * ROWS
+        Q_SLOTS: gl.constexpr = q_smem.type.shape[0] // Q_BOXES
+        st_acc, st_stats, st_ready, st_free, o_desc = state
         # row blocks that see no key at all (causal, seqlen_q > seqlen_k): O = 0, L = -inf
         for i in range(_first_row_block(0, seqlen_q, seqlen_k, causal, ROWS, BLOCK_N)):
             _store_outputs(m_0, l_0, acc_0, O, LSE, M, L, off_b, off_h,
@@ -478,36 +609,33 @@ def _consumer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
             for i in range(_first_row_block(j, seqlen_q, seqlen_k, causal, ROWS, BLOCK_N),
                            row_blocks):
                 row0 = i * ROWS + MY_BOX * BM
+                s = t % 2  # the state ring's slot (the Q ring's barriers use the same index)
                 if j == 0:
                     m_i, l_i, acc = m_0, l_0, acc_0
-                else:  # what the last K/V tile left in HBM (FA1's o_tmp)
-                    acc_ptrs, m_ptrs = _partial_state(
-                        O_TMP, STATS_TMP, bh, row0, rows_tmp, stats_tmp_stride, COLS, o_layout,
-                        row_layout, CONSUMER, SPLIT_Q)
-                    m_i = gl.load(m_ptrs)
-                    l_i = gl.load(m_ptrs + stats_tmp_stride)
-                    acc = gl.load(acc_ptrs)
-                mbarrier.wait(q_ready.index(t % 2), (t // 2) & 1)
-                q = q_smem.index((t % 2) * Q_BOXES + MY_BOX).reshape([BM, HEAD_DIM])
+                else:  # what the last K/V tile left in HBM (FA1's o_tmp), prefetched by TMA
+                    mbarrier.wait(st_ready.index(s), (t // 2) & 1)
+                    acc = st_acc.index(2 * s + CONSUMER).reshape([BM, COLS]).load(o_layout)
+                    stats = _stats_rows(st_stats.index(2 * s + CONSUMER))
+                    m_i = stats.index(0).load(row_layout)
+                    l_i = stats.index(1).load(row_layout)
+                mbarrier.wait(q_ready.index(s), (t // 2) & 1)
+                q = q_smem.index((t % Q_SLOTS) * Q_BOXES + MY_BOX).reshape([BM, HEAD_DIM])
                 m_i, l_i, acc = _fold_tile(m_i, l_i, acc, q, k_smem, v_smem, slot, j, t, row0,
                                            seqlen_q, seqlen_k, causal, qk_scale, q_empty,
                                            x_max, x_sum, x_out, bar_max, bar_out, x_bad,
                                            sanitised, n_sanitised, DEFER_NORM, SPLIT_Q,
                                            SEQ_PARALLEL, CONSUMER)
                 if j == _tiles_seen(i * ROWS, seqlen_q, seqlen_k, causal, ROWS, BLOCK_N) - 1:
-                    _store_outputs(m_i, l_i, acc, O, LSE, M, L, off_b, off_h, row0, seqlen_q,
-                                   qk_scale, stride_ob, stride_oh, stride_om, stride_lb,
-                                   stride_lh, DEFER_NORM, SPLIT_Q, CONSUMER)
-                else:  # pointers made again here: kept through the tile they cost registers
-                    acc_ptrs, m_ptrs = _partial_state(
-                        O_TMP, STATS_TMP, bh, row0, rows_tmp, stats_tmp_stride, COLS, o_layout,
-                        row_layout, CONSUMER, SPLIT_Q)
-                    gl.store(m_ptrs, m_i)
-                    gl.store(m_ptrs + stats_tmp_stride, l_i)
-                    gl.store(acc_ptrs, acc)
-                    # my threads read back what other threads of my warpgroup wrote (the row
-                    # statistics are held by 4 threads, stored by one)
-                    gl.thread_barrier()
+                    _store_outputs_tma(m_i, l_i, acc, o_desc, st_acc.index(2 * s + CONSUMER),
+                                       LSE, M, L, off_b, off_h, row0, seqlen_q, qk_scale,
+                                       stride_lb, stride_lh, DEFER_NORM, SPLIT_Q, CONSUMER)
+                else:
+                    _store_partial_state(m_i, l_i, acc, o_tmp_desc, stats_desc, state, s, i,
+                                         bh, ROWS, SPLIT_Q, CONSUMER)
+                # slot s is read (and, unless this was row block i's last tile, its state
+                # complete in HBM): the compiler's barrier of my 128 threads before the arrive
+                # puts every thread's reads of the slot before it
+                mbarrier.arrive(st_free.index(s), count=1)
                 t += 1
             mbarrier.arrive(kv_empty.index(slot), count=1)
 
@@ -528,15 +656,16 @@ def _load_warp(args, DEFER_NORM: gl.constexpr, SPLIT_Q: gl.constexpr,
 
 
 @gluon.jit
-def _hopper_attn_fwd(q_desc, k_desc, v_desc, O, LSE, M, L, O_TMP, STATS_TMP, seqlen_q, seqlen_k,
-                     heads_q, group_size, qk_scale, stride_ob, stride_oh, stride_om,
-                     stride_lb, stride_lh, stats_tmp_stride, DEFER_NORM: gl.constexpr,
+def _hopper_attn_fwd(q_desc, k_desc, v_desc, O, LSE, M, L, o_tmp_desc, stats_desc, o_desc,
+                     seqlen_q, seqlen_k, heads_q, group_size, qk_scale, stride_ob, stride_oh,
+                     stride_om,
+                     stride_lb, stride_lh, DEFER_NORM: gl.constexpr,
                      SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr, IS_CAUSAL: gl.constexpr,
-                     STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr):
-    """Grid (row blocks, B * Hq) with seq_parallel, (1, B * Hq) without."""
+                     STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, Q_SLOTS: gl.constexpr):
+    """Grid (row blocks, B * Hq) with seq_parallel, (1, B * Hq) without. Q_SLOTS: Q buffers
+    (1 with seq_parallel; FA1's schedule reloads Q every step: 2, or 1 where 2 do not fit)."""
     BM: gl.constexpr = ROWS_PER_WARPGROUP
     Q_BOXES: gl.constexpr = 2 if SPLIT_Q else 1
-    Q_SLOTS: gl.constexpr = 1 if SEQ_PARALLEL else 2  # FA1's schedule reloads Q every step
     V_PARTS: gl.constexpr = 1 if SPLIT_Q else 2
     q_smem = gl.allocate_shared_memory(q_desc.dtype, [Q_SLOTS * Q_BOXES] +
                                        q_desc.block_type.shape, q_desc.layout)
@@ -560,13 +689,23 @@ def _hopper_attn_fwd(q_desc, k_desc, v_desc, O, LSE, M, L, O_TMP, STATS_TMP, seq
     bar_out = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     # causal tiles that hide a key: each consumer's first non-finite key of every column of
     # its half of the tile's keys, two buffers (see the module docstring), and its mbarrier
-    x_bad = gl.allocate_shared_memory(gl.int32, [4, v_desc.block_type.shape[3] * V_PARTS],
-                                      rows_layout)
+    X_BAD_COLS: gl.constexpr = v_desc.block_type.shape[3] * V_PARTS if IS_CAUSAL else 1
+    x_bad = gl.allocate_shared_memory(gl.int32, [4, X_BAD_COLS], rows_layout)
     bar_v = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     q_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     q_empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     kv_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     kv_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    # FA1's schedule: the state ring, two slots of both consumers' partial state (fp32 output
+    # in O_TMP's box, m and l in STATS_TMP's), loaded by the producer and written back by the
+    # consumers through the slot it arrived in; seq_parallel keeps a placeholder of one box
+    ST_BUFS: gl.constexpr = 1 if SEQ_PARALLEL else 4  # slot * 2 + consumer
+    st_acc = gl.allocate_shared_memory(gl.float32, [ST_BUFS] + o_tmp_desc.block_type.shape,
+                                       o_tmp_desc.layout)
+    st_stats = gl.allocate_shared_memory(gl.float32, [ST_BUFS] + stats_desc.block_type.shape,
+                                         stats_desc.layout)
+    st_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    st_free = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(STAGES):
         mbarrier.init(kv_ready.index(i), count=1)
         mbarrier.init(kv_empty.index(i), count=2)  # released by both consumers
@@ -576,11 +715,15 @@ def _hopper_attn_fwd(q_desc, k_desc, v_desc, O, LSE, M, L, O_TMP, STATS_TMP, seq
         mbarrier.init(bar_max.index(i), count=1)
         mbarrier.init(bar_out.index(i), count=1)
         mbarrier.init(bar_v.index(i), count=1)
+        if not SEQ_PARALLEL:
+            mbarrier.init(st_ready.index(i), count=1)  # the producer's expect (or arrive)
+            mbarrier.init(st_free.index(i), count=2)  # both consumers
 
     args = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, kv_ready,
-            kv_empty, x_max, x_sum, x_out, bar_max, bar_out, x_bad, bar_v, O, LSE, M, L, O_TMP,
-            STATS_TMP, seqlen_q, seqlen_k, heads_q, group_size, qk_scale, stride_ob, stride_oh,
-            stride_om, stride_lb, stride_lh, stats_tmp_stride)
+            kv_empty, x_max, x_sum, x_out, bar_max, bar_out, x_bad, bar_v, O, LSE, M, L,
+            o_tmp_desc, stats_desc,
+            seqlen_q, seqlen_k, heads_q, group_size, qk_scale, stride_ob, stride_oh,
+            stride_om, stride_lb, stride_lh, (st_acc, st_stats, st_ready, st_free, o_desc))
     gl.warp_specialize([(_consumer_partition,
                          (args, DEFER_NORM, SPLIT_Q, SEQ_PARALLEL, IS_CAUSAL, 0)),
                         (_consumer_partition,
@@ -600,6 +743,21 @@ def block_shapes(head_dim: int, block_n: int, split_q: bool):
             [1, 1, block_n, head_dim if split_q else head_dim // 2])
 
 
+def state_block_shapes(head_dim: int, split_q: bool):
+    """FA1's schedule: TMA boxes of one consumer's partial state, over O_TMP (B*H, rows_tmp, D)
+    (64 rows; split-Q every column, split-K the consumer's D/2) and STATS_TMP (B*H, 4, rows_tmp)
+    (its m and l rows), and of its part of O (B, H, S, D) for the epilogue."""
+    rows = ROWS_PER_WARPGROUP.value
+    cols = head_dim if split_q else head_dim // 2
+    return [1, rows, cols], [1, 2, rows], [1, 1, rows, cols]
+
+
+def state_layouts(head_dim: int, split_q: bool, dtype):
+    """The boxes' shared layouts (fp32 state; O's box in O's dtype, staged in a state buffer)."""
+    return [gl.NVMMASharedLayout.get_default_for(box, ty) for box, ty in
+            zip(state_block_shapes(head_dim, split_q), (gl.float32, gl.float32, _gl_dtype(dtype)))]
+
+
 def unsupported(dtype, head_dim: int) -> str | None:
     """Why the Hopper chassis cannot take inputs of this dtype and head_dim; None if it can."""
     name = str(dtype).removeprefix("torch.")
@@ -611,30 +769,52 @@ def unsupported(dtype, head_dim: int) -> str | None:
 
 
 SHARED_LIMIT = 232448 - 1024  # sm_90's 227 KB a block, less room for barriers and alignment
+STAGES = {True: (2, 3), False: (1, 2, 3)}  # K/V stages by seq_parallel (FA1's schedule: D55)
 
 
 def shared_bytes(head_dim: int, block_n: int, stages: int, split_q: bool,
-                 seq_parallel: bool = True) -> int:
-    """Shared memory of the chassis's buffers: Q (one or two warpgroups' rows; two slots in
-    FA1's schedule), the K/V ring, split-K's exchange (partial outputs, 64 x D/2 float32 a
-    consumer), the row statistics' buffers (2 x 2 x 64 float32) and the first non-finite keys
-    of causal tiles (4 x D int32)."""
+                 seq_parallel: bool = True, q_slots: int | None = None,
+                 causal: bool = True) -> int:
+    """Shared memory of the chassis's buffers: Q (one or two warpgroups' rows; q_slots buffers,
+    by default `q_buffers`'s), the K/V ring, split-K's exchange (partial outputs, 64 x D/2
+    float32 a consumer, and the row statistics' buffers, 2 x 2 x 64 float32) and, in FA1's
+    schedule, the state ring (2 slots x 2 consumers x (64 x D or D/2 + 2 x 64) float32);
+    causal: the first non-finite keys of masked tiles (4 x D int32)."""
     rows = ROWS_PER_WARPGROUP.value
-    q = (1 if seq_parallel else 2) * (2 if split_q else 1) * rows * head_dim * 2
+    if q_slots is None:
+        q_slots = q_buffers(head_dim, block_n, stages, split_q, seq_parallel, causal)
+    q = q_slots * (2 if split_q else 1) * rows * head_dim * 2
     ring = stages * 2 * block_n * head_dim * 2
-    exchange = 0 if split_q else 2 * rows * (head_dim // 2) * 4
-    return q + ring + exchange + 4 * rows * 4 + 4 * head_dim * 4
+    exchange = 0 if split_q else 2 * rows * (head_dim // 2) * 4 + 4 * rows * 4
+    cols = head_dim if split_q else head_dim // 2
+    state = 0 if seq_parallel else 2 * 2 * (rows * cols + 2 * rows) * 4
+    bad_keys = 4 * head_dim * 4 if causal else 0
+    return q + ring + exchange + state + bad_keys
 
 
-def check_hopper_call(q, k, v, variant, config):
+def q_buffers(head_dim: int, block_n: int, stages: int, split_q: bool,
+              seq_parallel: bool, causal: bool = True) -> int:
+    """Q buffers: 1 with seq_parallel (Q is loaded once); FA1's schedule loads Q every step
+    into 2 (the next step's Q arrives while this one computes), or 1 where 2 do not fit
+    (split-Q at head_dim 128: then the next Q is loaded once both consumers' S = Q K^T is done,
+    under their softmax and P V)."""
+    if seq_parallel:
+        return 1
+    two = shared_bytes(head_dim, block_n, stages, split_q, False, q_slots=2, causal=causal)
+    return 2 if two <= SHARED_LIMIT else 1
+
+
+def check_hopper_call(q, k, v, variant, config, causal: bool = True):
     """Raise ValueError for what the Hopper chassis cannot do (the Triton backend can)."""
     why = unsupported(q.dtype, q.shape[-1])
     if why is None and config.block_n not in (64, 128):
         why = f"the hopper backend takes block_n 64 or 128, got {config.block_n}"
-    if why is None and config.num_stages not in (2, 3):
-        why = f"the hopper backend takes num_stages 2 or 3, got {config.num_stages}"
+    stages = STAGES[variant.seq_parallel]
+    if why is None and config.num_stages not in stages:
+        why = (f"the hopper backend takes num_stages {' or '.join(map(str, stages))} for "
+               f"{variant}, got {config.num_stages}")
     need = shared_bytes(q.shape[-1], config.block_n, config.num_stages, variant.split_q,
-                        variant.seq_parallel)
+                        variant.seq_parallel, causal=causal)
     if why is None and need > SHARED_LIMIT:
         why = (f"the hopper backend's tiles need {need} bytes of shared memory at block_n "
                f"{config.block_n}, {config.num_stages} stages (sm_90: {SHARED_LIMIT}); use fewer")
@@ -662,7 +842,7 @@ def hopper_attn_fwd(q, k, v, causal, softmax_scale, variant, config):
     import torch
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    check_hopper_call(q, k, v, variant, config)
+    check_hopper_call(q, k, v, variant, config, causal)
     batch, heads_q, seqlen_q, head_dim = q.shape
     heads_kv, seqlen_k = k.shape[1], k.shape[2]
     o, stats, (_, m, l) = empty_outputs(q, variant.defer_norm)
@@ -673,21 +853,28 @@ def hopper_attn_fwd(q, k, v, causal, softmax_scale, variant, config):
     rows = ROWS_PER_WARPGROUP.value * (2 if variant.split_q else 1)
     if variant.seq_parallel:
         grid = (triton.cdiv(seqlen_q, rows), batch * heads_q)
-        o_tmp = stats_tmp = stats[0]  # not read
+        rows_tmp = ROWS_PER_WARPGROUP.value  # placeholders, not read
+        o_tmp = torch.empty((1, rows_tmp, head_dim), device=q.device, dtype=torch.float32)
+        stats_tmp = torch.empty((1, 4, rows_tmp), device=q.device, dtype=torch.float32)
     else:  # FA1's o_tmp, and m, l of each consumer
         grid = (1, batch * heads_q)
         rows_tmp = triton.cdiv(seqlen_q, rows) * rows  # whole row blocks: no masks
         o_tmp = torch.empty((batch * heads_q, rows_tmp, head_dim), device=q.device,
                             dtype=torch.float32)
-        stats_tmp = torch.empty((4, batch * heads_q * rows_tmp), device=q.device,
+        stats_tmp = torch.empty((batch * heads_q, 4, rows_tmp), device=q.device,
                                 dtype=torch.float32)
+    for t, box, layout in zip((o_tmp, stats_tmp, o), state_block_shapes(head_dim, variant.split_q),
+                              state_layouts(head_dim, variant.split_q, o.dtype)):
+        descs.append(TensorDescriptor(t, list(t.shape), list(t.stride()), box, layout))
     _hopper_attn_fwd[grid](
-        *descs, o, stats[0], m, l, o_tmp, stats_tmp, seqlen_q, seqlen_k, heads_q,
+        *descs[:3], o, stats[0], m, l, *descs[3:], seqlen_q, seqlen_k, heads_q,
         heads_q // heads_kv, softmax_scale * LOG2E, o.stride(0), o.stride(1), o.stride(2),
-        stats[0].stride(0), stats[0].stride(1), stats_tmp.shape[-1],
+        stats[0].stride(0), stats[0].stride(1),
         DEFER_NORM=variant.defer_norm, SPLIT_Q=variant.split_q,
         SEQ_PARALLEL=variant.seq_parallel, IS_CAUSAL=bool(causal), STAGES=config.num_stages,
-        CONSUMER_REGS=consumer_registers(variant.split_q), num_warps=4)
+        CONSUMER_REGS=consumer_registers(variant.split_q),
+        Q_SLOTS=q_buffers(head_dim, config.block_n, config.num_stages, variant.split_q,
+                          variant.seq_parallel, bool(causal)), num_warps=4)
     return o, stats
 
 
@@ -702,14 +889,20 @@ def compile_for_sm90(variant, dtype="bfloat16", head_dim=128, block_n=128, stage
     for name, box in zip(("q_desc", "k_desc", "v_desc"), boxes):
         layout = gl.NVMMASharedLayout.get_default_for(box, _gl_dtype(dtype))
         signature[name] = f"tensordesc<{short}[{','.join(map(str, box))}],{layout!r}>"
-    signature.update(O=f"*{short}", LSE="*fp32", M="*fp32", L="*fp32", O_TMP="*fp32",
-                     STATS_TMP="*fp32", seqlen_q="i32", seqlen_k="i32", heads_q="i32",
+    signature.update(O=f"*{short}", LSE="*fp32", M="*fp32", L="*fp32")
+    for name, box, layout, ty in zip(("o_tmp_desc", "stats_desc", "o_desc"),
+                                     state_block_shapes(head_dim, variant.split_q),
+                                     state_layouts(head_dim, variant.split_q, dtype),
+                                     ("fp32", "fp32", short)):
+        signature[name] = f"tensordesc<{ty}[{','.join(map(str, box))}],{layout!r}>"
+    signature.update(seqlen_q="i32", seqlen_k="i32", heads_q="i32",
                      group_size="i32", qk_scale="fp32", stride_ob="i64", stride_oh="i64",
-                     stride_om="i64", stride_lb="i32", stride_lh="i32",
-                     stats_tmp_stride="i32")
+                     stride_om="i64", stride_lb="i32", stride_lh="i32")
     constexprs = {"DEFER_NORM": variant.defer_norm, "SPLIT_Q": variant.split_q,
                   "SEQ_PARALLEL": variant.seq_parallel, "IS_CAUSAL": causal, "STAGES": stages,
-                  "CONSUMER_REGS": consumer_registers(variant.split_q)}
+                  "CONSUMER_REGS": consumer_registers(variant.split_q),
+                  "Q_SLOTS": q_buffers(head_dim, block_n, stages, variant.split_q,
+                                       variant.seq_parallel, causal)}
     signature.update({name: "constexpr" for name in constexprs})
     source = GluonASTSource(_hopper_attn_fwd, signature, constexprs, {})
     return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))

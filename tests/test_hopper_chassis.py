@@ -110,3 +110,38 @@ def test_hopper_causal_tiles_sanitise_values_only_where_a_key_is_hidden(defer_no
             assert OPENS("scf.if", ops[0]), (key, ops[:2])  # the masked tiles' branch
             assert any(OPENS("scf.for", op) for op in ops), (key, ops)  # in the K/V loop
         assert "ttng.fence_async_shared" in ttgir, key
+
+
+FA1_PROBE = """
+import json
+from fa2check.inspect.compile_gate import ptxas_usage, rerun_ptxas
+from kernels import Variant
+from kernels.hopper_forward import compile_for_sm90
+out = {{}}
+for split_q in (True, False):
+    k = compile_for_sm90(Variant(False, False, split_q), head_dim={d}, block_n=128, stages=1)
+    ptx = k.asm["ptx"]
+    out[split_q] = dict(ptxas_usage(rerun_ptxas(ptx)),
+                        tma_loads=ptx.count("cp.async.bulk.tensor.3d.shared::cluster.global"),
+                        tma_stores=ptx.count("cp.async.bulk.tensor.3d.global.shared::cta"),
+                        global_loads=ptx.count("ld.global"),
+                        complete_waits=len(re.findall(r"cp\\.async\\.bulk\\.wait_group 0", ptx)))
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_fa1_schedule_moves_its_partial_state_by_tma(head_dim):
+    """FA1's schedule (seq_parallel off, D55): the partial output and m, l arrive by TMA loads
+    (the producer's prefetch) and leave by TMA stores whose completion in global memory is
+    waited for (the non-.read wait_group) before the producer may load them again; no pointer
+    loads of the scratch."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    proc = subprocess.run([sys.executable, "-c", "import re\n" + FA1_PROBE.format(d=head_dim)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    for usage in json.loads(proc.stdout.strip().splitlines()[-1]).values():
+        assert usage["tma_loads"] >= 2 and usage["tma_stores"] >= 2, usage  # O_TMP, STATS_TMP
+        assert usage["global_loads"] == 0, usage
+        assert usage["complete_waits"] >= 1, usage

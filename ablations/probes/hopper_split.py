@@ -47,10 +47,10 @@ from fa2check.ablate.timing import tflops  # noqa: E402
 from kernels import Variant, flash_attention  # noqa: E402
 from probe_run import cell_inputs, header, matmul_tflops, provenance, time_ms  # noqa: E402
 from kernels.config import TileConfig, default_config  # noqa: E402
-from kernels.hopper_forward import SHARED_LIMIT, shared_bytes  # noqa: E402
+from kernels.hopper_forward import SHARED_LIMIT, STAGES, shared_bytes  # noqa: E402
 
 HOPPER_VARIANTS = Variant.all()  # FA2 first, FA1-style (all off) last
-TILES = [(128, 2), (128, 3), (64, 2)]
+TILES = [(128, 2), (128, 3), (64, 2), (128, 1)]  # 1 stage: FA1's schedule only (D55)
 NCU_CELL = (2048, 128, False, 128, 2)  # seqlen, head_dim, causal, block_n, stages
 
 
@@ -89,7 +89,8 @@ def check(out):
         k = torch.randn(b, hkv, sk, d, device="cuda", dtype=dtype, generator=gen)
         vv = torch.randn(b, hkv, sk, d, device="cuda", dtype=dtype, generator=gen)
         for bn, st in TILES:
-            if shared_bytes(d, bn, st, v.split_q, v.seq_parallel) > SHARED_LIMIT:
+            if (st not in STAGES[v.seq_parallel]
+                    or shared_bytes(d, bn, st, v.split_q, v.seq_parallel, causal=causal) > SHARED_LIMIT):
                 continue
             o, lse = flash_attention(q, k, vv, causal=causal, variant=v, return_lse=True,
                                      config=hopper_config(d, bn, st), backend="hopper")
@@ -188,7 +189,8 @@ def main():
             for var in HOPPER_VARIANTS:
                 best = None
                 for bn, st in TILES:
-                    if shared_bytes(d, bn, st, var.split_q, var.seq_parallel) > SHARED_LIMIT:
+                    if (st not in STAGES[var.seq_parallel] or shared_bytes(
+                            d, bn, st, var.split_q, var.seq_parallel, causal=causal) > SHARED_LIMIT):
                         continue
                     cfg = hopper_config(d, bn, st)
                     try:
