@@ -59,7 +59,24 @@ BACKENDS = ("triton", "gluon", "hopper")
 
 
 def default_config(head_dim: int, on_gpu: bool, variant=None, dtype=None,
-                   backend: str = "triton") -> TileConfig:
+                   backend: str = "triton", *, causal: bool | None = None,
+                   seqlen_q: int | None = None, seqlen_k: int | None = None,
+                   gpu: str | None = None) -> TileConfig:
+    """The tiles of a call. On a GPU, given the variant, mask and lengths, the table of tuned
+    tiles' entries for this GPU (`gpu`, default torch.cuda.get_device_name()), backend,
+    variant, block_d(head_dim), mask, dtype and seqlen band (kernels/tuned_tiles.py) replace
+    heuristic_config's fields; keys the table lacks, and the interpreter, keep those."""
+    config = heuristic_config(head_dim, on_gpu, variant, dtype, backend)
+    if not on_gpu or variant is None or None in (causal, seqlen_q, seqlen_k):
+        return config
+    from .tuned_tiles import apply_table
+
+    return apply_table(config, backend, variant, head_dim, causal, dtype, seqlen_q, seqlen_k,
+                       gpu)
+
+
+def heuristic_config(head_dim: int, on_gpu: bool, variant=None, dtype=None,
+                     backend: str = "triton") -> TileConfig:
     """A reasonable starting point; `fa2check.ablate` tunes every variant separately.
     dtype (torch dtype or its name): float32 tiles take twice the shared memory.
     backend "gluon": the forward tiles of the Gluon kernel (4 warps; the compile gate shows
