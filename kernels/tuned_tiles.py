@@ -206,7 +206,7 @@ def apply_table(config: TileConfig, backend, variant, head_dim, causal, dtype, s
                 seqlen_k, gpu: str | None = None) -> TileConfig:
     """config with the fields of the table's entries for this call (fitted to the variant)."""
     return _applied(config, backend, variant, head_dim, bool(causal), dtype, seqlen_q, seqlen_k,
-                    gpu or current_gpu(), table_path())
+                    current_gpu() if gpu is None else gpu, table_path())
 
 
 @lru_cache(maxsize=4096)  # a call's host time: the lookup once per distinct call shape

@@ -5,7 +5,9 @@ A run without --retune takes every tile from `kernels.default_config` (the table
 the GPU and key, else the heuristic), as `flash_attention` does; `sources` says which, per
 part and key. With --retune, `entries_from` turns the run's tuned records into table entries
 (per dtype of the grid: a winner tuned on one dtype is the one the run times for the others,
-and the entry says so), which are merged into the table, keys not searched kept.
+and its provenance names the cell it was tuned on), which are merged into the table, keys not
+searched kept. The first table was seeded the same way from the records of the tables of
+record at 62fa7f3 (FA2's Triton keys only).
 """
 from __future__ import annotations
 
@@ -34,38 +36,28 @@ def part_of(name: str, part: str):
     return backend, variant
 
 
-def entries_from(results: dict, names=None, parts=("fwd", "bwd")) -> dict:
-    """{TileKey: entry} for the tiles a run tuned (records whose source starts with TUNED, or
-    were loaded from a tuned record): for each cell and each of our kernels in it (those in
-    `names`, if given), the part's fields of the config the run used there, with its
-    provenance. Keys whose cells ran different tiles raise ValueError."""
-    from kernels.tuned_tiles import TileKey, dtype_name, part_fields
+def entries_from(records: dict, cells, configs, run: dict) -> dict:
+    """{TileKey: entry} for the keys this run tuned (records whose source starts with TUNED):
+    one per dtype among the cells the key covers, with the part's fields of the config the run
+    uses there (sweep.Configs) and the record's provenance."""
     from kernels.config import block_d
+    from kernels.tuned_tiles import TileKey, dtype_name, part_fields
 
-    p = results["provenance"]
-    records = {(r["key"]["part"], r["key"]["variant"], r["key"]["head_dim"], r["key"]["causal"],
-                r["key"].get("band", "")): r for r in results.get("configs", [])}
     out = {}
-    for entry in results["cells"]:
-        cell = Cell(**entry["cell"])
-        for name, config in entry.get("configs", {}).items():
-            if names is not None and name not in names:
+    for key, record in records.items():
+        if not str(record.get("source", "")).startswith(TUNED):
+            continue
+        backend, variant = part_of(key.variant, key.part)
+        for cell in cells:
+            if (cell.head_dim, cell.causal) != (key.head_dim, key.causal) or \
+                    tuning.band_of(key.part, cell.seqlen) != key.band:
                 continue
-            for part in parts:
-                if part == "bwd" and not any("bwd" in m for m in entry["modes"]):
-                    continue
-                backend, variant = part_of(name, part)
-                band = tuning.band_of(part, cell.seqlen)
-                record = records.get((part, name if part == "fwd" else str(variant),
-                                      cell.head_dim, cell.causal, band))
-                if record is None or TUNED not in record.get("source", ""):
-                    continue
-                key = TileKey(p.get("gpu", "unknown"), backend, part, str(variant),
-                              block_d(cell.head_dim), cell.causal, dtype_name(cell.dtype), band)
-                fields = {f: config[f] for f in part_fields(part) if f in config}
-                if key in out and out[key]["fields"] != fields:
-                    raise ValueError(f"{key}: cells of one key ran different tiles")
-                out[key] = {"fields": fields, "provenance": provenance(p, record)}
+            config = configs.config(key.variant, cell)
+            tile_key = TileKey(run.get("gpu", "unknown"), backend, key.part, str(variant),
+                               block_d(cell.head_dim), cell.causal, dtype_name(cell.dtype),
+                               key.band)
+            out[tile_key] = {"fields": {f: getattr(config, f) for f in part_fields(key.part)},
+                             "provenance": provenance(run, record)}
     return out
 
 
