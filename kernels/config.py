@@ -59,7 +59,24 @@ BACKENDS = ("triton", "gluon", "hopper")
 
 
 def default_config(head_dim: int, on_gpu: bool, variant=None, dtype=None,
-                   backend: str = "triton") -> TileConfig:
+                   backend: str = "triton", *, causal: bool | None = None,
+                   seqlen_q: int | None = None, seqlen_k: int | None = None,
+                   gpu: str | None = None) -> TileConfig:
+    """The tiles of a call. On a GPU, given the variant, mask and lengths, the table of tuned
+    tiles' entries for this GPU (`gpu`, default torch.cuda.get_device_name()), backend,
+    variant, block_d(head_dim), mask, dtype and seqlen band (kernels/tuned_tiles.py) replace
+    heuristic_config's fields; keys the table lacks, and the interpreter, keep those."""
+    config = heuristic_config(head_dim, on_gpu, variant, dtype, backend, causal=causal)
+    if not on_gpu or variant is None or None in (causal, seqlen_q, seqlen_k):
+        return config
+    from .tuned_tiles import apply_table
+
+    return apply_table(config, backend, variant, head_dim, causal, dtype, seqlen_q, seqlen_k,
+                       gpu)
+
+
+def heuristic_config(head_dim: int, on_gpu: bool, variant=None, dtype=None,
+                     backend: str = "triton", *, causal: bool | None = None) -> TileConfig:
     """A reasonable starting point; `fa2check.ablate` tunes every variant separately.
     dtype (torch dtype or its name): float32 tiles take twice the shared memory.
     backend "gluon": the forward tiles of the Gluon kernel (4 warps; the compile gate shows
@@ -70,9 +87,12 @@ def default_config(head_dim: int, on_gpu: bool, variant=None, dtype=None,
     head_dim = block_d(head_dim)
     if backend == "hopper":  # kernels/hopper_forward.py: 64 rows a consumer warpgroup
         # FA1's schedule: one K/V stage, its room given to the partial-state ring (D55)
-        stages = 1 if variant is not None and not variant.seq_parallel else 2
-        return replace(default_config(head_dim, on_gpu, None, dtype), block_m=64, block_n=128,
-                       num_warps=4, num_stages=stages, tma=False)
+        fa1 = variant is not None and not variant.seq_parallel
+        # ... whose split-Q causal build at head_dim 128 needs block_n 64 to fit (the first
+        # non-finite keys' buffer of D53 goes over 227 KB at 128; causal None: unknown)
+        block_n = 64 if fa1 and variant.split_q and head_dim == 128 and causal is not False else 128
+        return replace(default_config(head_dim, on_gpu, None, dtype), block_m=64,
+                       block_n=block_n, num_warps=4, num_stages=1 if fa1 else 2, tma=False)
     if backend == "gluon":
         config = default_config(head_dim, on_gpu, None, dtype)
         if variant is not None and not variant.split_q:  # FA1: 16 rows, 16 keys per warp

@@ -1,8 +1,10 @@
 """`flash_attention`: argument checks, the autograd function, and the calls into the kernels."""
 from __future__ import annotations
 
+import functools
 import math
 import os
+from dataclasses import replace
 
 import torch
 
@@ -59,7 +61,11 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, variant=Varian
         softmax_scale = head_dim ** -0.5
     on_gpu = q.is_cuda and not interpreting()
     if config is None:
-        config = default_config(head_dim, on_gpu, variant, q.dtype, backend)
+        config = default_config(head_dim, on_gpu, variant, q.dtype, backend, causal=bool(causal),
+                                seqlen_q=q.shape[2], seqlen_k=k.shape[2],
+                                gpu=_gpu_name(q.device.index) if on_gpu else None)
+        if config.tma and not _tma_possible(k, v, backend):  # a tuned tile's TMA needs aligned K/V
+            config = replace(config, tma=False)
     _check_config(config, variant, on_gpu)  # the Gluon launcher checks what it cannot run
     if config.tma:
         _check_tma(k, v, backend)
@@ -69,6 +75,12 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, variant=Varian
     else:  # no autograd node: less host time a call, which short calls feel
         o, lse = _forward(*args)[:2]
     return (o, lse) if return_lse else o
+
+
+@functools.lru_cache(maxsize=None)
+def _gpu_name(index) -> str:
+    """The name the table of tuned tiles is keyed by (kernels/tuned_tiles.py)."""
+    return torch.cuda.get_device_name(torch.cuda.current_device() if index is None else index)
 
 
 def lse_from_m_l(m, l):
@@ -191,6 +203,13 @@ def _check_config(config: TileConfig, variant: Variant, on_gpu: bool):
             raise TypeError(f"config.{name} must be a bool, got {type(getattr(config, name)).__name__}")
     if config.input_precision not in ("ieee", "tf32"):
         raise ValueError(f"config.input_precision must be 'ieee' or 'tf32', got {config.input_precision!r}")
+
+
+def _tma_possible(k, v, backend) -> bool:
+    """Whether _check_tma would take these K/V."""
+    head_dim = k.shape[-1]
+    return (backend == "triton" and head_dim == block_d(head_dim) and tma_ready(k)
+            and tma_ready(v))
 
 
 def _check_tma(k, v, backend):

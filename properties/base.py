@@ -200,7 +200,9 @@ def dq_may_vary(impl, variant, problem: Problem, device: str) -> bool:
 
     if impl is not flash_attention or variant is None:
         return True
-    config = default_config(problem.head_dim, device == "cuda", variant, problem.dtype)
+    config = default_config(problem.head_dim, device == "cuda", variant, problem.dtype,
+                            causal=problem.causal, seqlen_q=problem.seqlen_q,
+                            seqlen_k=problem.seqlen_k)  # the tiles flash_attention picks
     return config.dq_atomics(variant)
 
 

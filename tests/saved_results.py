@@ -10,9 +10,10 @@ from fa2check.ablate.grids import Cell
 
 
 def synthetic_results(date="2026-11-30T10:00:00+00:00", modes=("fwd", "bwd"), device="cuda",
-                       gluon=False, n_cells=2):
+                       gluon=False, n_cells=2, kernels="triton"):
     """A results file as fa2check.ablate.sweep.run writes it, with made-up timings; gluon: the fwd
-    mode also has Gluon kernels, whose split_q is worth less (0.1 instead of 0.3 on log time)."""
+    mode also has Gluon kernels, whose split_q is worth less (0.1 instead of 0.3 on log time);
+    kernels "hopper": our 8 variants are the Hopper chassis's ("hopper+defer+seqpar+splitq")."""
     rng = np.random.default_rng(7)
     effects = {"defer_norm": 0.03, "seq_parallel": 0.8, "split_q": 0.3}
     gluon_effects = {**effects, "split_q": 0.1}
@@ -25,7 +26,7 @@ def synthetic_results(date="2026-11-30T10:00:00+00:00", modes=("fwd", "bwd"), de
         for mode in modes:
             players = C.players_for(mode)
             samples = {}
-            backends = [("", effects)] + ([("gluon", gluon_effects)] if gluon and mode == "fwd" else [])
+            backends = [("" if kernels == "triton" else kernels, effects)] + ([("gluon", gluon_effects)] if gluon and mode == "fwd" else [])
             for prefix, sizes in backends:
                 for s in C.subsets(players):
                     centre = 3.0 * math.exp(-sum(sizes[p] for p in s))
@@ -40,7 +41,8 @@ def synthetic_results(date="2026-11-30T10:00:00+00:00", modes=("fwd", "bwd"), de
     return {"schema": "fa2check.ablate/1",
             "provenance": {"device": device, "gpu": "Synthetic GPU", "sms": 132, "date": date,
                            "git_commit": "abc123", "torch": "x", "triton": "y", "command": "test"},
-            "settings": {"modes": list(modes), "repeats": 3, "warmup_ms": 5, "rep_ms": 20},
+            "settings": {"modes": list(modes), "repeats": 3, "warmup_ms": 5, "rep_ms": 20,
+                         **({} if kernels == "triton" else {"kernels": kernels})},
             "cells": entries, "configs": [], "repeats_done": 3, "stopped_by_budget": False,
             "matmul": {"bfloat16": {"flops": 2 * 8192 ** 3, "samples": [[1.4] * 5] * 3}}}
 

@@ -67,14 +67,15 @@ def test_tiny_end_to_end_run_in_the_interpreter(tmp_path, device):
 
     status = ablate.main(["--seqlen", "16", "--head-dim", "16", "--heads", "2", "--heads-kv", "1",
                           "--batch", "2", "--causal", "true", "--mode", "fwd,bwd",
-                          "--repeats", "3", "--budget-s", "0.001", "--bootstrap", "100",
+                          "--repeats", "1", "--retune", "--bootstrap", "100",
+                          "--table-out", str(tmp_path / "tiles.table"),
                           "--backends", "sdpa-math,sdpa-efficient", "--gluon", "--out",
                           str(tmp_path)])
     assert status == 0
     (path,) = tmp_path.glob("*.json")
     results = json.loads(path.read_text())
     assert results["provenance"]["device"] == "cpu"
-    assert results["repeats_done"] == 1 and results["stopped_by_budget"]
+    assert results["repeats_done"] == 1 and not results["stopped_by_budget"]
     (entry,) = results["cells"]
     assert all(entry["gate"][str(v)]["passed"] for v in Variant.all())
     fwd, bwd = entry["modes"]["fwd"], entry["modes"]["bwd"]
@@ -131,7 +132,7 @@ def test_sharded_run_keeps_every_cell_in_grid_order(tmp_path, device, monkeypatc
     monkeypatch.setattr(results_io, "save", lambda results, path: (
         saved.append(json.loads(json.dumps(results))), save(results, path)))
     status = ablate.main(["--seqlen", "16", "--seqlen", "32", "--head-dim", "16", "--heads", "2",
-                          "--batch", "1", "--causal", "false", "--mode", "fwd", "--no-tune",
+                          "--batch", "1", "--causal", "false", "--mode", "fwd",
                           "--repeats", "1", "--bootstrap", "20", "--backends", "sdpa-math",
                           "--shards", "2", "--no-plots", "--out", str(tmp_path)])
     assert status == 0
@@ -144,5 +145,5 @@ def test_sharded_run_keeps_every_cell_in_grid_order(tmp_path, device, monkeypatc
     assert results["repeats_done"] == 1
     for entry in results["cells"]:
         assert all(runs for runs in entry["modes"]["fwd"]["samples"].values())
-    # the configs are on disk before any cell is measured: a run cut later keeps them
-    assert saved[0]["configs"] and not saved[0]["cells"]
+    # where the tiles came from is on disk before any cell is measured: a run cut later keeps it
+    assert saved[0]["tile_sources"] and not saved[0]["cells"]

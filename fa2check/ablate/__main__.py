@@ -1,5 +1,6 @@
 import sys
 
+from .budget import command_started
 from .cli import main
 
-sys.exit(main())
+sys.exit(main(started=command_started()))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from .clocks import median_clock
-from .contenders import GLUON
+from .contenders import PREFIXED, kernel_backend_of
 from .contributions import (NOT_APPLICABLE, analyse, players_for, repeat_draws, subsets,
                             summarise, variant_for, view_of, with_intervals)
 from .grids import MODES, Cell
@@ -53,14 +53,19 @@ def contender_stats(cell: Cell, mode: str, samples: dict, matmul: dict,
 
 
 def views(results: dict) -> list[str]:
-    """The modes measured, each followed by "<mode> gluon" where the Gluon kernels were timed
-    too: the same contributions computed from the Gluon forward's times."""
+    """The modes measured, per kernel backend whose variants were timed: "<mode>" for the
+    Triton kernels, "<mode> hopper" for the Hopper chassis's forward (the run's kernels of
+    record on sm_90), "<mode> gluon" for the Gluon forward; each has its own contributions.
+    A run whose kernels of record are Triton's (settings "kernels", absent in older files)
+    always has "<mode>"."""
+    primary = results["settings"].get("kernels", "triton")
     out = []
     for mode in results["settings"]["modes"]:
-        out.append(mode)
-        if any(name.startswith(GLUON) for entry in results["cells"]
-               for name in entry["modes"].get(mode, {}).get("samples", {})):
-            out.append(f"{mode} {GLUON}")
+        timed = {kernel_backend_of(name) for entry in results["cells"]
+                 for name in entry["modes"].get(mode, {}).get("samples", {})
+                 if name not in BACKENDS}
+        out += [mode if b == "triton" else f"{mode} {b}" for b in ("triton",) + PREFIXED
+                if b in timed or b == primary]
     return out
 
 
@@ -73,7 +78,8 @@ def analyse_results(results: dict, n_draws: int = DEFAULT_DRAWS, seed: int = 0) 
     for view in views(results):
         mode, prefix = view_of(view)
         players = players_for(mode)
-        rng = np.random.default_rng([seed, MODES.index(mode)] + ([1] if prefix else []))
+        rng = np.random.default_rng([seed, MODES.index(mode)]
+                                    + ([1 + PREFIXED.index(prefix)] if prefix else []))
         draws = repeat_draws(max(repeats, 1), n_draws, rng)
         cells, analysed = [], []
         for entry in results["cells"]:
@@ -86,7 +92,8 @@ def analyse_results(results: dict, n_draws: int = DEFAULT_DRAWS, seed: int = 0) 
                                 **{n: f"error: {e}" for n, e in info.get("errors", {}).items()}},
                    "stats": contender_stats(cell, mode, {
                        n: runs for n, runs in info["samples"].items()
-                       if n in BACKENDS or n.startswith(GLUON) == bool(prefix)}, matmul,
+                       if n in BACKENDS or kernel_backend_of(n) == (prefix or "triton")},
+                       matmul,
                        info.get("clock")),
                    "clock": info.get("clock", {}),
                    "contributions": None}

@@ -4,11 +4,18 @@ backends and show what each improvement of FlashAttention-2 is worth.
   python -m fa2check.ablate                      # GPU: the paper grid, fwd and bwd
                                                  # no GPU: render the newest committed results
   python -m fa2check.ablate --full               # also every cell's table and the tile configs
-  python -m fa2check.ablate --grid quick --mode fwd
+  python -m fa2check.ablate --grid quick         # every variant and SDPA, forward: ~2 minutes
+  python -m fa2check.ablate --retune             # search the tiles, merge them into the table
   python -m fa2check.ablate --seqlen 4096 --head-dim 128 --causal true --mode fwd+bwd
   python -m fa2check.ablate --grid paper --plan  # the planning estimate only
   python -m fa2check.ablate --from ablations/results/X.json [--update-readme]
   python -m fa2check.ablate --merge A.json --merge B.json   # one table from two runs' sweeps
+
+Tiles: every kernel runs the tiles flash_attention would pick (kernels.default_config: the
+table of tuned tiles, kernels/tuned_tiles.json, for this GPU, else the heuristic); the run says
+which, per key. Kernels: our 8 variants' forward runs on the Hopper chassis on sm_90
+(--kernels hopper; its backward is the Triton one), on the Triton kernels elsewhere.
+--budget-s bounds the whole command, compiling and tuning included.
 
 Every variant's output in a cell is checked against the float64 oracle (on slices, see
 fa2check.ablate.cellcheck) before the cell is timed. Writes <stem>.json (every raw sample, configs,
@@ -36,11 +43,11 @@ from . import report
 from . import results as results_io
 from . import tuning
 from .analysis import analyse_results
-from .grids import GRIDS, MODES, custom_grid, filter_grid, parse_modes
+from .grids import GRID_MODES, GRIDS, MODES, custom_grid, filter_grid, parse_modes
 from .merge import MergeError, merge_runs
 from .plots import contributions_plot, tflops_plot
 from .results import RESULTS_DIR, base_name, committed, load
-from .sweep import Settings, plan_estimate, run
+from .sweep import KERNEL_BACKENDS, Settings, plan_estimate, run
 
 CELL_OPTIONS = ("grid", "seqlen", "head_dim", "batch", "heads", "heads_kv", "causal", "dtype", "mode")
 H200_WORKERS = 15  # the device machine's 16 cores, one left to the main process
@@ -62,13 +69,26 @@ def parse_args(argv):
     g.add_argument("--causal", choices=("true", "false", "both"), help="default both")
     g.add_argument("--dtype", action="append", choices=("bfloat16", "float16", "float32"))
     g.add_argument("--mode", action="append", help=f"{', '.join(MODES)}; repeatable or comma "
-                                                   "separated (default fwd,bwd)")
+                                                   "separated (default fwd,bwd; --grid quick: "
+                                                   "fwd)")
     t = p.add_argument_group("timing")
     t.add_argument("--repeats", type=int, default=3, help="sweeps of the whole grid")
     t.add_argument("--warmup-ms", type=float, default=5.0)
     t.add_argument("--rep-ms", type=float, default=20.0)
-    t.add_argument("--tune", action=argparse.BooleanOptionalAction, default=True,
-                   help="tune every variant's tiles (--no-tune: default_config)")
+    t.add_argument("--kernels", choices=("auto",) + KERNEL_BACKENDS, default="auto",
+                   help="the forward of our 8 variants: hopper (kernels/hopper_forward.py, the "
+                        "forward of record; fwd+bwd and bwd with the Triton backward) or triton "
+                        "(kernels/forward.py); auto: hopper on sm_90 where every cell fits it")
+    t.add_argument("--retune", action="store_true",
+                   help="search every needed key's tiles (fa2check.ablate.tuning) and merge the "
+                        "winners into the table of tuned tiles (--table-out)")
+    t.add_argument("--retune-key", action="append", default=[], metavar="TERMS",
+                   help="with --retune: only keys matching these comma-separated field=value "
+                        "terms (part, variant, head_dim, causal, band), e.g. "
+                        "'part=fwd,head_dim=128,causal=true'; repeatable")
+    t.add_argument("--table-out", metavar="FILE",
+                   help="with --retune: the table file to merge into (default: "
+                        "kernels/tuned_tiles.json, the one the kernels read)")
     t.add_argument("--configs-from", action="append", default=[], metavar="FILE",
                    help="reuse the configs recorded in an earlier results JSON")
     t.add_argument("--tune-seqlen", type=int, default=4096)
@@ -83,7 +103,9 @@ def parse_args(argv):
                         "split-K variants take tens of ms a call from 4k)")
     t.add_argument("--math-max-seqlen", type=int, default=4096,
                    help="skip sdpa-math above this seqlen (it materialises the scores)")
-    t.add_argument("--budget-s", type=float, help="stop repeating sweeps before this many seconds")
+    t.add_argument("--budget-s", type=float,
+                   help="bound the whole command: no new compiling, tuning, cell or sweep starts "
+                        "that would pass it (what was skipped is reported and saved)")
     t.add_argument("--jobs", type=int, help="precompile worker processes (default: cores - 1, <= 15)")
     t.add_argument("--shards", type=int, default=1,
                    help="gate and time the cells in this many processes, one GPU each (cells "
@@ -134,9 +156,11 @@ def cells_from(args):
     return cells, "custom"
 
 
-def settings_from(args):
-    return Settings(modes=parse_modes(args.mode or ["fwd,bwd"]), repeats=args.repeats,
-                    warmup_ms=args.warmup_ms, rep_ms=args.rep_ms, tune=args.tune,
+def settings_from(args, kernels: str = "triton"):
+    modes = args.mode or [GRID_MODES.get(args.grid, "fwd,bwd")]
+    return Settings(modes=parse_modes(modes), repeats=args.repeats,
+                    warmup_ms=args.warmup_ms, rep_ms=args.rep_ms, tune=args.retune,
+                    retune_keys=tuple(args.retune_key), table_out=args.table_out, kernels=kernels,
                     tune_seqlen=args.tune_seqlen, tune_rep_ms=args.tune_rep_ms,
                     backends=tuple(b for b in args.backends.split(",") if b),
                     math_max_seqlen=args.math_max_seqlen, budget_s=args.budget_s,
@@ -145,10 +169,25 @@ def settings_from(args):
                     gluon_max_seqlen=args.gluon_max_seqlen, shards=args.shards)
 
 
+def resolve_kernels(choice: str, cells, device: str | None) -> str:
+    """--kernels auto: the Hopper chassis on sm_90 (or, planning without a GPU, for the H200)
+    where it takes every cell's dtype and head_dim; the Triton kernels otherwise."""
+    if choice != "auto":
+        return choice
+    from kernels.hopper_forward import unsupported
+
+    if device == "cpu" or any(unsupported(c.dtype, c.head_dim) for c in cells):
+        return "triton"
+    if device == "cuda" and torch.cuda.get_device_capability()[0] != 9:
+        return "triton"
+    return "hopper"
+
+
 def print_plan(console, cells, settings, grid, workers=None):
     e = plan_estimate(cells, dataclasses.replace(settings, workers=workers or settings.workers))
     console.print(
-        f"plan ({grid}, {len(cells)} cells, modes {','.join(settings.modes)}, planning model of "
+        f"plan ({grid}, {len(cells)} cells, modes {','.join(settings.modes)}, kernels "
+        f"{settings.kernels}, planning model of "
         f"fa2check.ablate.plan): {e['measurements_per_sweep']} measurements a sweep, "
         f"{e['compile_jobs'][0]} + {e['compile_jobs'][1]} kernels to compile on "
         f"{workers or settings.workers} workers; precompile {e['precompile_tuning_s']:.0f} s, tune "
@@ -158,15 +197,30 @@ def print_plan(console, cells, settings, grid, workers=None):
     return e
 
 
-def measure(args, console) -> int:
-    started = time.perf_counter()
+def plan_versus_time(results) -> str:
+    """The planning estimate beside the time each phase took (saved as results["plan"])."""
+    plan, t = results.get("plan") or {}, results["timeline"]
+    sweeps = t.get("sweeps_s", [])
+    rows = [("precompile + tune", plan.get("precompile_tuning_s", 0) + plan.get("tune_s", 0),
+             t.get("precompile_tuning_s", 0) + t.get("tune_s", 0)),
+            ("precompile", plan.get("precompile_final_s"), t.get("precompile_final_s")),
+            ("gate", plan.get("gate_s"), t.get("gate_s")),
+            (f"{len(sweeps)} sweeps", (plan.get("sweep_s") or 0) * len(sweeps), sum(sweeps)),
+            ("total", plan.get("total_s"), t.get("total_s"))]
+    return "planned / took: " + ", ".join(
+        f"{name} {p:.0f} / {r:.0f} s" for name, p, r in rows if p is not None and r is not None)
+
+
+def measure(args, console, started=None) -> int:
+    started = time.perf_counter() if started is None else started
 
     cells, grid = cells_from(args)
-    settings = settings_from(args)
     if args.plan:  # for the H200 (16 cores) unless --jobs says otherwise
+        settings = settings_from(args, resolve_kernels(args.kernels, cells, None))
         print_plan(console, cells, settings, grid, workers=args.jobs or H200_WORKERS)
         return 0
     device = select_device()  # sets TRITON_INTERPRET before triton is imported
+    settings = settings_from(args, resolve_kernels(args.kernels, cells, device))
     if settings.shards < 1:
         raise SystemExit(f"--shards must be >= 1, got {settings.shards}")
     if device == "cuda":
@@ -177,8 +231,7 @@ def measure(args, console) -> int:
         raise SystemExit("no GPU: the interpreter can run only a few small custom cells "
                          "(--seqlen ...); use --plan for an estimate, or --from to render results")
 
-    if device == "cuda":
-        print_plan(console, cells, settings, grid)
+    estimate = print_plan(console, cells, settings, grid) if device == "cuda" else None
     out_dir = args.out or (results_io.RESULTS_DIR if device == "cuda" else "out")
     command = " ".join(["python -m fa2check.ablate"] + [shlex.quote(a) for a in sys.argv[1:]])
     paths = {}
@@ -191,8 +244,8 @@ def measure(args, console) -> int:
     if args.commit:
         provenance["git_commit"] = args.commit
     results = run(cells, settings, device, console=console, started=started, command=command,
-                  provenance=provenance, on_sweep=on_sweep,
-                  progress_factory=lambda n: _progress(console, n))
+                  provenance=provenance, on_sweep=on_sweep, plan_s=estimate,
+                  progress_factory=lambda label, n: _progress(console, n, label))
     paths.setdefault("json", os.path.join(out_dir, results_io.stem(results, grid) + ".json"))
     return finish(results, paths["json"], args, console)
 
@@ -211,10 +264,14 @@ def finish(results, json_path, args, console) -> int:
         tflops_plot(results, analysis, base + "-tflops.png")
         contributions_plot(results, analysis, base + "-contributions.png")
     report.render(results, analysis, console, detail=args.full)
+    if results.get("plan"):
+        console.print(plan_versus_time(results), highlight=False)
+    for what in results.get("skipped_by_budget", []):
+        console.print(f"skipped by --budget-s: {what}", highlight=False)
     console.print(f"wrote {base}.json, .csv, .md (every table)" + ("" if args.no_plots else
                                                       ", -tflops.png, -contributions.png"),
                   highlight=False)
-    return 1 if any(row["status"] != "timed" for d in analysis["modes"].values()
+    return 1 if any(row["status"].startswith("failed") for d in analysis["modes"].values()
                     for row in d["cells"]) else 0
 
 
@@ -290,10 +347,10 @@ def update_readme(text: str, path: str = README):
         f.write(head + README_BEGIN + "\n" + text.strip() + "\n" + README_END + tail)
 
 
-def _progress(console, total):
+def _progress(console, total, label="timing"):
     class Bar:
         def __init__(self):
-            self.progress = Progress(TextColumn("timing"), BarColumn(), MofNCompleteColumn(),
+            self.progress = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(),
                                      TimeElapsedColumn(), TimeRemainingColumn(), console=console,
                                      transient=True)
             self.task = self.progress.add_task("", total=total)
@@ -308,7 +365,9 @@ def _progress(console, total):
     return Bar()
 
 
-def main(argv=None) -> int:
+def main(argv=None, started=None) -> int:
+    """started: time.perf_counter() when the command began (python -m fa2check.ablate takes it
+    before its imports), from which --budget-s and the timeline count."""
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
 
@@ -330,5 +389,5 @@ def main(argv=None) -> int:
             console.print("no GPU here: rendering the newest committed results "
                           "(measured where and when each header says)", highlight=False)
             return render_files(found, args, console)
-    return measure(args, console)
+    return measure(args, console, started)
 

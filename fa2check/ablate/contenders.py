@@ -19,20 +19,26 @@ import torch
 from ..core.sdpa_backends import BACKENDS, forced, sdpa
 
 GLUON = "gluon"  # the prefix of the Gluon forward's names: "gluon+defer+seqpar+splitq"
+HOPPER = "hopper"  # the Hopper chassis's forward (its backward is Triton's): "hopper+defer..."
+PREFIXED = (GLUON, HOPPER)  # kernel backends whose names carry a prefix; Triton's do not
 
 
 def kernel_name(variant, kernel_backend: str = "triton") -> str:
-    """The name of one of our kernels: str(variant), prefixed with "gluon" for that backend."""
-    return (GLUON if kernel_backend == GLUON else "") + str(variant)
+    """The name of one of our kernels: str(variant), prefixed with the backend unless Triton."""
+    return (kernel_backend if kernel_backend in PREFIXED else "") + str(variant)
+
+
+def kernel_backend_of(name: str) -> str:
+    """The kernel backend of one of our kernels' names (no Variant parsed)."""
+    return next((b for b in PREFIXED if name.startswith(b)), "triton")
 
 
 def parse_kernel_name(name: str):
     """kernel_name's inverse: (kernel backend, kernels.Variant)."""
     from kernels import Variant
 
-    if name.startswith(GLUON):
-        return GLUON, Variant.parse(name[len(GLUON):])
-    return "triton", Variant.parse(name)
+    backend = kernel_backend_of(name)
+    return backend, Variant.parse(name[len(backend):] if backend in PREFIXED else name)
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,8 @@ PROGRAMS_PER_SM = 2
 # with the dQ pass (docs/decisions.md#D30, results/20261130-153348-*): FA2 bwd 246-392 TFLOP/s
 # non-causal, 145-358 causal; at 95/85 the plan predicted a 366 s bwd,fwd+bwd sweep where 197 s were
 # measured.
-COMPILE_S = {"split_q": 3.2, "split_k": 15.0, "bwd": 4.0}
+COMPILE_S = {"split_q": 3.2, "split_k": 15.0, "bwd": 4.0,
+             "hopper": 6.0}  # a prediction: the chassis's compile was not timed alone yet
 # A causal forward compiles two kernels, the main launch and REPAIR (kernels/forward.py): the d=128
 # causal tuning with nan_flags twins (D04) precompiled 136 such jobs in about 190 s where one kernel
 # a job predicted 94 s; with both counted, 160 jobs were planned at 203 s and took 194 s.
@@ -37,6 +38,9 @@ CAUSAL_FWD_KERNELS = 2
 WORKER_START_S = 15.0
 OVERHEAD_MS = 3.0  # host work around each measurement
 SPLIT_K_COST = 15.0
+# the Hopper chassis (README, 2026-12-02): split-K took 1.48-1.65x FA2's time; FA2 itself ran
+# 324-546 TFLOP/s forward (bf16, 1k-8k), about "ours" below
+HOPPER_SPLIT_K_COST = 1.7
 DEFER_OFF_COST = 1.06
 # forward, backward TFLOP/s (non-causal, causal) measured for our FA2 and for SDPA
 RATES = {
@@ -60,7 +64,7 @@ def predicted_ms(cell, mode: str, name: str, variant=None) -> float:
                 programs = cell.batch * (cell.heads_q if part == "fwd" else cell.heads_kv)
                 rate *= min(1.0, programs / (SMS * PROGRAMS_PER_SM))
             if part == "fwd" and not variant.split_q:
-                rate /= SPLIT_K_COST
+                rate /= HOPPER_SPLIT_K_COST if name.startswith("hopper") else SPLIT_K_COST
             if not variant.defer_norm:
                 rate /= DEFER_OFF_COST
         total += cell.flops(part) / (rate * 1e12) * 1e3
@@ -103,6 +107,7 @@ def estimate(cells, modes, contenders_for, settings, phase1: list, phase2: list,
         if not jobs:
             return 0.0
         cost = sum(COMPILE_S["bwd"] if j["part"] == "bwd"
+                   else COMPILE_S["hopper"] if j["variant"].startswith("hopper")
                    else COMPILE_S["split_q" if "+splitq" in j["variant"] else "split_k"]
                    * (CAUSAL_FWD_KERNELS if j["causal"] else 1)
                    for j in jobs)

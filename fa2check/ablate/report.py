@@ -101,6 +101,10 @@ def provenance_lines(results: dict, source: str | None = None) -> list[str]:
     timer = ("triton do_bench, L2 flushed" if p.get("device") == "cuda" else "host clock")
     lines.append(f"Sweeps: {results.get('repeats_done')} of {settings['repeats']}{stopped}; {timer}, "
                  f"warm-up {settings['warmup_ms']} ms, repeat {settings['rep_ms']} ms.")
+    if line := tiles_line(results):
+        lines.append(line)
+    for what in results.get("skipped_by_budget") or []:
+        lines.append(f"Skipped by --budget-s: {what}.")
     runs = p.get("merged_from") or []
     if runs:
         lines.append(f"Merged from {len(runs)} runs of the same code, cells and tiles (each gated): "
@@ -323,6 +327,33 @@ def configs_table(results: dict) -> Grid:
     return grid
 
 
+def tiles_line(results: dict) -> str | None:
+    """Where the run's tiles came from, in one line (results["tile_sources"]: runs that took
+    them from kernels.default_config, the table of tuned tiles or the heuristic)."""
+    rows = results.get("tile_sources")
+    if not rows:
+        return None
+    tuned = [r for r in results.get("configs", []) if "tuned on" in str(r.get("source", ""))]
+    table = [r for r in rows if r["from"] == "table"]
+    commits = sorted({r["source"].split(",")[0].removeprefix("table (") for r in table})
+    text = (f"Tiles: {len(table)} of {len(rows)} (part, kernel, head_dim, mask, dtype, band) keys "
+            f"from the table of tuned tiles" + (f" ({', '.join(commits)})" if commits else "")
+            + f", {len(rows) - len(table)} from default_config's heuristic")
+    if tuned:
+        text += f"; {len(tuned)} keys tuned in this run (--retune) replace theirs"
+    return text + " (ablate --full lists each)."
+
+
+def tile_sources_table(results: dict) -> Grid:
+    grid = Grid("where each tile came from (kernels.default_config: the table of tuned tiles, "
+                "kernels/tuned_tiles.json, else the heuristic)",
+                ["part", "kernel", "d", "mask", "dtype", "seqlens", "from", "source"])
+    for r in results.get("tile_sources", []):
+        grid.add(r["part"], r["kernel"], r["head_dim"], "causal" if r["causal"] else "full",
+                 r["dtype"], band_seqlens(r["part"], r["band"]), r["from"], r["source"])
+    return grid
+
+
 def problems(results: dict, analysis: dict) -> list[str]:
     """Cells not timed, wrong results, and (grouped) backends that could not run a cell."""
     lines, unavailable = [], {}
@@ -379,7 +410,10 @@ def tables(results: dict, analysis: dict, detail: bool = True, headline_last: bo
         headline.append(versus_sdpa_table(mode, data))
         details.append(performance_table(mode, data, analysis["matmul_tflops"]))
         details.append(contributions_table(mode, data))
-    details.append(configs_table(results))
+    if results.get("tile_sources"):
+        details.append(tile_sources_table(results))
+    if results.get("configs"):
+        details.append(configs_table(results))
     for grid in details:
         grid.detail = True
     if not detail:

@@ -2,17 +2,22 @@
 the interleaved, repeated timing sweeps. Returns the results as plain data (see `run`).
 
 Order of work:
-1. configs: every (part, variant, head_dim, causal) gets a record: loaded from --configs-from,
-   tuned here, or default_config;
-2. precompile the tuning candidates (GPU only; worker processes), tune on the representative
-   cells, then precompile every kernel the grid needs with the winners;
+1. configs: every kernel runs the tiles `kernels.default_config` gives the call (on a GPU the
+   table of tuned tiles, kernels/tuned_tiles.json, else the heuristic: what flash_attention
+   runs), unless a record was loaded from --configs-from or tuned here (--retune, whose
+   winners are merged into the table);
+2. with --retune, precompile the tuning candidates (GPU only; worker processes) and tune on the
+   representative cells; then precompile every kernel the grid needs (skipping those Triton's
+   cache already holds, fa2check.ablate.compile_cache);
 3. gate every cell: each contender's outputs there against the oracle (fa2check.ablate.cellcheck); a
    cell where one of our variants fails is reported and not timed; an SDPA backend that cannot
    run a cell (or fails it) is left out of that cell with the reason;
 4. sweeps: each sweep times the matmul rate, then every cell, and in each cell every contender
    once (one do_bench call) in an order shuffled per sweep, so the variants are interleaved
-   rather than timed in blocks; the whole sweep is repeated `repeats` times, or fewer when
-   `budget_s` would be exceeded by the next one.
+   rather than timed in blocks; the whole sweep is repeated `repeats` times.
+`budget_s` bounds all of it (fa2check.ablate.budget): tuning stops starting keys, compiling is
+cut at the deadline, a cell is gated and timed only if its predicted cost still fits, a sweep
+starts only if the last one's time fits; what was skipped is recorded.
 """
 from __future__ import annotations
 
@@ -31,16 +36,17 @@ from rich.console import Console
 from ..core.environment import describe_environment
 from ..core.problems import DTYPES
 from ..core.sdpa_backends import BACKENDS
-from . import plan, tuning
+from . import plan, tile_table, tuning
+from .budget import Budget
 from .cellcheck import CellOracle, gate
 from .clocks import ClockLog, inside
-from .contenders import (GLUON, Contender, backend, kernel_name, make_inputs, ours,
+from .contenders import (GLUON, HOPPER, Contender, backend, kernel_name, make_inputs, ours,
                          parse_kernel_name, timed_call)
 from .timing import bench, gpu_state, matmul_samples
 
 SCHEMA = "fa2check.ablate/1"
 PARTS = {"fwd": ("fwd",), "bwd": ("bwd",), "fwd+bwd": ("fwd", "bwd")}
-RESERVE_S = 30.0  # kept free at the end of a budget for analysis, plots and files
+KERNEL_BACKENDS = ("triton", HOPPER)  # --kernels: the forward of our 8 variants
 
 
 @dataclass
@@ -49,7 +55,10 @@ class Settings:
     repeats: int = 3
     warmup_ms: float = 5.0
     rep_ms: float = 20.0
-    tune: bool = True
+    tune: bool = False  # --retune: search the tiles (else the table's, or the heuristic)
+    retune_keys: tuple = ()  # with tune: only keys matching one of these (retune_key_matches)
+    table_out: str | None = None  # with tune: the table file the winners are merged into
+    kernels: str = "triton"  # KERNEL_BACKENDS: the forward of our 8 variants
     tune_seqlen: int = tuning.TUNE_SEQLEN
     tune_warmup_ms: float = 2.0
     tune_rep_ms: float = 10.0
@@ -80,10 +89,29 @@ def kernels_for(mode: str, cell, settings: Settings) -> list[str]:
     settings.gluon the Gluon forward of every variant (forward only; dtypes and head dims it
     supports, seqlen up to gluon_max_seqlen), a second backend whose split_q is the warp
     partitioning itself."""
-    names = [str(v) for v in variants_for(mode)]
+    names = primary_names(mode, settings)
     if mode == "fwd" and not gluon_skipped(cell, settings):
         names += [kernel_name(v, GLUON) for v in variants_for(mode)]
     return names
+
+
+def primary_names(mode: str, settings: Settings) -> list[str]:
+    """Our 8 variants (4 for bwd) on the run's kernel backend, whose times make the
+    contributions: "+defer+seqpar+splitq" (Triton) or "hopper+defer+seqpar+splitq" (the Hopper
+    chassis's forward; in bwd and fwd+bwd with the Triton backward, as flash_attention runs)."""
+    return [kernel_name(v, settings.kernels) for v in variants_for(mode)]
+
+
+def retune_key_matches(key: tuning.TuneKey, patterns) -> bool:
+    """Whether a key is one --retune-key names: each pattern is comma-separated field=value
+    terms (part, variant, head_dim, causal, band), e.g. 'part=fwd,head_dim=128,causal=true';
+    a key matches a pattern when every term agrees."""
+    def agrees(term):
+        field_, _, value = term.partition("=")
+        return str(getattr(key, field_.strip())).lower() == value.strip().lower()
+
+    return not patterns or any(all(agrees(t) for t in p.split(",") if t.strip())
+                               for p in patterns)
 
 
 def gluon_skipped(cell, settings: Settings) -> str | None:
@@ -112,10 +140,16 @@ def backends_for(cell, settings: Settings) -> tuple[list[str], dict]:
 
 
 class Configs:
-    """One record per TuneKey: {"key", "fields", "source", ...}."""
+    """Each kernel's tiles in a cell: `kernels.default_config` for the call (the table's
+    entry on a GPU, else the heuristic: the tiles flash_attention runs), and where a record
+    was loaded or tuned for one of its parts' keys ({TuneKey: {"key", "fields", "source"}}),
+    that part's fields from the record."""
 
-    def __init__(self, records: dict, on_gpu: bool):
+    def __init__(self, records: dict, on_gpu: bool, gpu: str | None = None):
         self.records, self.on_gpu = dict(records), on_gpu
+        if gpu is None:  # the table's key: this GPU's name ("" where there is none)
+            gpu = torch.cuda.get_device_name() if on_gpu and torch.cuda.is_available() else ""
+        self.gpu = gpu
 
     def fields(self, part, name: str, cell):
         record = self.records.get(key_of(part, name, cell))
@@ -124,19 +158,21 @@ class Configs:
     def config(self, name, cell):
         """The config of one of our kernels (a kernel_name, or a Variant for Triton's) in a
         cell."""
-        kernel_backend, variant = parse_kernel_name(str(name))
-        return tuning.build_config(cell.head_dim, variant, self.on_gpu,
-                                   fwd=self.fields("fwd", str(name), cell),
-                                   bwd=self.fields("bwd", str(name), cell),
-                                   kernel_backend=kernel_backend)
-
-    def default_record(self, key: tuning.TuneKey) -> dict:
         from kernels import default_config
+        from kernels.tuned_tiles import part_fields
 
-        kernel_backend, variant = parse_kernel_name(key.variant)
-        config = default_config(key.head_dim, self.on_gpu, variant, backend=kernel_backend)
-        return {"key": key.as_dict(), "fields": tuning.fields_of(config, key.part),
-                "source": "default_config"}
+        kernel_backend, variant = parse_kernel_name(str(name))
+        base = default_config(cell.head_dim, self.on_gpu, variant, cell.dtype, kernel_backend,
+                              causal=cell.causal, seqlen_q=cell.seqlen, seqlen_k=cell.seqlen,
+                              gpu=self.gpu)
+        fwd, bwd = self.fields("fwd", str(name), cell), self.fields("bwd", str(name), cell)
+        if fwd is None and bwd is None:
+            return base
+        tuned = tuning.build_config(cell.head_dim, variant, self.on_gpu, fwd=fwd, bwd=bwd,
+                                    kernel_backend=kernel_backend)
+        keep = {f: getattr(base, f) for part, record in (("fwd", fwd), ("bwd", bwd))
+                if record is None for f in part_fields(part)}
+        return dataclasses.replace(tuned, **keep).for_variant(variant, self.on_gpu)
 
     def as_list(self) -> list[dict]:
         return [self.records[k] for k in sorted(self.records, key=lambda k: tuple(map(str, k.as_dict().values())))]
@@ -263,13 +299,16 @@ class Log:
 
 
 def run(cells, settings: Settings, device: str, *, console=None, started=None, command="",
-        provenance=None, on_sweep=None, progress_factory=None) -> dict:
+        provenance=None, on_sweep=None, progress_factory=None, plan_s=None) -> dict:
     """Measure `cells` for `settings.modes`. Returns the results dict (schema SCHEMA);
     `provenance` entries are added to (or override) the environment's; on_sweep(results) is
     called once the configs are settled (tuned or loaded), after the gate and after each
-    completed sweep, to save partial results."""
+    completed sweep, to save partial results. progress_factory(label, total) -> a bar with
+    advance() and stop(), for compiling and timing. plan_s: the planning estimate printed at
+    the start (plan.estimate), kept beside the timeline for the comparison at the end."""
     started = time.perf_counter() if started is None else started
     log = Log(console, started)
+    budget = Budget(settings.budget_s, started)
     on_gpu = device == "cuda"
     modes = list(settings.modes)
     environment = describe_environment(device)
@@ -278,52 +317,73 @@ def run(cells, settings: Settings, device: str, *, console=None, started=None, c
         environment["gpu_state_before"] = gpu_state()
     results = {"schema": SCHEMA, "provenance": {**environment, "command": command, **(provenance or {})},
                "settings": settings.as_dict(), "cells": [], "configs": [], "matmul": {},
-               "timeline": {}, "repeats_done": 0, "stopped_by_budget": False}
+               "timeline": {}, "repeats_done": 0, "stopped_by_budget": False,
+               "skipped_by_budget": budget.skipped, "plan": plan_s}
     timeline = results["timeline"]
+    gpu = environment.get("gpu")
 
-    # 1-2. configs: loaded, tuned (with precompiling) or default
+    # 1-2. configs: the table's (or the heuristic's), loaded, or tuned (with precompiling)
     t0 = time.perf_counter()
     loaded = tuning.load_configs(settings.configs_from)
     keys = needed_keys(cells, modes, settings)
-    configs = Configs({k: loaded[k] for k in keys if k in loaded}, on_gpu)
-    to_tune = [k for k in keys if k not in configs.records] if settings.tune else []
+    configs = Configs({k: loaded[k] for k in keys if k in loaded}, on_gpu, gpu)
+    to_tune = ([k for k in keys if k not in configs.records
+                and retune_key_matches(k, settings.retune_keys)] if settings.tune else [])
     candidates = tuning_jobs(to_tune, cells, settings, on_gpu)
     precompiled = {}
     if on_gpu and candidates:
         jobs = [j for *_, j in candidates] + forward_of_backward_jobs(candidates)
-        log(f"precompiling {len({tuning.job_key(j) for j in jobs})} kernels for tuning "
-            f"on {settings.workers} worker processes")
-        precompiled.update(tuning.precompile(jobs, settings.workers))
+        precompiled.update(compile_jobs(jobs, "for tuning", settings, budget, log,
+                                        progress_factory))
     timeline["precompile_tuning_s"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    for key in to_tune:
+    tuned_s = []
+    for i, key in enumerate(to_tune):
+        if tuned_s and not budget.allows(max(tuned_s)):
+            budget.skip(f"tuning of {len(to_tune) - i} keys (they run the table's tiles or the "
+                        "heuristic's)")
+            log(budget.skipped[-1])
+            break
+        t1 = time.perf_counter()
         mine = [(fields, job) for k, _, fields, job in candidates if k == key]
         cell = next(c for k, c, *_ in candidates if k == key)
         record = tune(key, cell, mine, device, settings, precompiled)
+        tuned_s.append(time.perf_counter() - t1)
         if record["fields"] is None:
-            default = configs.default_record(key)
-            record = {**record, "fields": default["fields"],
-                      "source": record["source"] + "; default_config used"}
+            log(f"{key}: {record['source']}; its tiles stay the table's or the heuristic's")
+            continue
         configs.records[key] = record
-        log(f"tuned {key.part} {key.variant} d={key.head_dim} causal={key.causal}: "
-            f"{record['fields']}")
-    for key in keys:
-        configs.records.setdefault(key, configs.default_record(key))
+        log(f"tuned {key.part} {key.variant} d={key.head_dim} causal={key.causal} "
+            f"band {key.band!r}: {record['fields']}")
     results["configs"] = configs.as_list()
+    results["tile_sources"] = tile_table.sources(
+        cells, lambda c: [(n, PARTS[m]) for m in modes for n in kernels_for(m, c, settings)],
+        on_gpu, gpu)
+    if settings.tune and (on_gpu or settings.table_out):
+        from kernels.tuned_tiles import PATH
+
+        entries = tile_table.entries_from(configs.records, cells, configs, results["provenance"])
+        path = settings.table_out or PATH
+        if entries:
+            tile_table.merge_into(path, entries, settings.tune_seqlen)
+            log(f"wrote {len(entries)} entries of tuned tiles into {path}")
+        results["table_written"] = {"path": path, "entries": len(entries)}
     timeline["tune_s"] = time.perf_counter() - t0
     if on_sweep:  # the tuned configs are kept even if the run is cut later (--configs-from)
         on_sweep(results)
 
     t0 = time.perf_counter()
+    not_compiled = set()
     if on_gpu:
         done = set(precompiled)
         jobs = [j for j in final_jobs(cells, modes, configs, settings)
                 if tuning.job_key(j) not in done]
-        if jobs:
-            log(f"precompiling {len({tuning.job_key(j) for j in jobs})} kernels for the grid")
-            for k, error in tuning.precompile(jobs, settings.workers).items():
-                if error:
-                    log(f"precompile failed for {k}: {error}")
+        for k, error in compile_jobs(jobs, "for the grid", settings, budget, log,
+                                     progress_factory).items():
+            if error == tuning.NOT_COMPILED:
+                not_compiled.add(k)
+            elif error:
+                log(f"precompile failed for {k}: {error}")
     timeline["precompile_final_s"] = time.perf_counter() - t0
 
     # 3-4. the gate and the sweeps, in this process or in one process per GPU
@@ -331,22 +391,60 @@ def run(cells, settings: Settings, device: str, *, console=None, started=None, c
         measure_sharded(cells, modes, configs, settings, device, log, results, started)
     else:
         gate_and_sweep(cells, modes, configs, settings, device, log, results, started,
-                       on_sweep, progress_factory)
+                       on_sweep, progress_factory, budget, not_compiled)
     if on_gpu:
         results["provenance"]["gpu_state_after"] = gpu_state()
     timeline["total_s"] = time.perf_counter() - started
     return results
 
 
+def compile_jobs(jobs, why: str, settings: Settings, budget: Budget, log,
+                 progress_factory=None) -> dict:
+    """tuning.precompile with the budget's deadline, Triton's cache index and a progress bar
+    of kernels compiled / left."""
+    keys = {tuning.job_key(j) for j in jobs}
+    if not keys:
+        return {}
+    log(f"compiling {len(keys)} kernels {why} on {settings.workers} worker processes (those in "
+        "Triton's cache are loaded)")
+    bar = progress_factory(f"compiling {why}", len(keys)) if progress_factory else None
+    out = tuning.precompile(jobs, settings.workers, progress=(lambda k, e: bar.advance())
+                            if bar else None, deadline=budget.deadline(), use_cache=True)
+    if bar:
+        bar.stop()
+    cut = sum(e == tuning.NOT_COMPILED for e in out.values())
+    if cut:
+        budget.skip(f"compiling {cut} of {len(keys)} kernels {why}; cells that need them are "
+                    "not gated or timed")
+        log(budget.skipped[-1])
+    return out
+
+
 def gate_and_sweep(cells, modes, configs, settings: Settings, device: str, log, results: dict,
-                   started: float, on_sweep=None, progress_factory=None):
+                   started: float, on_sweep=None, progress_factory=None, budget=None,
+                   not_compiled=frozenset()):
     """Gate every cell, then time them in sweeps; fills results' cells, matmul, timeline
-    (gate_s, sweeps_s), repeats_done and stopped_by_budget."""
+    (gate_s, sweeps_s), repeats_done and stopped_by_budget. A cell is gated only if its kernels
+    compiled and the budget still fits its gate and one sweep of it (plan.cell_cost_s)."""
+    budget = budget or Budget(settings.budget_s, started)
     timeline = results["timeline"]
     t0 = time.perf_counter()
-    entries = []
-    for cell in cells:
+    costs = [plan.cell_cost_s(cell, modes, lambda c, m: contenders_for(c, m, settings), settings)
+             for cell in cells]
+    entries, unaffordable = [], 0
+    for cell, (sweep_s, gate_s) in zip(cells, costs):
+        missing = not_compiled and any(tuning.job_key(j) in not_compiled
+                                       for j in final_jobs([cell], modes, configs, settings))
+        if missing or unaffordable or not budget.allows(gate_s + sweep_s):
+            why = ("skipped: its kernels were not compiled within --budget-s" if missing
+                   else "skipped: --budget-s left no time to gate and time it")
+            unaffordable += not missing
+            entries.append(skipped_cell(cell, modes, why))
+            continue
         entries.append(gate_cell(cell, modes, configs, settings, device, log))
+    if unaffordable:
+        budget.skip(f"gating and timing {unaffordable} of {len(cells)} cells")
+        log(budget.skipped[-1])
     results["cells"] = entries
     timeline["gate_s"] = time.perf_counter() - t0
     if on_sweep:
@@ -357,11 +455,19 @@ def gate_and_sweep(cells, modes, configs, settings: Settings, device: str, log, 
     results["matmul"] = {d: {"flops": None, "samples": []} for d in dtypes}
     timeline["sweeps_s"] = []
     total = sum(len(e["modes"][m]["timed"]) for e in entries for m in modes)
-    progress = progress_factory(total * settings.repeats) if progress_factory else None
+    progress = progress_factory("timing", total * settings.repeats) if progress_factory else None
+    sweep_costs = [s for s, _ in costs]
     with ClockLog() if device == "cuda" else contextlib.nullcontext() as clock_log:
-        for r in range(settings.repeats):
+        for r in range(settings.repeats if total else 0):  # nothing gated: nothing to time
+            if r and not budget.allows(1.1 * timeline["sweeps_s"][-1]):
+                results["stopped_by_budget"] = True
+                budget.skip(f"sweeps {r + 1}-{settings.repeats} (another would pass --budget-s "
+                            f"{settings.budget_s:.0f}; {budget.elapsed():.0f} s used)")
+                log(budget.skipped[-1])
+                break
             t0 = time.perf_counter()
-            sweep(r, cells, entries, modes, configs, settings, device, results, progress)
+            complete = sweep(r, cells, entries, modes, configs, settings, device, results,
+                             progress, budget if r == 0 else None, sweep_costs)
             timeline["sweeps_s"].append(time.perf_counter() - t0)
             results["repeats_done"] = r + 1
             log(f"sweep {r + 1}/{settings.repeats} done in {timeline['sweeps_s'][-1]:.0f} s")
@@ -369,13 +475,9 @@ def gate_and_sweep(cells, modes, configs, settings: Settings, device: str, log, 
                 attribute_clocks(entries, clock_log.samples)
             if on_sweep:
                 on_sweep(results)
-            if settings.budget_s and r + 1 < settings.repeats:
-                elapsed = time.perf_counter() - started
-                if elapsed + 1.1 * timeline["sweeps_s"][-1] + RESERVE_S > settings.budget_s:
-                    results["stopped_by_budget"] = True
-                    log(f"stopping after {r + 1} sweeps: another would pass --budget-s "
-                        f"{settings.budget_s:.0f} ({elapsed:.0f} s used)")
-                    break
+            if not complete:
+                results["stopped_by_budget"] = True
+                break
     if clock_log:  # the samples that arrived after the last sweep's attribution
         attribute_clocks(entries, clock_log.samples)
         results["clock_log"] = clock_log.record()
@@ -383,6 +485,13 @@ def gate_and_sweep(cells, modes, configs, settings: Settings, device: str, log, 
             log(f"no SM clock samples ({clock_log.error})")
     if progress:
         progress.stop()
+
+
+def skipped_cell(cell, modes, why: str) -> dict:
+    """The results entry of a cell the budget left out: nothing gated or timed, and why."""
+    return {"cell": cell.as_dict(), "gate": {}, "skipped": {}, "configs": {}, "gate_s": 0.0,
+            "modes": {m: {"status": why, "timed": [], "excluded": {}, "samples": {},
+                          "errors": {}} for m in modes}}
 
 
 def attribute_clocks(entries, samples):
@@ -479,7 +588,7 @@ def gate_cell(cell, modes, configs: Configs, settings: Settings, device: str, lo
     passed = sum(g["passed"] for g in entry["gate"].values())
     log(f"gate {cell}: {passed}/{len(entry['gate'])} contenders passed ({entry['gate_s']:.1f} s)")
     for mode in modes:
-        ours_needed = [str(v) for v in variants_for(mode)]
+        ours_needed = primary_names(mode, settings)
         failed = [n for n in ours_needed if not entry["gate"][n]["passed"]]
         passing_backends, excluded = [], {}
         # the Gluon kernels, like SDPA's backends, are left out of a cell they fail (reported),
@@ -500,17 +609,28 @@ def gate_cell(cell, modes, configs: Configs, settings: Settings, device: str, lo
     return entry
 
 
-def sweep(r, cells, entries, modes, configs, settings, device, results, progress):
-    """One pass over the matmul rate and every cell, contenders interleaved."""
+def sweep(r, cells, entries, modes, configs, settings, device, results, progress, budget=None,
+          costs=None) -> bool:
+    """One pass over the matmul rate and every cell, contenders interleaved. With a budget
+    (the first sweep), a cell starts only if its predicted cost (costs[i]) fits; the cells it
+    leaves are marked skipped and False is returned."""
     for dtype, record in results["matmul"].items():
         samples, flops = matmul_samples(DTYPES[dtype], device=device,
                                         warmup_ms=settings.warmup_ms, rep_ms=settings.rep_ms)
         record["flops"] = flops
         record["samples"].append(samples)
     rng = np.random.default_rng([settings.seed, r])
-    for cell, entry in zip(cells, entries):
+    for i, (cell, entry) in enumerate(zip(cells, entries)):
         if not any(entry["modes"][m]["timed"] for m in modes):
             continue
+        if budget is not None and not budget.allows(costs[i]):
+            left = [e for e in entries[i:] if any(e["modes"][m]["timed"] for m in modes)]
+            for e in left:
+                for m in modes:
+                    if e["modes"][m]["timed"]:
+                        e["modes"][m]["status"] = "skipped: gated, but --budget-s ran out before it was timed"
+            budget.skip(f"timing {len(left)} gated cells in the first sweep")
+            return False
         inputs = make_inputs(cell, device, settings.seed)
         for mode in modes:
             info = entry["modes"][mode]
@@ -534,6 +654,7 @@ def sweep(r, cells, entries, modes, configs, settings, device, results, progress
         del inputs
         if device == "cuda":
             torch.cuda.empty_cache()
+    return True
 
 
 def by_name(name: str, cell, configs: Configs) -> Contender:
@@ -548,21 +669,29 @@ def contenders_for(cell, mode: str, settings: Settings) -> list[tuple[str, objec
             + [(name, None) for name in backends_for(cell, settings)[0]])
 
 
+PLANNED_GPU = "NVIDIA H200"  # whose table entries a plan made without a GPU assumes
+
+
 def plan_estimate(cells, settings: Settings) -> dict:
     """The planning estimate of a GPU run of `cells` (fa2check.ablate.plan), without running it."""
+    from . import compile_cache
+
     keys = needed_keys(cells, settings.modes, settings)
     loaded = tuning.load_configs(settings.configs_from)
-    configs = Configs({k: loaded[k] for k in keys if k in loaded}, on_gpu=True)
-    to_tune = [k for k in keys if k not in configs.records] if settings.tune else []
+    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else PLANNED_GPU
+    configs = Configs({k: loaded[k] for k in keys if k in loaded}, on_gpu=True, gpu=gpu)
+    to_tune = ([k for k in keys if k not in configs.records
+                and retune_key_matches(k, settings.retune_keys)] if settings.tune else [])
     candidates = tuning_jobs(to_tune, cells, settings, on_gpu=True)
     phase1 = {tuning.job_key(j): j for j in [j for *_, j in candidates]
               + forward_of_backward_jobs(candidates)}
-    for key in keys:
-        configs.records.setdefault(key, configs.default_record(key))
     phase2 = {}
     for job in final_jobs(cells, settings.modes, configs, settings):
         if tuning.job_key(job) not in phase1:
             phase2.setdefault(tuning.job_key(job), job)
+    for key in compile_cache.cached(set(phase1) | set(phase2)):  # loaded, not compiled
+        phase1.pop(key, None)
+        phase2.pop(key, None)
     timed = [(k.part, tuning.variant_of(k), cell) for k, cell, _, _ in candidates]
     return plan.estimate(cells, settings.modes, lambda c, m: contenders_for(c, m, settings),
                          settings, list(phase1.values()), list(phase2.values()), timed,

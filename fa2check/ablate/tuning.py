@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import ProcessPoolExecutor, TimeoutError, as_completed
 from dataclasses import dataclass, replace
 from multiprocessing import get_context
 
@@ -137,6 +137,11 @@ BWD_SPACE_OTHER = [(32, 32, 4, 2, False), (32, 64, 4, 2, False), (64, 64, 8, 2, 
 GLUON_FWD_SPACE = [(64, 32, 4, 1), (64, 64, 4, 1), (128, 32, 8, 1), (128, 64, 8, 1),
                    (64, 128, 4, 1), (16, 64, 4, 1), (32, 64, 4, 1), (16, 128, 4, 1),
                    (32, 128, 4, 1)]
+# The Hopper chassis (kernels/hopper_forward.py): 64 rows a consumer warpgroup and 4 warps by
+# design; block_n and the K/V ring's stages are its tile choices, less those whose buffers pass
+# the shared memory a block may use (hopper_forward.shared_bytes, SHARED_LIMIT).
+HOPPER_FWD_SPACE = [(64, 128, 4, 1), (64, 128, 4, 2), (64, 128, 4, 3), (64, 64, 4, 1),
+                    (64, 64, 4, 2), (64, 64, 4, 3)]  # 1 stage: FA1's schedule only (D55)
 # The interpreter: two small candidates, so the tuning code path runs cheaply on a CPU.
 CPU_FWD_SPACE = [(32, 16, 4, 1), (16, 32, 4, 1, True)]
 CPU_BWD_SPACE = [(16, 32, 4, 1, False), (32, 16, 4, 1, True)]
@@ -213,6 +218,13 @@ def candidates(part: str, head_dim: int, variant, on_gpu: bool,
 
         return [dict(zip(FWD_FIELDS, c)) for c in GLUON_FWD_SPACE
                 if not bad_tiles(variant.split_q, *c[:3])]
+    if kernel_backend == "hopper" and part == "fwd":
+        from kernels.hopper_forward import SHARED_LIMIT, STAGES, shared_bytes
+
+        return [dict(zip(FWD_FIELDS, c)) for c in HOPPER_FWD_SPACE
+                if c[3] in STAGES[variant.seq_parallel]
+                and shared_bytes(head_dim, c[1], c[3], variant.split_q, variant.seq_parallel,
+                                 causal=causal) <= SHARED_LIMIT]
     if not on_gpu:
         space = CPU_FWD_SPACE if part == "fwd" else CPU_BWD_SPACE
     elif part == "fwd":
@@ -333,24 +345,68 @@ def make_job(part: str, name: str, config, cell) -> dict:
             "heads_q": cell.heads_q, "heads_kv": cell.heads_kv, "seqlen": cell.seqlen}
 
 
-def precompile(jobs: list[dict], workers: int, progress=None) -> dict[tuple, str | None]:
+NOT_COMPILED = "not compiled: --budget-s ran out first"
+
+
+def precompile(jobs: list[dict], workers: int, progress=None, deadline: float | None = None,
+               use_cache: bool = False) -> dict[tuple, str | None]:
     """Run `warm_job` for each distinct job in `workers` spawned processes: forward jobs first
-    (backward jobs run a forward too), then backward jobs. Returns {job_key: error or None}."""
+    (backward jobs run a forward too), then backward jobs. Returns {job_key: error or None}.
+    progress(key, error) after each job; jobs not finished by `deadline` (perf_counter) are
+    cancelled and get NOT_COMPILED. use_cache: skip the jobs Triton's cache already holds
+    (fa2check.ablate.compile_cache) and list the ones that compiled."""
+    import time
+
+    from . import compile_cache
+
     unique = {}
     for job in jobs:
         unique.setdefault(job_key(job), job)
     results = {}
+    if use_cache:
+        for key in compile_cache.cached(unique):
+            results[key] = None
+            del unique[key]
+            if progress:
+                progress(key, None)
     if not unique:
         return results
     workers = max(1, min(workers, len(unique)))
-    with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
+    pool = ProcessPoolExecutor(workers, mp_context=get_context("spawn"))
+    try:
         for part in ("fwd", "bwd"):
             futures = {pool.submit(warm_job, job): key for key, job in unique.items()
                        if job["part"] == part}
-            for future in as_completed(futures):
-                results[futures[future]] = future.result()
-                if progress:
-                    progress(futures[future], results[futures[future]])
+            pending = set(futures)
+            while pending:
+                timeout = None if deadline is None else max(0.0, deadline - time.perf_counter())
+                done = set()
+                try:
+                    for future in as_completed(pending, timeout=timeout):
+                        done.add(future)
+                        results[futures[future]] = future.result()
+                        if progress:
+                            progress(futures[future], results[futures[future]])
+                except TimeoutError:
+                    pass
+                pending -= done
+                if pending and deadline is not None and time.perf_counter() >= deadline:
+                    break
+            if pending:  # the budget ran out: nothing more starts
+                for future in pending:
+                    future.cancel()
+                    results[futures[future]] = NOT_COMPILED
+                for key, job in unique.items():
+                    results.setdefault(key, NOT_COMPILED)
+                break
+    finally:
+        cut = any(e == NOT_COMPILED for e in results.values())
+        if cut:  # a worker still compiling would hold the command past its budget
+            for process in list((pool._processes or {}).values()):
+                process.terminate()
+        pool.shutdown(wait=not cut, cancel_futures=True)
+        if use_cache:
+            compile_cache.remember([k for k, e in results.items() if e is None])
     return results
 
 

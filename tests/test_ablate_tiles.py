@@ -1,0 +1,130 @@
+"""fa2check.ablate and the table of tuned tiles: a run takes the tiles flash_attention would
+(the table's on a GPU), --retune merges its winners into a table keeping the keys it did not
+search, --budget-s bounds the whole command, and runs of the Hopper chassis's variants get
+their own contributions.
+
+Shown to fail on broken copies: with Configs.config building from the heuristic (the code
+before the table), test_a_run_takes_the_tables_tiles fails; with merge_into writing only the
+new entries, test_retune_merges fails on the kept foreign entry; with Budget.allows always
+True, the budget test fails (cells gated); with analysis.views ignoring the hopper prefix, the
+hopper render test fails (no "fwd hopper" tables)."""
+import json
+
+import pytest
+
+from fa2check.ablate.grids import Cell
+from kernels import Variant, tuned_tiles
+from saved_results import synthetic_results
+
+FAKE = "Fake GPU 9000"
+
+
+def test_a_run_takes_the_tables_tiles_as_flash_attention_would(tmp_path, monkeypatch):
+    from fa2check.ablate import sweep
+    from kernels import default_config
+
+    table = {"schema": tuned_tiles.SCHEMA,
+             "bands": {"fwd": {"short": [0, 1024], "": [2048, 4096]},
+                       "bwd": {"": [0, 4096], "long": [8192, 16384]}},
+             "entries": [{"gpu": FAKE, "backend": "triton", "part": "fwd",
+                          "variant": str(Variant()), "head_dim": 64, "causal": False,
+                          "dtype": "bfloat16", "band": "", "fields": {"block_m": 32,
+                                                                     "block_n": 32}}]}
+    path = tmp_path / "tiles.json"
+    path.write_text(json.dumps(table))
+    monkeypatch.setenv(tuned_tiles.PATH_ENV, str(path))
+    tuned_tiles.load.cache_clear()
+    tuned_tiles._applied.cache_clear()
+    cell = Cell(4, 32, 32, 4096, 64, "bfloat16", False)
+    configs = sweep.Configs({}, on_gpu=True, gpu=FAKE)
+    got = configs.config(str(Variant()), cell)
+    assert (got.block_m, got.block_n) == (32, 32)
+    assert got == default_config(64, True, Variant(), "bfloat16", causal=False, seqlen_q=4096,
+                                 seqlen_k=4096, gpu=FAKE)
+    # a tuned record replaces its part only; the other part stays the table's (or heuristic's)
+    key = sweep.key_of("bwd", str(Variant()), cell)
+    configs.records[key] = {"fields": {"bwd_block_m": 16}, "source": "tuned on x"}
+    both = configs.config(str(Variant()), cell)
+    assert (both.block_m, both.bwd_block_m) == (32, 16)
+    from fa2check.ablate import tile_table
+    rows = tile_table.sources([cell], lambda c: [(str(Variant()), ("fwd", "bwd"))], True, FAKE)
+    assert [r["from"] for r in rows] == ["table", "heuristic"]
+    tuned_tiles.load.cache_clear()
+    tuned_tiles._applied.cache_clear()
+
+
+def test_retune_merges_its_winners_into_the_table_and_keeps_the_rest(tmp_path, device):
+    if device != "cpu":
+        pytest.skip("the GPU runs the real grid")
+    from fa2check import ablate
+    from fa2check.ablate import tile_table
+
+    out = tmp_path / "tiles.json"
+    foreign = tuned_tiles.TileKey(FAKE, "triton", "fwd", str(Variant()), 128, True, "float16", "")
+    tile_table.merge_into(str(out), {foreign: {"fields": {"block_m": 64}, "provenance": {}}},
+                          4096)
+    status = ablate.main(["--seqlen", "16", "--head-dim", "16", "--heads", "2", "--batch", "1",
+                          "--causal", "false", "--mode", "fwd", "--repeats", "1", "--retune",
+                          "--retune-key", "variant=+defer+seqpar+splitq", "--backends", "",
+                          "--bootstrap", "50", "--no-plots", "--table-out", str(out),
+                          "--out", str(tmp_path / "run")])
+    assert status == 0
+    table = tuned_tiles.load(str(out))
+    assert foreign in table.entries  # a key not searched is kept
+    new = [k for k in table.entries if k != foreign]
+    assert [(k.part, k.variant, k.head_dim, k.band) for k in new] == [
+        ("fwd", str(Variant()), 16, "short")]  # --retune-key: FA2's forward key alone
+    provenance = table.entries[new[0]]["provenance"]
+    assert provenance["tuned_on"] == "b1-h2-s16-d16-bfloat16-full" and provenance["commit"]
+
+
+def test_the_budget_bounds_the_gate_and_the_sweeps_and_says_what_it_skipped(tmp_path, device):
+    if device != "cpu":
+        pytest.skip("the GPU runs the real grid")
+    from fa2check import ablate
+
+    status = ablate.main(["--seqlen", "16", "--head-dim", "16", "--heads", "2", "--batch", "1",
+                          "--causal", "false", "--mode", "fwd", "--repeats", "3", "--budget-s",
+                          "1", "--backends", "", "--no-plots", "--out", str(tmp_path)])
+    assert status == 0  # skipped is not failed
+    (path,) = tmp_path.glob("*.json")
+    results = json.loads(path.read_text())
+    (entry,) = results["cells"]
+    assert entry["gate"] == {} and entry["modes"]["fwd"]["status"].startswith("skipped: --budget-s")
+    assert results["repeats_done"] == 0
+    assert any("gating and timing 1 of 1 cells" in s for s in results["skipped_by_budget"])
+
+
+def test_hopper_kernels_of_record_get_the_contributions_and_the_report(tmp_path):
+    from fa2check import ablate
+
+    path = tmp_path / "hopper.json"
+    path.write_text(json.dumps(synthetic_results(modes=("fwd", "fwd+bwd"), kernels="hopper")))
+    md = tmp_path / "tables.md"
+    assert ablate.main(["--from", str(path), "--markdown", str(md), "--bootstrap", "200"]) == 0
+    text = md.read_text()
+    hopper = text[text.index("fwd hopper: contributions over the grid"):]
+    assert "| split_q | 1.35x" in hopper  # exp(0.3), as the synthetic times were made
+    assert "fwd+bwd hopper: contributions over the grid" in text
+    assert "**fwd: contributions" not in text  # no Triton view: none was timed
+
+
+def test_kernel_names_and_the_hopper_tile_space():
+    from fa2check.ablate import sweep, tuning
+    from fa2check.ablate.contenders import kernel_name, parse_kernel_name
+    from kernels.hopper_forward import SHARED_LIMIT, shared_bytes
+
+    for backend in ("triton", "gluon", "hopper"):
+        for v in Variant.all():
+            assert parse_kernel_name(kernel_name(v, backend)) == (backend, v)
+    assert kernel_name(Variant(), "hopper") == "hopper+defer+seqpar+splitq"
+    for v in Variant.all():
+        space = tuning.candidates("fwd", 128, v, True, "hopper")
+        assert space and all(c["block_m"] == 64 and c["block_n"] in (64, 128)
+                             and c["num_stages"] in (2, 3) for c in space)
+        assert all(shared_bytes(128, c["block_n"], c["num_stages"], v.split_q, v.seq_parallel)
+                   <= SHARED_LIMIT for c in space)
+    key = tuning.TuneKey("fwd", str(Variant()), 128, True, "")
+    assert sweep.retune_key_matches(key, ["part=fwd,head_dim=128,causal=true"])
+    assert not sweep.retune_key_matches(key, ["part=bwd"])
+    assert sweep.retune_key_matches(key, [])
