@@ -32,7 +32,17 @@ Where dQ is computed (DQ_PASS, a tile choice tuned like block sizes, not one of 
 SEQ_PARALLEL: one program per column block (and, with DQ_PASS, one per query row block of each
 query head) in grid (blocks, batch * kv heads). Not SEQ_PARALLEL: grid (batch * kv heads,);
 each program walks all column blocks (then, with DQ_PASS, all row blocks of its heads) itself.
-SPLIT_Q does not change the backward pass: it is the same code for both values.
+SPLIT_Q off (split-K, FA1's backward partition): dQ_i += dS_ij K_j sums over the keys of a
+tile, and FA1 cut those keys over its warps (csrc/flash_attn/src/fmha_dgrad_kernel_1xN_loop.h
+in flash-attention before FlashAttention-2: the dQ product's tile is Cta_tile_o =
+Cta_tile_extd<STEP, D, S, WARPS_M, 1, WARPS_N>, its keys split over the 8 WARPS_N warps, each
+warp's partial dQ swizzled through shared memory and summed there at every 16-row step). Here
+the keys of each dQ product are cut into KEY_SLICES slices: a 3-D product gives one partial
+dQ a slice, (KEY_SLICES, rows, D), summed over the slices at every step (a reduction across
+warps when Triton lays the slices on warps, as it does the forward's). dK_j and dV_j are
+unchanged: FA1's warps owned their keys' rows of dK and dV (Cta_tile_dkv takes WARPS_N along
+the keys and none along the query rows it sums over), as FA2's do. SPLIT_Q on: every dQ
+product sums over all its keys inside one product (FA2, section 3.3).
 
 Causal: query blocks that see none of a column block are never visited; only blocks that cross
 the diagonal or the end of the keys compute a mask. Rows that see no key have L = -inf (or
@@ -122,12 +132,26 @@ def _query_block_range(start_n, seqlen_q, seqlen_k,
 
 
 @triton.jit
+def _dq_over_key_slices(ds, k, ROWS: tl.constexpr, KEYS: tl.constexpr, KEY_SLICES: tl.constexpr,
+                        BLOCK_D: tl.constexpr, INPUT_PRECISION: tl.constexpr):
+    """Split-K's dS_ij K_j: ds (ROWS, KEYS) and k (KEYS, BLOCK_D) cut along the keys into
+    KEY_SLICES slices, one partial dQ a slice, then the partials summed over the slices."""
+    SLICE: tl.constexpr = KEYS // KEY_SLICES
+    ds3 = tl.permute(tl.reshape(ds, (ROWS, KEY_SLICES, SLICE)), (1, 0, 2))  # (slices, rows, keys)
+    k3 = tl.reshape(k, (KEY_SLICES, SLICE, BLOCK_D))
+    dq_s = tl.dot(ds3, k3, input_precision=INPUT_PRECISION)  # (KEY_SLICES, ROWS, D) partials
+    return tl.sum(dq_s, 0)  # the split-K merge
+
+
+@triton.jit
 def _attn_bwd_kv_step(dk, dv, k, v, Q_ptrs, DO_ptrs, DQ_ptrs, STAT_ptr, INV_L_ptr, DELTA_ptr,
                       start_m, offs_m, offs_n, stride_qm, stride_dom, stride_dqm,
                       seqlen_q, seqlen_k, qk_scale, sm_scale,
                       MASK: tl.constexpr, IS_CAUSAL: tl.constexpr, DEFER_NORM: tl.constexpr,
-                      SEQ_PARALLEL: tl.constexpr, DQ_PASS: tl.constexpr, HEAD_DIM: tl.constexpr,
-                      BLOCK_D: tl.constexpr, INPUT_PRECISION: tl.constexpr):
+                      SEQ_PARALLEL: tl.constexpr, DQ_PASS: tl.constexpr, SPLIT_Q: tl.constexpr,
+                      KEY_SLICES: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                      HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+                      INPUT_PRECISION: tl.constexpr):
     """Fold query rows start_m .. start_m + BLOCK_M into dK_j, dV_j (and, without DQ_PASS, add
     their dQ part). Works on the transposed tile (keys x rows): dK_j, dV_j are row sums of it."""
     rows = start_m + offs_m
@@ -152,7 +176,12 @@ def _attn_bwd_kv_step(dk, dv, k, v, Q_ptrs, DO_ptrs, DQ_ptrs, STAT_ptr, INV_L_pt
     dsT = pT * (dpT - delta[None, :])
     dk += tl.dot(dsT.to(q.dtype), q, input_precision=INPUT_PRECISION)
     if not DQ_PASS:
-        dq = tl.dot(tl.trans(dsT).to(k.dtype), k, input_precision=INPUT_PRECISION) * sm_scale
+        if SPLIT_Q:
+            dq = tl.dot(tl.trans(dsT).to(k.dtype), k, input_precision=INPUT_PRECISION)
+        else:
+            dq = _dq_over_key_slices(tl.trans(dsT).to(k.dtype), k, BLOCK_M, BLOCK_N, KEY_SLICES,
+                                     BLOCK_D, INPUT_PRECISION)
+        dq = dq * sm_scale
         dq_ptrs = DQ_ptrs + start_m * stride_dqm
         if SEQ_PARALLEL:
             tl.atomic_add(dq_ptrs, dq, mask=row_cols_ok, sem="relaxed")
@@ -175,6 +204,7 @@ def _attn_bwd_col_block(Q, K, V, DO, DQ, DK, DV, STAT, INV_L, DELTA, start_n, of
                         heads_q, group_size, seqlen_q, padded_q, seqlen_k, qk_scale, sm_scale,
                         IS_CAUSAL: tl.constexpr, DEFER_NORM: tl.constexpr,
                         SEQ_PARALLEL: tl.constexpr, DQ_PASS: tl.constexpr,
+                        SPLIT_Q: tl.constexpr, KEY_SLICES: tl.constexpr,
                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                         HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
                         INPUT_PRECISION: tl.constexpr):
@@ -206,15 +236,15 @@ def _attn_bwd_col_block(Q, K, V, DO, DQ, DK, DV, STAT, INV_L, DELTA, start_n, of
                                        INV_L + row_stats, DELTA + row_stats, start_m, offs_m,
                                        offs_n, stride_qm, stride_dom, HEAD_DIM, seqlen_q, seqlen_k,
                                        qk_scale, sm_scale, True, IS_CAUSAL, DEFER_NORM,
-                                       SEQ_PARALLEL, DQ_PASS, HEAD_DIM, BLOCK_D,
-                                       INPUT_PRECISION)
+                                       SEQ_PARALLEL, DQ_PASS, SPLIT_Q, KEY_SLICES, BLOCK_M,
+                                       BLOCK_N, HEAD_DIM, BLOCK_D, INPUT_PRECISION)
         for start_m in range(full_lo, hi, BLOCK_M):
             dk, dv = _attn_bwd_kv_step(dk, dv, k, v, Q_ptrs, DO_ptrs, DQ_ptrs, STAT + row_stats,
                                        INV_L + row_stats, DELTA + row_stats, start_m, offs_m,
                                        offs_n, stride_qm, stride_dom, HEAD_DIM, seqlen_q, seqlen_k,
                                        qk_scale, sm_scale, False, IS_CAUSAL, DEFER_NORM,
-                                       SEQ_PARALLEL, DQ_PASS, HEAD_DIM, BLOCK_D,
-                                       INPUT_PRECISION)
+                                       SEQ_PARALLEL, DQ_PASS, SPLIT_Q, KEY_SLICES, BLOCK_M,
+                                       BLOCK_N, HEAD_DIM, BLOCK_D, INPUT_PRECISION)
 
     dk *= sm_scale
     out = off_b.to(tl.int64) * stride_dkb + off_hkv.to(tl.int64) * stride_dkh \
@@ -228,7 +258,8 @@ def _attn_bwd_col_block(Q, K, V, DO, DQ, DK, DV, STAT, INV_L, DELTA, start_n, of
 def _attn_bwd_q_step(dq, q, do, stat, inv_l, delta, kT_ptrs, vT_ptrs, start_n, rows, offs_n,
                      stride_kn, stride_vn, seqlen_q, seqlen_k, qk_scale,
                      MASK: tl.constexpr, IS_CAUSAL: tl.constexpr, DEFER_NORM: tl.constexpr,
-                     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+                     SPLIT_Q: tl.constexpr, KEY_SLICES: tl.constexpr, BLOCK_M: tl.constexpr,
+                     BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
                      INPUT_PRECISION: tl.constexpr):
     """dQ_i += dS_ij K_j for keys start_n .. start_n + BLOCK_N (S_ij, P_ij, dP_ij recomputed)."""
     keys = start_n + offs_n
@@ -255,7 +286,10 @@ def _attn_bwd_q_step(dq, q, do, stat, inv_l, delta, kT_ptrs, vT_ptrs, start_n, r
         p = p * inv_l[:, None]
     dp = tl.dot(do, vT, input_precision=INPUT_PRECISION)
     ds = p * (dp - delta[:, None])
-    return dq + tl.dot(ds.to(kT.dtype), tl.trans(kT), input_precision=INPUT_PRECISION)
+    if SPLIT_Q:
+        return dq + tl.dot(ds.to(kT.dtype), tl.trans(kT), input_precision=INPUT_PRECISION)
+    return dq + _dq_over_key_slices(ds.to(kT.dtype), tl.trans(kT), BLOCK_M, BLOCK_N, KEY_SLICES,
+                                    BLOCK_D, INPUT_PRECISION)
 
 
 @triton.jit
@@ -266,6 +300,7 @@ def _attn_bwd_dq_row_block(Q, K, V, DO, DQ, STAT, INV_L, DELTA, start_m, off_b, 
                            stride_dob, stride_doh, stride_dom, stride_dod,
                            heads_q, seqlen_q, padded_q, seqlen_k, qk_scale, sm_scale,
                            IS_CAUSAL: tl.constexpr, DEFER_NORM: tl.constexpr,
+                           SPLIT_Q: tl.constexpr, KEY_SLICES: tl.constexpr,
                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                            HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
                            INPUT_PRECISION: tl.constexpr):
@@ -294,11 +329,13 @@ def _attn_bwd_dq_row_block(Q, K, V, DO, DQ, STAT, INV_L, DELTA, start_m, off_b, 
     for start_n in range(0, full_end, BLOCK_N):
         dq = _attn_bwd_q_step(dq, q, do, stat, inv_l, delta, kT_ptrs, vT_ptrs, start_n, rows,
                               offs_n, stride_kn, stride_vn, seqlen_q, seqlen_k, qk_scale,
-                              False, IS_CAUSAL, DEFER_NORM, HEAD_DIM, BLOCK_D, INPUT_PRECISION)
+                              False, IS_CAUSAL, DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_M,
+                              BLOCK_N, HEAD_DIM, BLOCK_D, INPUT_PRECISION)
     for start_n in range(full_end, hi, BLOCK_N):
         dq = _attn_bwd_q_step(dq, q, do, stat, inv_l, delta, kT_ptrs, vT_ptrs, start_n, rows,
                               offs_n, stride_kn, stride_vn, seqlen_q, seqlen_k, qk_scale,
-                              True, IS_CAUSAL, DEFER_NORM, HEAD_DIM, BLOCK_D, INPUT_PRECISION)
+                              True, IS_CAUSAL, DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_M,
+                              BLOCK_N, HEAD_DIM, BLOCK_D, INPUT_PRECISION)
     dq *= sm_scale
     out = (off_b * heads_q + off_h).to(tl.int64) * seqlen_q * HEAD_DIM \
         + rows[:, None] * HEAD_DIM + offs_d[None, :]  # DQ contiguous
@@ -315,6 +352,7 @@ def _attn_bwd(Q, K, V, DO, DQ, DK, DV, STAT, INV_L, DELTA,
               stride_dkb, stride_dkh, stride_dkn, stride_dkd,
               heads_q, heads_kv, seqlen_q, padded_q, seqlen_k, qk_scale, sm_scale,
               IS_CAUSAL: tl.constexpr, DEFER_NORM: tl.constexpr, SEQ_PARALLEL: tl.constexpr,
+              SPLIT_Q: tl.constexpr, KEY_SLICES: tl.constexpr,
               DQ_PASS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
               HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, INPUT_PRECISION: tl.constexpr):
     if SEQ_PARALLEL:
@@ -337,8 +375,8 @@ def _attn_bwd(Q, K, V, DO, DQ, DK, DV, STAT, INV_L, DELTA,
                                 stride_dkb, stride_dkh, stride_dkn, stride_dkd,
                                 heads_q, group_size, seqlen_q, padded_q, seqlen_k, qk_scale,
                                 sm_scale,
-                                IS_CAUSAL, DEFER_NORM, SEQ_PARALLEL, DQ_PASS, BLOCK_M, BLOCK_N,
-                                HEAD_DIM, BLOCK_D, INPUT_PRECISION)
+                                IS_CAUSAL, DEFER_NORM, SEQ_PARALLEL, DQ_PASS, SPLIT_Q,
+                                KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM, BLOCK_D, INPUT_PRECISION)
         elif DQ_PASS:  # one row block of one query head of the group
             r = pid - n_col_blocks
             _attn_bwd_dq_row_block(Q, K, V, DO, DQ, STAT, INV_L, DELTA,
@@ -349,8 +387,8 @@ def _attn_bwd(Q, K, V, DO, DQ, DK, DV, STAT, INV_L, DELTA,
                                    stride_vb, stride_vh, stride_vn, stride_vd,
                                    stride_dob, stride_doh, stride_dom, stride_dod,
                                    heads_q, seqlen_q, padded_q, seqlen_k, qk_scale, sm_scale,
-                                   IS_CAUSAL, DEFER_NORM, BLOCK_N, BLOCK_M, HEAD_DIM, BLOCK_D,
-                                   INPUT_PRECISION)
+                                   IS_CAUSAL, DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_N, BLOCK_M,
+                                   HEAD_DIM, BLOCK_D, INPUT_PRECISION)
     else:
         for start_n in range(0, seqlen_k, BLOCK_N):
             _attn_bwd_col_block(Q, K, V, DO, DQ, DK, DV, STAT, INV_L, DELTA, start_n, off_b,
@@ -361,8 +399,8 @@ def _attn_bwd(Q, K, V, DO, DQ, DK, DV, STAT, INV_L, DELTA,
                                 stride_dkb, stride_dkh, stride_dkn, stride_dkd,
                                 heads_q, group_size, seqlen_q, padded_q, seqlen_k, qk_scale,
                                 sm_scale,
-                                IS_CAUSAL, DEFER_NORM, SEQ_PARALLEL, DQ_PASS, BLOCK_M, BLOCK_N,
-                                HEAD_DIM, BLOCK_D, INPUT_PRECISION)
+                                IS_CAUSAL, DEFER_NORM, SEQ_PARALLEL, DQ_PASS, SPLIT_Q,
+                                KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM, BLOCK_D, INPUT_PRECISION)
         if DQ_PASS:
             for r in range(0, group_size * n_row_blocks):
                 _attn_bwd_dq_row_block(Q, K, V, DO, DQ, STAT, INV_L, DELTA,
@@ -373,8 +411,8 @@ def _attn_bwd(Q, K, V, DO, DQ, DK, DV, STAT, INV_L, DELTA,
                                        stride_vb, stride_vh, stride_vn, stride_vd,
                                        stride_dob, stride_doh, stride_dom, stride_dod,
                                        heads_q, seqlen_q, padded_q, seqlen_k, qk_scale, sm_scale,
-                                       IS_CAUSAL, DEFER_NORM, BLOCK_N, BLOCK_M, HEAD_DIM, BLOCK_D,
-                                       INPUT_PRECISION)
+                                       IS_CAUSAL, DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_N,
+                                       BLOCK_M, HEAD_DIM, BLOCK_D, INPUT_PRECISION)
 
 
 _ATTN_BWD_PREPROCESS = CachedLaunch(_attn_bwd_preprocess)  # kernels/launch_cache.py
@@ -422,6 +460,7 @@ def attn_bwd(q, k, v, o, stats, do, dlse, causal, softmax_scale, variant, config
         *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dk.stride(),
         heads_q, heads_kv, seqlen_q, padded_q, seqlen_k, softmax_scale * LOG2E, softmax_scale,
         IS_CAUSAL=causal, DEFER_NORM=variant.defer_norm, SEQ_PARALLEL=variant.seq_parallel,
+        SPLIT_Q=variant.split_q, KEY_SLICES=1 if variant.split_q else config.bwd_key_slices,
         DQ_PASS=config.bwd_dq_pass, BLOCK_M=config.bwd_block_m, BLOCK_N=config.bwd_block_n,
         HEAD_DIM=head_dim, BLOCK_D=block_d(head_dim), INPUT_PRECISION=config.input_precision,
         num_warps=config.bwd_num_warps, num_stages=config.bwd_num_stages,

@@ -40,19 +40,29 @@ class TileConfig:
     bwd_num_warps: int = 4
     bwd_num_stages: int = 2
     bwd_dq_pass: bool = False  # dQ in a pass of its own, not in the dK/dV loop (kernels/backward.py)
+    # backward split-K only: slices the keys of each dQ_i += dS_ij K_j product are cut into
+    # (the keys of the dQ pass's step, bwd_block_m, or of the column block, bwd_block_n)
+    bwd_key_slices: int = 4
 
     def dq_atomics(self, variant) -> bool:
         """Whether the backward sums dQ with float32 atomic adds (so its bits may vary)."""
         return variant.seq_parallel and not self.bwd_dq_pass
 
+    def bwd_dq_keys(self) -> int:
+        """Keys of one dQ_i += dS_ij K_j product of the backward: the dQ pass steps over
+        bwd_block_m keys, dQ in the dK/dV loop takes the column block's bwd_block_n."""
+        return self.bwd_block_m if self.bwd_dq_pass else self.bwd_block_n
+
     def for_variant(self, variant, on_gpu: bool) -> "TileConfig":
-        """Fit key_slices to block_n: each slice must be a valid dot operand on the GPU."""
+        """Fit key_slices to block_n and bwd_key_slices to the backward's dQ keys: each slice
+        must be a valid dot operand on the GPU."""
         if variant.split_q:
             return self
-        slices = self.key_slices
+        slices, bwd_slices = self.key_slices, self.bwd_key_slices
         if on_gpu:
             slices = max(1, min(slices, self.block_n // MIN_DOT_DIM))
-        return replace(self, key_slices=slices)
+            bwd_slices = max(1, min(bwd_slices, self.bwd_dq_keys() // MIN_DOT_DIM))
+        return replace(self, key_slices=slices, bwd_key_slices=bwd_slices)
 
 
 BACKENDS = ("triton", "gluon", "hopper")
@@ -142,6 +152,19 @@ def heuristic_config(head_dim: int, on_gpu: bool, variant=None, dtype=None,
         # and the tuning space holds both (fa2check/ablate/tuning.py).
         config = replace(config, block_m=128, block_n=64, num_warps=8,
                          num_stages=2 if head_dim <= 64 else 1)
+    if (variant is not None and not variant.split_q and on_gpu and head_dim <= 128
+            and str(dtype).removeprefix("torch.") != "float32"):
+        # backward split-K (kernels/backward.py), FA1's partition: dQ in the dK/dV loop as FA1
+        # computed it, 16 query rows a step, the dQ product's keys in slices of 16 (FA1's
+        # backward: 8 warps over 128 keys). The dQ pass would hold (slices, bwd_block_n, D)
+        # float32 partials: at d=128 on (64, 128) tiles 376 KB of shared memory and 20 KB of
+        # spills. sm_90 compile gate, bf16 causal: d <= 64 (16, 128, 8 warps, 8 slices) 245
+        # registers, no spills; d=128 128 keys spill 272 bytes, 64 keys 80, and (16, 32, 4
+        # warps, 2 slices) takes 212 registers and none (docs/decisions.md D50).
+        wide = head_dim <= 64
+        config = replace(config, bwd_dq_pass=False, bwd_block_m=16,
+                         bwd_block_n=128 if wide else 32, bwd_num_warps=8 if wide else 4,
+                         bwd_num_stages=2, bwd_key_slices=8 if wide else 2)
     if variant is not None and not variant.split_q and on_gpu and head_dim >= 128:
         # split-K keeps one partial output per slice: (slices, BLOCK_M, D) float32 registers
         config = replace(config, block_m=64)

@@ -189,6 +189,15 @@ def _check_config(config: TileConfig, variant: Variant, on_gpu: bool):
         if on_gpu and config.block_n // config.key_slices < MIN_DOT_DIM:
             raise ValueError(f"config.key_slices ({config.key_slices}) leaves slices of "
                              f"{config.block_n // config.key_slices} keys; the GPU needs >= {MIN_DOT_DIM}")
+        keys = config.bwd_dq_keys()
+        where = "bwd_block_m (the dQ pass's keys)" if config.bwd_dq_pass else "bwd_block_n"
+        if config.bwd_key_slices < 1 or keys % config.bwd_key_slices:
+            raise ValueError(f"config.{where.split()[0]} ({keys}) must be divisible by "
+                             f"config.bwd_key_slices ({config.bwd_key_slices})")
+        if on_gpu and keys // config.bwd_key_slices < MIN_DOT_DIM:
+            raise ValueError(f"config.bwd_key_slices ({config.bwd_key_slices}) leaves slices of "
+                             f"{keys // config.bwd_key_slices} keys of {where}; the GPU needs "
+                             f">= {MIN_DOT_DIM}")
     cap = config.max_registers
     if isinstance(cap, bool) or not isinstance(cap, int) or (
             cap and not MIN_REGISTERS <= cap <= MAX_REGISTERS):

@@ -224,13 +224,15 @@ class Example:
 
 def tile_sizes(head_dim: int, on_gpu: bool, variants) -> tuple[int, ...]:
     """Every tile size the kernels use for this head_dim and these variants on the device:
-    forward query and key tiles, backward query and key tiles, and split-K's key slices."""
+    forward query and key tiles, backward query and key tiles, and split-K's key slices
+    (forward, and the backward's dQ products)."""
     sizes = set()
     for variant in variants:
         config = default_config(head_dim, on_gpu, variant)
         sizes |= {config.block_m, config.block_n, config.bwd_block_m, config.bwd_block_n}
         if not variant.split_q:
             sizes.add(config.block_n // config.key_slices)
+            sizes.add(config.bwd_dq_keys() // config.bwd_key_slices)
     return tuple(sorted(sizes))
 
 

@@ -57,13 +57,11 @@ def test_every_variant_compiles_for_sm90(all_variants_bf16_d64, variant, causal)
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("variant", Variant.all(), ids=str)
 def test_every_backward_variant_compiles_for_sm90(all_variants_bf16_d64, variant, causal):
-    key = ("attn_bwd", str(variant), "bfloat16", 64, causal)
-    if not variant.split_q:  # split_q does not reach the backward: compiled once, with it on
-        assert key not in all_variants_bf16_d64
-        return
-    r = all_variants_bf16_d64[key]
+    r = all_variants_bf16_d64[("attn_bwd", str(variant), "bfloat16", 64, causal)]
     assert r["error"] is None
     assert r["registers"] > 0 and r["shared_bytes"] > 0 and r["wgmma"]
+    # split-K's default backward tiles (kernels/config.py, docs/decisions.md D50) do not spill
+    assert variant.split_q or r["spill_stores"] == r["spill_loads"] == 0, r
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -51,8 +51,7 @@ def test_backward_both_places_of_dq_at_odd_head_dims(head_dim, dq_pass, device):
     config = TileConfig(32, 16, num_stages=1, bwd_block_m=16, bwd_block_n=16, bwd_num_stages=1,
                         bwd_dq_pass=dq_pass)
     for variant in Variant.all():
-        if variant.split_q:  # the backward does not read split_q
-            _assert_passes(problem, variant, device, config)
+        _assert_passes(problem, variant, device, config)
 
 
 def test_tma_is_refused_where_head_dim_is_not_a_tile_width(device):

@@ -21,8 +21,9 @@ def _assert_passes_with_tiles(problem, device, variants, backward=True, **fields
     ref = Reference(problem, device, backward=backward)
     config = replace(default_config(problem.head_dim, device == "cuda", None, problem.dtype),
                      **fields)
-    for variant in variants:
-        _assert_passes(ref.check(partial(flash_attention, config=config), variant), variant,
+    for variant in variants:  # split-K's slices fitted to the tiles, as default_config does
+        fitted = config.for_variant(variant, device == "cuda")
+        _assert_passes(ref.check(partial(flash_attention, config=fitted), variant), variant,
                        problem)
 
 
@@ -52,11 +53,9 @@ BACKWARD_PROBLEMS = [Problem(2, 6, 2, 65, 100, 32, "float16", True, seed=1),
 @pytest.mark.parametrize("dq_pass", (False, True), ids=("dq-in-loop", "dq-pass"))
 @pytest.mark.parametrize("problem", BACKWARD_PROBLEMS, ids=str)
 def test_backward_both_places_of_dq(problem, dq_pass, device):
-    """dQ in the dK/dV loop and in its own pass, for each variant the backward tells apart;
+    """dQ in the dK/dV loop and in its own pass, every variant (split_q off: split-K dQ);
     odd lengths so that partial row and column blocks meet the causal diagonal."""
-    # the backward does not read split_q
-    _assert_passes_with_tiles(problem, device, [v for v in Variant.all() if v.split_q],
-                              bwd_dq_pass=dq_pass)
+    _assert_passes_with_tiles(problem, device, Variant.all(), bwd_dq_pass=dq_pass)
 
 
 @pytest.mark.parametrize("problem", BACKWARD_PROBLEMS[:2], ids=str)

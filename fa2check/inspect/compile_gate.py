@@ -173,6 +173,7 @@ def _backward_specialization(fn, case: Case):
     if case.head_dim % 16:  # strides are multiples of head_dim only
         div16 = ["padded_q"]
     constexprs = dict(IS_CAUSAL=case.causal, DEFER_NORM=v.defer_norm, SEQ_PARALLEL=v.seq_parallel,
+                      SPLIT_Q=v.split_q, KEY_SLICES=1 if v.split_q else cfg.bwd_key_slices,
                       DQ_PASS=cfg.bwd_dq_pass, BLOCK_M=cfg.bwd_block_m, BLOCK_N=cfg.bwd_block_n,
                       HEAD_DIM=case.head_dim, BLOCK_D=block_d(case.head_dim),
                       INPUT_PRECISION=cfg.input_precision)
@@ -219,8 +220,7 @@ SPECS = {spec.name: spec for spec in [
     KernelSpec("attn_bwd", _backward_kernel, _backward_specialization,
                lambda c: dict(block_m=c.bwd_block_m, block_n=c.bwd_block_n,
                               num_warps=c.bwd_num_warps, num_stages=c.bwd_num_stages,
-                              dq_pass=c.bwd_dq_pass),
-               uses_split_q=False),
+                              dq_pass=c.bwd_dq_pass, key_slices=c.bwd_key_slices)),
     KernelSpec("gluon_attn_fwd", _gluon_forward_kernel, _gluon_forward_specialization,
                lambda c: dict(block_m=c.block_m, block_n=c.block_n, num_warps=c.num_warps,
                               num_stages=1), backend="gluon", supports=_gluon_supports),
@@ -343,9 +343,9 @@ def compile_kernel_for_sm90(spec_name: str, variant: Variant, dtype: str, head_d
 
 def _blank_report(spec_name: str, case: Case) -> CompileReport:
     cfg = case.config
+    tiles = {"key_slices": cfg.key_slices, **SPECS[spec_name].tiles(cfg)}  # the backward's own
     return CompileReport(spec_name, str(case.variant), case.dtype, case.head_dim, case.causal,
-                         key_slices=cfg.key_slices, input_precision=cfg.input_precision,
-                         **SPECS[spec_name].tiles(cfg))
+                         input_precision=cfg.input_precision, **tiles)
 
 
 def _compile_or_report(spec_name: str, case: Case) -> CompileReport:
@@ -534,7 +534,7 @@ def compile_progress(console, total: int):
 
 
 INT_OVERRIDES = ("block_m", "block_n", "num_warps", "num_stages", "key_slices", "max_registers",
-                 "bwd_block_m", "bwd_block_n", "bwd_num_warps", "bwd_num_stages")
+                 "bwd_block_m", "bwd_block_n", "bwd_num_warps", "bwd_num_stages", "bwd_key_slices")
 BOOL_OVERRIDES = ("tma", "nan_flags", "bwd_dq_pass")
 
 
