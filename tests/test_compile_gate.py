@@ -261,7 +261,7 @@ def test_register_table_names_spills_failures_and_the_backward_split_k_runs():
                     error=error)
     fa2, split_k = str(Variant()), str(Variant(split_q=False))
     table = markdown([report("attn_fwd", fa2, 255, 204), report("attn_fwd", split_k, 0, 0, "x"),
-                      report("attn_bwd", fa2, 168)])
+                      dict(report("attn_bwd", fa2, 168), wgmma=False)])
     assert "| D | variant | attn_fwd | attn_bwd |" in table
-    assert f"| 40 | {fa2} | 255, 204/408 spilled | 168 |" in table
-    assert f"| 40 | {split_k} | failed | 168 |" in table  # split-K launches FA2's backward
+    assert f"| 40 | {fa2} | 255, 204/408 spilled | 168, no wgmma |" in table
+    assert f"| 40 | {split_k} | failed | 168, no wgmma |" in table  # split-K launches FA2's backward

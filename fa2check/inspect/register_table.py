@@ -4,8 +4,9 @@
     python -m fa2check.inspect.register_table gate.json
 
 A column per kernel and mask (attn_fwd, attn_fwd causal, ..., attn_bwd causal); a cell is the
-registers per thread, then the spill bytes stored/loaded where ptxas spilled. The backward does
-not read split_q, so a split-K row shows the backward it launches (its split-Q twin's).
+registers per thread, then the spill bytes stored/loaded where ptxas spilled, and "no wgmma"
+where the PTX has no Hopper warpgroup MMA. The backward does not read split_q, so a split-K
+row shows the backward it launches (its split-Q twin's).
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ KERNEL_ORDER = ("attn_fwd", "attn_fwd_repair", "attn_fwd_grad", "attn_bwd", "glu
 
 
 def cell(report: dict | None) -> str:
-    """'184', '255, 204/324 spilled', 'failed' or '' (no such case)."""
+    """'184', '255, 204/324 spilled', '250, no wgmma', 'failed' or '' (no such case)."""
     if report is None:
         return ""
     if report.get("error"):
@@ -27,6 +28,8 @@ def cell(report: dict | None) -> str:
     text = str(report.get("registers"))
     if report.get("spill_stores") or report.get("spill_loads"):
         text += f", {report['spill_stores']}/{report['spill_loads']} spilled"
+    if report.get("wgmma") is False:  # None: not known
+        text += ", no wgmma"
     return text
 
 
