@@ -9,7 +9,7 @@ the same tiles for the same key.
 
 An entry is one part's fields: "fwd" (every TileConfig field but the bwd_ ones) or "bwd" (the
 bwd_ fields; the Triton backward, which every backend's gradients use, keyed by backend
-"triton" and the split_q=True variant, since split_q does not change it). The file states its
+"triton" and the variant). The file states its
 seqlen bands, {part: {band: [first seqlen, seqlen it is tuned at]}}; a call's band is picked by
 seqlen_k for the forward (the keys a row block walks) and by seqlen_q for the backward (the
 rows a key column block walks).
@@ -54,7 +54,7 @@ class TileKey:
     gpu: str
     backend: str  # kernels.config.BACKENDS; "triton" for every "bwd" entry
     part: str  # "fwd" or "bwd"
-    variant: str  # str(Variant); for "bwd" the split_q=True one
+    variant: str  # str(Variant)
     head_dim: int  # block_d(head_dim): the tile's head dimension
     causal: bool
     dtype: str  # "bfloat16", "float16" or "float32"
@@ -79,7 +79,7 @@ class TileTable:
     def key(self, part, gpu, backend, variant, head_dim, causal, dtype, seqlen_q,
             seqlen_k) -> TileKey:
         if part == "bwd":
-            backend, variant = "triton", dataclasses.replace(variant, split_q=True)
+            backend = "triton"
         seqlen = seqlen_k if part == "fwd" else seqlen_q
         return TileKey(gpu, backend, part, str(variant), block_d(head_dim), bool(causal),
                        dtype_name(dtype), self.band_of(part, seqlen))

@@ -15,6 +15,7 @@ import torch
 
 from fa2check.core.oracle import default_scale, visible_mask
 from kernels import default_config
+from kernels.config import block_d
 
 BUGS = {
     "none": "correct float32 composition",
@@ -53,6 +54,9 @@ BUGS = {
                                    "also sees the key just past its diagonal",
     "planted_group_5": "when heads_q / heads_kv == 5, dK and dV leave out the last query head "
                        "of each group",
+    "planted_padded_column": "when head_dim is not a tile width (the kernels pad it to "
+                             "block_d and mask the rest), the column mask is off by one: the "
+                             "last true column of q, k and v is read as padding (0)",
 }
 
 
@@ -91,6 +95,8 @@ def _attention(q, k, v, causal, softmax_scale, variant, bug):
     group = heads_q // heads_kv
     if bug == "dq_noise":
         q = _NoisyGrad.apply(q)
+    if bug == "planted_padded_column" and q.shape[-1] != block_d(q.shape[-1]):
+        q, k, v = (_last_column_zeroed(t) for t in (q, k, v))
     if bug == "ignores_strides":
         q, k, v = (torch.as_strided(t, t.shape, _contiguous_strides(t.shape), t.storage_offset())
                    for t in (q, k, v))
@@ -152,6 +158,13 @@ def _visible_product(p, v, seen):
     o = p @ torch.where(finite, v, 0.0)
     sees_non_finite = (seen.to(v.dtype) @ (~finite).to(v.dtype)) > 0
     return torch.where(sees_non_finite, float("nan"), o)
+
+
+def _last_column_zeroed(t):
+    """t with its last head_dim column 0, differentiably (that column gets no gradient)."""
+    keep = torch.ones(t.shape[-1], dtype=t.dtype, device=t.device)
+    keep[-1] = 0
+    return t * keep
 
 
 def _one_key_more(t):

@@ -4,7 +4,6 @@ import math
 
 import numpy as np
 import pytest
-import torch
 
 from fa2check.ablate import contributions as C
 from fa2check.ablate.grids import Cell, custom_grid, paper_grid, parse_modes
@@ -18,7 +17,7 @@ def _log_times(rng, players):
     return {s: float(rng.normal(0.0, 1.0)) for s in C.subsets(players)}
 
 
-@pytest.mark.parametrize("players", [C.FLAGS, C.BACKWARD_PLAYERS], ids=["3 players", "2 players"])
+@pytest.mark.parametrize("players", [C.FLAGS, C.FLAGS[:2]], ids=["3 players", "2 players"])
 def test_shapley_values_add_up_exactly_to_the_log_total_speedup(players):
     rng = np.random.default_rng(1)
     for _ in range(20):
@@ -70,32 +69,10 @@ def test_pure_interaction_is_shared_by_its_two_members():
     assert q["interaction/defer_normxseq_parallelxsplit_q"] == pytest.approx(0.0)
 
 
-def test_backward_game_names_split_q_not_applicable():
-    assert C.players_for("bwd") == ("defer_norm", "seq_parallel")
-    assert C.players_for("fwd") == C.players_for("fwd+bwd") == C.FLAGS
-    # the backward's variants keep split_q on: they are the ones timed
-    assert {str(C.variant_for(s, C.BACKWARD_PLAYERS)) for s in C.subsets(C.BACKWARD_PLAYERS)} == {
-        str(v) for v in Variant.all() if v.split_q}
-    assert "split_q" in C.NOT_APPLICABLE
-
-
-def test_backward_does_not_depend_on_split_q(device):
-    """Why split_q is 'not applicable' in the backward: the same saved tensors give bitwise
-    identical gradients for split_q on and off."""
-    from kernels.backward import attn_bwd
-    from kernels.config import default_config
-    from kernels.forward import attn_fwd
-
-    gen = torch.Generator().manual_seed(3)
-    q, k, v, do = (torch.randn(1, 2, 40, 16, generator=gen).to(device, torch.bfloat16)
-                   for _ in range(4))
-    on, off = Variant(True, True, True), Variant(True, True, False)
-    config = default_config(16, on_gpu=device == "cuda")
-    o, stats, _ = attn_fwd(q, k, v, True, 0.25, on, config)
-    grads = [attn_bwd(q, k, v, o, stats, do, None, True, 0.25, variant, config)
-             for variant in (on, off)]
-    for a, b in zip(*grads):
-        assert torch.equal(a, b)
+def test_every_mode_has_the_three_players():
+    """split_q reaches the backward (docs/decisions.md D50): no mode drops it."""
+    for mode in ("fwd", "bwd", "fwd+bwd", "fwd hopper", "bwd hopper"):
+        assert C.players_for(mode) == C.FLAGS
 
 
 def _synthetic_samples(rng, effects, repeats=3, n=40, noise=0.01):

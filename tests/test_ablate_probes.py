@@ -4,6 +4,7 @@ import json
 import os
 from pathlib import Path
 
+import pytest
 import torch
 
 from fa2check.core.environment import kernels_sha256
@@ -258,3 +259,58 @@ def test_compare_kernels_puts_every_version_first_in_turn():
     orders = [compare.rotated(names, r) for r in range(4)]
     assert orders == [["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"], ["a", "b", "c"]]
     assert {order[0] for order in orders[:3]} == set(names)
+
+
+def _head_dims_run(tmp_path):
+    """A made-up head_dims.py run: d 96 and 128 at 2k, full, both modes; sdpa-cudnn refuses
+    the backward at 96. Times chosen so that a head at 96 costs 0.9 of a head at 128."""
+    def cell(d, heads, ms_fa2, ms_flash):
+        return dict(cell=dict(batch=8, heads_q=heads, heads_kv=heads, seqlen=2048, head_dim=d,
+                              dtype="bfloat16", causal=False),
+                    ms={"fa2": {"fwd": ms_fa2, "fwd+bwd": 4 * ms_fa2},
+                        "sdpa-flash": {"fwd": ms_flash, "fwd+bwd": 4 * ms_flash},
+                        "sdpa-cudnn": {"fwd": ms_flash, "fwd+bwd": None if d == 96 else 1.0}},
+                    errors={})
+    data = dict(provenance=dict(gpu="NVIDIA H200", torch="2.11", triton="3.6.0", git_commit="abc",
+                                date="2026-12-02", command="head_dims.py --out x"),
+                matmul_tflops=800.0, modes=["fwd", "fwd+bwd"], budget_s=190.0,
+                cells=[cell(128, 16, 1.0, 1.2), cell(96, 21, 0.9 * 21 / 16, 1.0)],
+                not_timed=["b2-h16-s8192-d128-bfloat16-full"])
+    path = tmp_path / "head_dims.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_head_dims_probe_renders_a_saved_run_and_the_padding_cost(tmp_path, capsys, monkeypatch):
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "ablations" / "probes"))
+    probe = _ablations_script("head_dims")
+    assert probe.main(["--render", str(_head_dims_run(tmp_path))]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("Measured on NVIDIA H200") and "bf16 matmul 800 TFLOP/s" in out
+    # d=128, 2k, full: 4 * 8 * 16 * 2048^2 * 128 flop in 1 ms; FA2 1.2x sdpa-flash
+    assert "| b8-h16-s2048-d128-bfloat16-full | fwd | 275 | 229 | 229 | 1.20x |" in out
+    assert "| b8-h21-s2048-d96-bfloat16-full | fwd+bwd |" in out and "| n/a | 0.85x |" in out
+    assert "Not timed (budget of 190 s spent): b2-h16-s8192-d128-bfloat16-full." in out
+    (fwd, both) = probe.padding_rows(json.loads((tmp_path / "head_dims.json").read_text())["cells"])
+    assert (fwd["mode"], both["mode"]) == ("fwd", "fwd+bwd")
+    assert abs(fwd["per_head_ratio"] - 0.9) < 1e-12 and fwd["flop_model"] == 0.75
+    assert "| 96 | 128 | 2048 | full | fwd | 0.90 | 0.75 | +20% |" in out
+
+
+def test_head_dims_probe_arguments(monkeypatch):
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "ablations" / "probes"))
+    probe = _ablations_script("head_dims")
+    args = probe.parse_args([])
+    assert args.head_dims == (128, 96, 256, 192, 160, 64) and args.seqlens == (2048, 8192)
+    assert args.modes == ("fwd", "fwd+bwd") and args.budget_s == 190
+    quick = probe.parse_args(["--quick", "--seqlens", "4096"])
+    assert (quick.head_dims, quick.seqlens, quick.modes) == ((128, 96), (2048,), ("fwd",))
+    assert probe.parse_args(["--head-dims", "40,80", "--modes", "fwd"]).head_dims == (40, 80)
+    cells = probe.cells((96,), (2048, 8192))
+    assert [str(c) for c in cells] == ["b8-h21-s2048-d96-bfloat16-full",
+                                       "b8-h21-s2048-d96-bfloat16-causal",
+                                       "b2-h21-s8192-d96-bfloat16-full",
+                                       "b2-h21-s8192-d96-bfloat16-causal"]
+    for bad in (["--modes", "bwd"], ["--head-dims", "512"]):
+        with pytest.raises(SystemExit):
+            probe.parse_args(bad)

@@ -223,3 +223,43 @@ def test_sass_loops_finds_the_forwards_k_v_loops_in_real_sass():
         assert len(found) == 2, proc.stdout
         (unmasked, unmasked_stalls), (masked, masked_stalls) = found
         assert masked > unmasked and unmasked_stalls > 0 and masked_stalls > 0, proc.stdout
+
+
+def test_head_dims_are_given_as_a_list_or_one_by_one():
+    from fa2check.inspect.compile_gate import parse_args
+
+    assert parse_args(["--head-dims", "40,80,96", "--head-dim", "160"]).head_dim == [40, 80, 96, 160]
+    for bad in ("40,x", "0"):
+        with pytest.raises(SystemExit):
+            parse_args(["--head-dims", bad])
+
+
+def test_an_odd_head_dim_compiles_forward_and_backward_and_tabulates(tmp_path):
+    """d=96 (padded to 128): FA2's forward and backward build for sm_90, and the register
+    table shows both on FA2's row and the split-K row (the same backward)."""
+    from fa2check.inspect.register_table import markdown
+
+    proc, reports = gate(tmp_path, "--kernel", "attn_fwd", "--kernel", "attn_bwd", "--variant",
+                         "fa2", "--dtype", "bfloat16", "--head-dims", "96", "--no-causal")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    cases = by_case(reports)
+    fwd = cases[("attn_fwd", str(Variant()), "bfloat16", 96, False)]
+    bwd = cases[("attn_bwd", str(Variant()), "bfloat16", 96, False)]
+    assert fwd["registers"] > 0 and bwd["registers"] > 0 and fwd["wgmma"] and bwd["wgmma"]
+    table = markdown(reports)
+    assert f"| 96 | {Variant()} | {fwd['registers']}" in table, table
+
+
+def test_register_table_names_spills_failures_and_the_backward_split_k_runs():
+    from fa2check.inspect.register_table import markdown
+
+    def report(kernel, variant, registers, spills=0, error=None):
+        return dict(kernel=kernel, variant=variant, dtype="bfloat16", head_dim=40, causal=False,
+                    registers=registers, spill_stores=spills, spill_loads=2 * spills,
+                    error=error)
+    fa2, split_k = str(Variant()), str(Variant(split_q=False))
+    table = markdown([report("attn_fwd", fa2, 255, 204), report("attn_fwd", split_k, 0, 0, "x"),
+                      dict(report("attn_bwd", fa2, 168), wgmma=False)])
+    assert "| D | variant | attn_fwd | attn_bwd |" in table
+    assert f"| 40 | {fa2} | 255, 204/408 spilled | 168, no wgmma |" in table
+    assert f"| 40 | {split_k} | failed | 168, no wgmma |" in table  # split-K launches FA2's backward

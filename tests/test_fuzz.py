@@ -78,6 +78,10 @@ REACHES = {
     "causal diagonal one past a tile": lambda e: e.problem.causal
     and e.problem.seqlen_k - e.problem.seqlen_q == BLOCK_N + 1,
     "head_dim 256 float32": lambda e: e.problem.head_dim == 256 and e.problem.dtype == "float32",
+    "odd head_dim below 16": lambda e: e.problem.head_dim < 16,
+    "odd head_dim between 64 and 128": lambda e: 64 < e.problem.head_dim < 128,
+    "odd head_dim between 128 and 256, causal": lambda e: 128 < e.problem.head_dim < 256
+    and e.problem.causal,
     "extreme below-5e4 padded": lambda e: e.distribution == "below-5e4"
     and e.layout == "padded-bshd-strided",
     "split-K, batch 2": lambda e: not e.variant.split_q and e.problem.batch == 2,
@@ -227,6 +231,21 @@ def test_the_ci_profile_finds_and_shrinks_each_planted_bug(bug):
                 if not n["passed"]} == {"dk", "dv"}
     else:
         assert (found.problem.heads_q, found.problem.heads_kv) == (1, 1)
+
+
+def test_the_ci_profile_finds_a_bug_only_odd_head_dims_have():
+    """planted_padded_column mis-masks the padded tile's columns, which a tile-width head_dim
+    does not have: the fixed shapes (head_dim 32) and a space of tile widths alone never see it.
+    Shrunk towards the first head_dim that is not a tile width, with everything else minimal."""
+    bug = "planted_padded_column"
+    outcome = run_fuzz(double(bug), f"doubles:{bug}", space=Space(), device="cpu", profile="ci")
+    assert outcome.failure is not None, f"{bug}: not found in {outcome.tally.examples} examples"
+    assert outcome.tally.examples <= PROFILES["ci"].max_examples
+    found = outcome.failure.example
+    assert found.problem.head_dim == 1 and "oracle" in outcome.failure.failed, str(found)
+    assert (found.variant, found.distribution, found.layout, found.problem.batch,
+            found.problem.heads_q, found.problem.dtype) == (
+        Variant(), "normal", "contiguous", 1, 1, "float16"), str(found)
 
 
 def test_replay_runs_what_failed_and_what_is_expected_to_hold():

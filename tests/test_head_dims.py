@@ -68,3 +68,23 @@ def test_other_backends_keep_their_head_dims():
     with pytest.raises(ValueError, match="head_dim in"):
         check_gluon_call(torch.bfloat16, 40, Variant(), TileConfig(64, 32))
     assert "head_dim in" in unsupported(torch.bfloat16, 96)
+
+
+# compiled on the GPU: long enough for several K/V tiles and row blocks, unequal lengths,
+# GQA and MQA, both masks, bfloat16 and float32 (float32 at d = 96 and 160 takes the padded
+# tile's float32 configuration)
+GPU_PROBLEMS = [
+    Problem(2, 8, 2, 777, 1031, 40, "bfloat16", True),
+    Problem(1, 6, 1, 1024, 1024, 96, "bfloat16", False),
+    Problem(1, 4, 2, 513, 700, 96, "float32", True),
+    Problem(1, 6, 3, 1000, 517, 160, "bfloat16", True),
+    Problem(1, 2, 1, 300, 641, 160, "float32", False),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("problem", GPU_PROBLEMS, ids=str)
+def test_gpu_odd_head_dims_forward_and_backward(problem, device):
+    """FA2's forward (o, lse) and backward (dq, dk, dv) against the float64 oracle by the pass
+    rule, compiled, at head dims the tiles pad (40 -> 64, 96 -> 128, 160 -> 256)."""
+    _assert_passes(problem, Variant(), device)

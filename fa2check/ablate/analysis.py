@@ -11,7 +11,7 @@ import numpy as np
 
 from .clocks import median_clock
 from .contenders import PREFIXED, kernel_backend_of
-from .contributions import (NOT_APPLICABLE, analyse, players_for, repeat_draws, subsets,
+from .contributions import (analyse, players_for, repeat_draws, subsets,
                             summarise, variant_for, view_of, with_intervals)
 from .grids import MODES, Cell
 from ..core.sdpa_backends import BACKENDS
@@ -109,7 +109,7 @@ def analyse_results(results: dict, n_draws: int = DEFAULT_DRAWS, seed: int = 0) 
             by_seqlen[s] = summarise([r for c, r in analysed if c.seqlen == s])
         out["modes"][view] = {
             "players": list(players),
-            "not_applicable": NOT_APPLICABLE if mode == "bwd" else {},
+            "not_applicable": {},
             "cells": cells,
             "summary": summarise([r for _, r in analysed]) if analysed else None,
             "by_seqlen": by_seqlen,

@@ -15,9 +15,8 @@ so v(all) is the log of FA2's total speedup over the baseline. Reported for each
   (-1)^(|T|-|S|) v(S) for |T| >= 2; v(all) = sum of alone effects + sum of dividends, and
   phi_i = alone_i + sum over T containing i, |T|>=2, of d(T)/|T|.
 
-The backward kernel does not depend on split_q (the same code runs for both values), so for the
-backward alone the game has two players and split_q is reported as not applicable. fwd+bwd has
-three players: split_q acts through its forward.
+Every mode has the three players: split_q off is split-K in the forward (keys over warps or
+warpgroups) and in the backward (FA1's split of the dQ products' keys, docs/decisions.md D50).
 
 Intervals. Times are the median of every sample of an implementation in a cell. The bootstrap
 resamples the sweeps (the repeats of the whole grid, the experimental unit: paired across
@@ -36,8 +35,6 @@ from typing import Mapping, Sequence
 import numpy as np
 
 FLAGS = ("defer_norm", "seq_parallel", "split_q")
-BACKWARD_PLAYERS = ("defer_norm", "seq_parallel")
-NOT_APPLICABLE = {"split_q": "not applicable: the backward code is the same for both values"}
 CONFIDENCE = 0.95
 
 
@@ -48,7 +45,7 @@ def view_of(view: str) -> tuple[str, str]:
 
 
 def players_for(view: str) -> tuple[str, ...]:
-    return BACKWARD_PLAYERS if view_of(view)[0] == "bwd" else FLAGS
+    return FLAGS
 
 
 def subsets(players: Sequence[str]) -> list[frozenset]:

@@ -77,11 +77,10 @@ class Settings:
 
 
 def variants_for(mode: str):
-    """All 8 variants; the backward alone only the 4 split_q=True ones (split_q does not
-    change the backward, see fa2check.ablate.contributions)."""
+    """All 8 variants, in every mode (split_q reaches the backward: docs/decisions.md D50)."""
     from kernels import Variant
 
-    return [v for v in Variant.all() if mode != "bwd" or v.split_q]
+    return list(Variant.all())
 
 
 def kernels_for(mode: str, cell, settings: Settings) -> list[str]:
@@ -179,7 +178,7 @@ class Configs:
 
 
 def key_of(part: str, name: str, cell) -> tuning.TuneKey:
-    """The key whose winner a kernel's part uses in a cell (the backward's is split_q=True's)."""
+    """The key whose winner a kernel's part uses in a cell (the backward's is Triton's)."""
     variant = name if part == "fwd" else str(tuning.part_variant(part,
                                                                  parse_kernel_name(name)[1]))
     return tuning.TuneKey(part, variant, cell.head_dim, cell.causal,

@@ -29,7 +29,7 @@ def table_bands(tune_seqlen: int) -> dict:
 
 def part_of(name: str, part: str):
     """(kernel backend, variant) whose entry a kernel's part reads: the backward is Triton's,
-    shared by both split_q values."""
+    one key per variant (split_q reaches the backward, D50)."""
     backend, variant = parse_kernel_name(name)
     if part == "bwd":
         return "triton", tuning.part_variant(part, variant)

@@ -15,8 +15,9 @@ band's winner is tuned on one representative cell (the first dtype of the grid, 
 nearest the band's tune seqlen) and reused for the band's other seqlens and dtypes; where it
 came from is recorded with it. The forward has a band for short sequences (under 2048, tuned at
 1024), the backward one for long ones (from 8192, tuned at 16384); the rest is tuned at 4096.
-The backward does not read split_q, so backward configs are tuned for split_q=True and shared
-by both values.
+The backward reads split_q (off: FA1's split-K of the dQ products, D50), so each variant has
+its own backward key; split-K's backward is FA1's shape (16 query rows a step, dQ in the loop,
+slices of 16 keys), the one tile of kernels.config's heuristic, not searched.
 
 Compiling: Triton compiles each (kernel, constexprs, dtype) once, 1-10 s each on one core, and
 a thread pool does not help (measured on the development machine: 4 forward kernels took
@@ -188,7 +189,7 @@ def band_seqlens(part: str, band: str) -> str:
 @dataclass(frozen=True)
 class TuneKey:
     part: str  # "fwd" or "bwd"
-    variant: str  # str(Variant); for "bwd" always the split_q=True one
+    variant: str  # str(Variant)
     head_dim: int
     causal: bool
     band: str = ""  # the seqlen band of TUNE_BANDS[part] this winner is for
@@ -202,8 +203,8 @@ def variant_of(key: TuneKey):
 
 
 def part_variant(part: str, variant):
-    """The variant whose config a part uses: the backward shares split_q=True's."""
-    return replace(variant, split_q=True) if part == "bwd" else variant
+    """The variant whose config a part uses (each part its own since D50)."""
+    return variant
 
 
 def fields_of(config, part: str) -> dict:
@@ -225,6 +226,11 @@ def candidates(part: str, head_dim: int, variant, on_gpu: bool,
                 if c[3] in STAGES[variant.seq_parallel]
                 and shared_bytes(head_dim, c[1], c[3], variant.split_q, variant.seq_parallel,
                                  causal=causal) <= SHARED_LIMIT]
+    if part == "bwd" and not variant.split_q and on_gpu:  # FA1's backward shape (D50)
+        from kernels.config import heuristic_config
+
+        fa1 = heuristic_config(head_dim, True, variant)
+        return [{**fields_of(fa1, "bwd"), "bwd_key_slices": fa1.bwd_key_slices}]
     if not on_gpu:
         space = CPU_FWD_SPACE if part == "fwd" else CPU_BWD_SPACE
     elif part == "fwd":

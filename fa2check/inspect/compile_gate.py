@@ -480,7 +480,20 @@ def add_case_arguments(p, kernels: str, dtypes: str, head_dims: str):
     p.add_argument("--variant", action="append", type=Variant.parse,
                    help="e.g. fa2, fa1 or '+defer-seqpar+splitq' (repeatable); default: all 8")
     p.add_argument("--dtype", action="append", choices=list(DTYPES), help=f"default: {dtypes}")
-    p.add_argument("--head-dim", action="append", type=int, help=f"default: {head_dims}")
+    p.add_argument("--head-dim", "--head-dims", action="extend", type=head_dim_list,
+                   help=f"repeatable, or a comma-separated list (e.g. 40,80,96,160,192); "
+                        f"default: {head_dims}")
+
+
+def head_dim_list(text: str) -> list[int]:
+    """'64' or '40,80,96': the head dims of one --head-dim option."""
+    try:
+        dims = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected head dims like 64 or 40,80,96, got {text!r}")
+    if not dims or min(dims) < 1:
+        raise argparse.ArgumentTypeError(f"head dims are positive, got {text!r}")
+    return dims
 
 
 def add_output_arguments(p):

@@ -1,0 +1,83 @@
+"""The compile gate's registers and spills as a markdown table, a row per head_dim and variant.
+
+    python -m fa2check.compile_gate --dtype bfloat16 --head-dims 40,80,96,160,192 --json gate.json
+    python -m fa2check.inspect.register_table gate.json
+
+A column per kernel and mask (attn_fwd, attn_fwd causal, ..., attn_bwd causal); a cell is the
+registers per thread, then the spill bytes stored/loaded where ptxas spilled, and "no wgmma"
+where the PTX has no Hopper warpgroup MMA. The backward does not read split_q, so a split-K
+row shows the backward it launches (its split-Q twin's).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .compile_gate import SPECS
+
+KERNEL_ORDER = ("attn_fwd", "attn_fwd_repair", "attn_fwd_grad", "attn_bwd", "gluon_attn_fwd")
+
+
+def cell(report: dict | None) -> str:
+    """'184', '255, 204/324 spilled', '250, no wgmma', 'failed' or '' (no such case)."""
+    if report is None:
+        return ""
+    if report.get("error"):
+        return "failed"
+    text = str(report.get("registers"))
+    if report.get("spill_stores") or report.get("spill_loads"):
+        text += f", {report['spill_stores']}/{report['spill_loads']} spilled"
+    if report.get("wgmma") is False:  # None: not known
+        text += ", no wgmma"
+    return text
+
+
+def _split_q_twin(variant: str) -> str:
+    return variant.replace("-splitq", "+splitq")
+
+
+def markdown(reports: list[dict]) -> str:
+    """The table (see the module docstring); one dtype per table, so the dtype goes in its title
+    when there are several."""
+    cases = {(r["kernel"], r["variant"], r["dtype"], r["head_dim"], r["causal"]): r
+             for r in reports}
+    columns = sorted({(r["kernel"], r["causal"]) for r in reports},
+                     key=lambda c: (KERNEL_ORDER.index(c[0]) if c[0] in KERNEL_ORDER else 99,
+                                    c[0], c[1]))
+    variants = list(dict.fromkeys(r["variant"] for r in reports))  # the order the gate used
+    lines = []
+    for dtype in dict.fromkeys(r["dtype"] for r in reports):
+        header = ["D", "variant"] + [f"{k}{' causal' if causal else ''}" for k, causal in columns]
+        lines += [f"{dtype}: registers per thread, spill bytes stored/loaded", "",
+                  "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        for head_dim in sorted({r["head_dim"] for r in reports if r["dtype"] == dtype}):
+            for variant in variants:
+                cells = []
+                for kernel, causal in columns:
+                    if kernel in SPECS and not SPECS[kernel].uses_split_q:
+                        variant_run = _split_q_twin(variant)  # the backward a split-K call runs
+                    else:
+                        variant_run = variant
+                    found = cases.get((kernel, variant_run, dtype, head_dim, causal))
+                    cells.append(cell(found))
+                if any(cells):
+                    lines.append("| " + " | ".join([str(head_dim), variant] + cells) + " |")
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m fa2check.inspect.register_table",
+                                description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("json", help="the file the compile gate wrote with --json")
+    args = p.parse_args(argv)
+    with open(args.json) as f:
+        reports = json.load(f)
+    print(markdown(reports), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
