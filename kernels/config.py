@@ -101,7 +101,8 @@ def heuristic_config(head_dim: int, on_gpu: bool, variant=None, dtype=None,
         # ... whose split-Q causal build at head_dim 128 needs block_n 64 to fit (the first
         # non-finite keys' buffer of D53 goes over 227 KB at 128; causal None: unknown)
         block_n = 64 if fa1 and variant.split_q and head_dim == 128 and causal is not False else 128
-        return replace(default_config(head_dim, on_gpu, None, dtype), block_m=64,
+        # the backward fields are the Triton backward's for this variant (its gradients)
+        return replace(heuristic_config(head_dim, on_gpu, variant, dtype), block_m=64,
                        block_n=block_n, num_warps=4, num_stages=1 if fa1 else 2, tma=False)
     if backend == "gluon":
         config = default_config(head_dim, on_gpu, None, dtype)
