@@ -73,6 +73,10 @@ def test_every_mode_has_the_three_players():
     """split_q reaches the backward (docs/decisions.md D50): no mode drops it."""
     for mode in ("fwd", "bwd", "fwd+bwd", "fwd hopper", "bwd hopper"):
         assert C.players_for(mode) == C.FLAGS
+    every = {str(v) for v in Variant.all()}
+    assert C.players_for("bwd", every) == C.FLAGS
+    # a run saved before D50 timed the backward's split_q=True variants only
+    assert C.players_for("bwd", {str(v) for v in Variant.all() if v.split_q}) == C.FLAGS[:2]
 
 
 def _synthetic_samples(rng, effects, repeats=3, n=40, noise=0.01):

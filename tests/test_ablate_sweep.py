@@ -53,7 +53,7 @@ def test_gluon_kernels_are_timed_only_where_they_can_run():
     on, off = Settings(gluon=True), Settings()
     cell = Cell(4, 32, 32, 4096, 64, "bfloat16", True)
     assert len(kernels_for("fwd", cell, on)) == 16 and len(kernels_for("fwd", cell, off)) == 8
-    assert len(kernels_for("bwd", cell, on)) == 4  # the Gluon kernel is a forward
+    assert len(kernels_for("bwd", cell, on)) == 8  # the Gluon kernel is a forward
     for other in (Cell(1, 16, 16, 8192, 128, "bfloat16", True), Cell(4, 32, 32, 4096, 64,
                                                                     "float32", False)):
         assert len(kernels_for("fwd", other, on)) == 8
@@ -80,7 +80,7 @@ def test_tiny_end_to_end_run_in_the_interpreter(tmp_path, device):
     assert all(entry["gate"][str(v)]["passed"] for v in Variant.all())
     fwd, bwd = entry["modes"]["fwd"], entry["modes"]["bwd"]
     assert set(fwd["timed"]) == {str(v) for v in Variant.all()} | {"sdpa-math"}
-    assert set(bwd["timed"]) == {str(v) for v in Variant.all() if v.split_q} | {"sdpa-math"}
+    assert set(bwd["timed"]) == {str(v) for v in Variant.all()} | {"sdpa-math"}
     assert fwd["excluded"]["sdpa-efficient"].startswith("unavailable")
     # the Gluon kernels are gated like any contender; the interpreter cannot run them
     gluon = [f"gluon{v}" for v in Variant.all()]
@@ -91,7 +91,7 @@ def test_tiny_end_to_end_run_in_the_interpreter(tmp_path, device):
     triton = [r for r in results["configs"] if not r["key"]["variant"].startswith("gluon")]
     assert all(r["source"].startswith("tuned on") for r in triton)
     analysis = results["analysis"]["modes"]
-    assert analysis["bwd"]["players"] == ["defer_norm", "seq_parallel"]
+    assert analysis["bwd"]["players"] == ["defer_norm", "seq_parallel", "split_q"]
     assert "shapley/split_q" in analysis["fwd"]["cells"][0]["contributions"]
     for suffix in (".csv", ".md", "-tflops.png", "-contributions.png"):
         assert path.with_name(path.stem + suffix).exists()

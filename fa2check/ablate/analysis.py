@@ -11,7 +11,7 @@ import numpy as np
 
 from .clocks import median_clock
 from .contenders import PREFIXED, kernel_backend_of
-from .contributions import (analyse, players_for, repeat_draws, subsets,
+from .contributions import (BACKWARD_BEFORE_D50, FLAGS, analyse, players_for, repeat_draws, subsets,
                             summarise, variant_for, view_of, with_intervals)
 from .grids import MODES, Cell
 from ..core.sdpa_backends import BACKENDS
@@ -77,7 +77,9 @@ def analyse_results(results: dict, n_draws: int = DEFAULT_DRAWS, seed: int = 0) 
     out = {"matmul_tflops": matmul, "modes": {}, "n_draws": n_draws, "seed": seed}
     for view in views(results):
         mode, prefix = view_of(view)
-        players = players_for(mode)
+        timed = {name for entry in results["cells"]
+                 for name in entry["modes"].get(mode, {}).get("samples", {})}
+        players = players_for(view, timed)
         rng = np.random.default_rng([seed, MODES.index(mode)]
                                     + ([1 + PREFIXED.index(prefix)] if prefix else []))
         draws = repeat_draws(max(repeats, 1), n_draws, rng)
@@ -109,7 +111,7 @@ def analyse_results(results: dict, n_draws: int = DEFAULT_DRAWS, seed: int = 0) 
             by_seqlen[s] = summarise([r for c, r in analysed if c.seqlen == s])
         out["modes"][view] = {
             "players": list(players),
-            "not_applicable": {},
+            "not_applicable": BACKWARD_BEFORE_D50 if len(players) < len(FLAGS) else {},
             "cells": cells,
             "summary": summarise([r for _, r in analysed]) if analysed else None,
             "by_seqlen": by_seqlen,

@@ -44,7 +44,18 @@ def view_of(view: str) -> tuple[str, str]:
     return mode, backend
 
 
-def players_for(view: str) -> tuple[str, ...]:
+# runs saved before split_q reached the backward (D50) timed its 4 split_q=True variants only
+BACKWARD_BEFORE_D50 = {"split_q": "not timed: the run predates split_q in the backward (D50)"}
+
+
+def players_for(view: str, timed: set | None = None) -> tuple[str, ...]:
+    """The game's players: the three flags, or for a saved backward run that timed only the
+    split_q=True variants (`timed`: its kernel names), defer_norm and seq_parallel."""
+    mode, prefix = view_of(view)
+    if mode == "bwd" and timed is not None and not any(
+            (prefix + str(variant_for(s, FLAGS))) in timed for s in subsets(FLAGS)
+            if "split_q" not in s):
+        return FLAGS[:2]
     return FLAGS
 
 
