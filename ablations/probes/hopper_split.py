@@ -19,8 +19,9 @@ dim D, 64 query rows under split-K):
   FA1's schedule (seq_parallel off: one program per (batch, head), K/V tiles outer, each row
   block's fp32 output and statistics read from and written to HBM at every K/V tile): per
   head about 10 N^2 D / BN bytes (N = 1k, D = 128, BN = 128: 10 MB a head, 2.7 GB for the 256
-  heads, 0.55 ms at 4.8 TB/s against FA2's ~0.08 ms), so FA1-style should be memory-bound near
-  55-65 TFLOP/s (7-8% of matmul) at 1k, unless L2 holds part of the round trip.
+  heads, 0.55 ms at 4.8 TB/s; the 1k cell's 137 GFLOP over 0.55 ms is ~245 TFLOP/s, ~30% of
+  matmul: the DRAM roofline. [Written first as "55-65 TFLOP/s (7-8%)", an arithmetic slip;
+  measured 18% with pointer loads of the state, 22% with the TMA prefetch of D55.]
   Everything else is the same per row: K/V bytes through wgmma (split-Q reads each tile twice
   for 128 rows, split-K once for 64), and deferred normalisation moves only O(rows) work per tile.
 
