@@ -250,7 +250,7 @@ def test_an_odd_head_dim_compiles_forward_and_backward_and_tabulates(tmp_path):
     assert f"| 96 | {Variant()} | {fwd['registers']}" in table, table
 
 
-def test_register_table_names_spills_failures_and_the_backward_split_k_runs():
+def test_register_table_names_spills_failures_and_each_variants_own_kernels():
     from fa2check.inspect.register_table import markdown
 
     def report(kernel, variant, registers, spills=0, error=None):
@@ -259,7 +259,8 @@ def test_register_table_names_spills_failures_and_the_backward_split_k_runs():
                     error=error)
     fa2, split_k = str(Variant()), str(Variant(split_q=False))
     table = markdown([report("attn_fwd", fa2, 255, 204), report("attn_fwd", split_k, 0, 0, "x"),
-                      dict(report("attn_bwd", fa2, 168), wgmma=False)])
+                      dict(report("attn_bwd", fa2, 168), wgmma=False),
+                      report("attn_bwd", split_k, 240)])
     assert "| D | variant | attn_fwd | attn_bwd |" in table
     assert f"| 40 | {fa2} | 255, 204/408 spilled | 168, no wgmma |" in table
-    assert f"| 40 | {split_k} | failed | 168, no wgmma |" in table  # split-K launches FA2's backward
+    assert f"| 40 | {split_k} | failed | 240 |" in table  # split-K's own backward (D50)

@@ -66,7 +66,6 @@ class KernelSpec:
     kernel: Callable[[], object]  # returns the triton.jit function (imported lazily)
     specialize: Callable[[object, Case], tuple[dict, dict, dict]]  # -> signature, constexprs, attrs
     tiles: Callable[[TileConfig], dict]  # -> this kernel's block_m, block_n, num_warps, num_stages
-    uses_split_q: bool = True  # False: the split_q flag does not reach this kernel
     causal_only: bool = False  # launched for causal calls only
     backend: str = "triton"  # kernels.config.BACKENDS: "gluon" kernels are Gluon functions
     supports: Callable[[str, int], bool] = lambda dtype, head_dim: True
@@ -377,8 +376,6 @@ def gate_cases(variants, dtypes, head_dims, causals, specs=tuple(SPECS), overrid
     cases = []
     for spec, variant, dtype, head_dim, causal in itertools.product(specs, variants, dtypes,
                                                                     head_dims, causals):
-        if not SPECS[spec].uses_split_q and not variant.split_q:
-            continue  # the same kernel as with split_q on
         if SPECS[spec].causal_only and not causal or not SPECS[spec].supports(dtype, head_dim):
             continue
         config = default_config(head_dim, on_gpu=True, variant=variant, dtype=dtype,

@@ -5,8 +5,8 @@
 
 A column per kernel and mask (attn_fwd, attn_fwd causal, ..., attn_bwd causal); a cell is the
 registers per thread, then the spill bytes stored/loaded where ptxas spilled, and "no wgmma"
-where the PTX has no Hopper warpgroup MMA. The backward does not read split_q, so a split-K
-row shows the backward it launches (its split-Q twin's).
+where the PTX has no Hopper warpgroup MMA. Every kernel reads split_q (the backward since
+docs/decisions.md D50), so each row shows its own variant's kernels.
 """
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ import argparse
 import json
 import sys
 
-from .compile_gate import SPECS
 
 KERNEL_ORDER = ("attn_fwd", "attn_fwd_repair", "attn_fwd_grad", "attn_bwd", "gluon_attn_fwd")
 
@@ -31,10 +30,6 @@ def cell(report: dict | None) -> str:
     if report.get("wgmma") is False:  # None: not known
         text += ", no wgmma"
     return text
-
-
-def _split_q_twin(variant: str) -> str:
-    return variant.replace("-splitq", "+splitq")
 
 
 def markdown(reports: list[dict]) -> str:
@@ -55,11 +50,7 @@ def markdown(reports: list[dict]) -> str:
             for variant in variants:
                 cells = []
                 for kernel, causal in columns:
-                    if kernel in SPECS and not SPECS[kernel].uses_split_q:
-                        variant_run = _split_q_twin(variant)  # the backward a split-K call runs
-                    else:
-                        variant_run = variant
-                    found = cases.get((kernel, variant_run, dtype, head_dim, causal))
+                    found = cases.get((kernel, variant, dtype, head_dim, causal))
                     cells.append(cell(found))
                 if any(cells):
                     lines.append("| " + " | ".join([str(head_dim), variant] + cells) + " |")
