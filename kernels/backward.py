@@ -72,10 +72,11 @@ def _attn_bwd_preprocess(O, O_RES, DO, DLSE, STAT, L, DELTA, STAT2, INV_L,
                          stride_dob, stride_doh, stride_dom, stride_dod,
                          heads_q, seqlen_q, padded_q,
                          HAS_DLSE: tl.constexpr, HAS_O_RES: tl.constexpr,
-                         DEFER_NORM: tl.constexpr, BLOCK_M: tl.constexpr, HEAD_DIM: tl.constexpr,
-                         BLOCK_D: tl.constexpr):
-    """What every backward step reads of a query row, float32 (B, H, padded_q) contiguous, the
-    rows padded to whole blocks of the backward so that its loops load them without masks:
+                         DEFER_NORM: tl.constexpr, BLOCK_M: tl.constexpr,
+                         HEAD_DIM_V: tl.constexpr, BLOCK_DV: tl.constexpr):
+    """What every backward step reads of a query row (O and dO have V's head dimension),
+    float32 (B, H, padded_q) contiguous, the rows padded to whole blocks of the backward so
+    that its loops load them without masks:
       DELTA = rowsum(dO * O) - dlse, 0 past seqlen_q. HAS_O_RES: O is the stored output plus
               its rounding residual O_RES (same strides), about float32's precision;
       STAT2 = the row's statistic in log2 units, P = exp2(S * c - STAT2) (* INV_L when not
@@ -86,17 +87,17 @@ def _attn_bwd_preprocess(O, O_RES, DO, DLSE, STAT, L, DELTA, STAT2, INV_L,
     off_b = off_bh // heads_q
     off_h = off_bh % heads_q
     offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_d = tl.arange(0, BLOCK_D)
+    offs_d = tl.arange(0, BLOCK_DV)
     row_ok = offs_m < seqlen_q
     o = _load_rows(O, off_b, off_h, offs_m, offs_d, seqlen_q,
-                   stride_ob, stride_oh, stride_om, stride_od, HEAD_DIM, BLOCK_D).to(tl.float32)
+                   stride_ob, stride_oh, stride_om, stride_od, HEAD_DIM_V, BLOCK_DV).to(tl.float32)
     if HAS_O_RES:
         o += _load_rows(O_RES, off_b, off_h, offs_m, offs_d, seqlen_q,
-                        stride_ob, stride_oh, stride_om, stride_od, HEAD_DIM,
-                        BLOCK_D).to(tl.float32)
+                        stride_ob, stride_oh, stride_om, stride_od, HEAD_DIM_V,
+                        BLOCK_DV).to(tl.float32)
     do = _load_rows(DO, off_b, off_h, offs_m, offs_d, seqlen_q,
-                    stride_dob, stride_doh, stride_dom, stride_dod, HEAD_DIM,
-                    BLOCK_D).to(tl.float32)
+                    stride_dob, stride_doh, stride_dom, stride_dod, HEAD_DIM_V,
+                    BLOCK_DV).to(tl.float32)
     delta = tl.sum(o * do, 1)
     rows = off_bh * seqlen_q + offs_m  # DLSE, STAT, L: (B, H, Sq) contiguous
     out = off_bh * padded_q + offs_m
@@ -150,15 +151,16 @@ def _attn_bwd_kv_step(dk, dv, k, v, Q_ptrs, DO_ptrs, DQ_ptrs, STAT_ptr, INV_L_pt
                       MASK: tl.constexpr, IS_CAUSAL: tl.constexpr, DEFER_NORM: tl.constexpr,
                       SEQ_PARALLEL: tl.constexpr, DQ_PASS: tl.constexpr, SPLIT_Q: tl.constexpr,
                       KEY_SLICES: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                      HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
-                      INPUT_PRECISION: tl.constexpr):
+                      HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, HEAD_DIM_V: tl.constexpr,
+                      BLOCK_DV: tl.constexpr, INPUT_PRECISION: tl.constexpr):
     """Fold query rows start_m .. start_m + BLOCK_M into dK_j, dV_j (and, without DQ_PASS, add
     their dQ part). Works on the transposed tile (keys x rows): dK_j, dV_j are row sums of it."""
     rows = start_m + offs_m
     row_ok = rows < seqlen_q
     row_cols_ok = _head_cols(row_ok[:, None], HEAD_DIM, BLOCK_D, 1)  # padded columns: 0
     q = tl.load(Q_ptrs + start_m * stride_qm, mask=row_cols_ok, other=0.0)  # (BLOCK_M, BLOCK_D)
-    do = tl.load(DO_ptrs + start_m * stride_dom, mask=row_cols_ok, other=0.0)
+    do = tl.load(DO_ptrs + start_m * stride_dom, other=0.0,
+                 mask=_head_cols(row_ok[:, None], HEAD_DIM_V, BLOCK_DV, 1))  # (BLOCK_M, BLOCK_DV)
     delta = tl.load(DELTA_ptr + rows)  # rows padded to whole blocks: no mask
     stat = tl.load(STAT_ptr + rows)
 
@@ -207,19 +209,21 @@ def _attn_bwd_col_block(Q, K, V, DO, DQ, DK, DV, STAT, INV_L, DELTA, start_n, of
                         SPLIT_Q: tl.constexpr, KEY_SLICES: tl.constexpr,
                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                         HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+                        HEAD_DIM_V: tl.constexpr, BLOCK_DV: tl.constexpr,
                         INPUT_PRECISION: tl.constexpr):
     """dK_j and dV_j for keys start_n .. start_n + BLOCK_N of one kv head, summed over the
     kv head's group of query heads."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
     offs_m = tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_D)
+    offs_dv = tl.arange(0, BLOCK_DV)
     key_ok = offs_n < seqlen_k
     k = _load_rows(K, off_b, off_hkv, offs_n, offs_d, seqlen_k,
                    stride_kb, stride_kh, stride_kn, stride_kd, HEAD_DIM, BLOCK_D)  # (BLOCK_N, D)
-    v = _load_rows(V, off_b, off_hkv, offs_n, offs_d, seqlen_k,
-                   stride_vb, stride_vh, stride_vn, stride_vd, HEAD_DIM, BLOCK_D)
+    v = _load_rows(V, off_b, off_hkv, offs_n, offs_dv, seqlen_k,
+                   stride_vb, stride_vh, stride_vn, stride_vd, HEAD_DIM_V, BLOCK_DV)  # (.., Dv)
     dk = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
-    dv = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
+    dv = tl.zeros([BLOCK_N, BLOCK_DV], tl.float32)
     lo, full_lo, hi = _query_block_range(start_n, seqlen_q, seqlen_k, BLOCK_M, BLOCK_N, IS_CAUSAL)
 
     for g in range(0, group_size):  # GQA: every query head that reads this kv head
@@ -228,7 +232,7 @@ def _attn_bwd_col_block(Q, K, V, DO, DQ, DK, DV, STAT, INV_L, DELTA, start_n, of
         head_do = off_b.to(tl.int64) * stride_dob + off_h.to(tl.int64) * stride_doh
         head_dq = (off_b * heads_q + off_h).to(tl.int64) * seqlen_q * HEAD_DIM  # DQ contiguous
         Q_ptrs = Q + head_q + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd
-        DO_ptrs = DO + head_do + offs_m[:, None] * stride_dom + offs_d[None, :] * stride_dod
+        DO_ptrs = DO + head_do + offs_m[:, None] * stride_dom + offs_dv[None, :] * stride_dod
         DQ_ptrs = DQ + head_dq + offs_m[:, None] * HEAD_DIM + offs_d[None, :]
         row_stats = (off_b * heads_q + off_h) * padded_q  # STAT, INV_L, DELTA: (B, H, padded_q)
         for start_m in range(lo, full_lo, BLOCK_M):
@@ -237,21 +241,42 @@ def _attn_bwd_col_block(Q, K, V, DO, DQ, DK, DV, STAT, INV_L, DELTA, start_n, of
                                        offs_n, stride_qm, stride_dom, HEAD_DIM, seqlen_q, seqlen_k,
                                        qk_scale, sm_scale, True, IS_CAUSAL, DEFER_NORM,
                                        SEQ_PARALLEL, DQ_PASS, SPLIT_Q, KEY_SLICES, BLOCK_M,
-                                       BLOCK_N, HEAD_DIM, BLOCK_D, INPUT_PRECISION)
+                                       BLOCK_N, HEAD_DIM, BLOCK_D, HEAD_DIM_V, BLOCK_DV,
+                                       INPUT_PRECISION)
         for start_m in range(full_lo, hi, BLOCK_M):
             dk, dv = _attn_bwd_kv_step(dk, dv, k, v, Q_ptrs, DO_ptrs, DQ_ptrs, STAT + row_stats,
                                        INV_L + row_stats, DELTA + row_stats, start_m, offs_m,
                                        offs_n, stride_qm, stride_dom, HEAD_DIM, seqlen_q, seqlen_k,
                                        qk_scale, sm_scale, False, IS_CAUSAL, DEFER_NORM,
                                        SEQ_PARALLEL, DQ_PASS, SPLIT_Q, KEY_SLICES, BLOCK_M,
-                                       BLOCK_N, HEAD_DIM, BLOCK_D, INPUT_PRECISION)
+                                       BLOCK_N, HEAD_DIM, BLOCK_D, HEAD_DIM_V, BLOCK_DV,
+                                       INPUT_PRECISION)
 
     dk *= sm_scale
     out = off_b.to(tl.int64) * stride_dkb + off_hkv.to(tl.int64) * stride_dkh \
-        + offs_n[:, None] * stride_dkn + offs_d[None, :] * stride_dkd  # DK and DV share strides
+        + offs_n[:, None] * stride_dkn + offs_d[None, :] * stride_dkd  # DK's (DV's if Dv == D)
     key_cols_ok = _head_cols(key_ok[:, None], HEAD_DIM, BLOCK_D, 1)  # padded columns: not stored
     tl.store(DK + out, dk.to(DK.dtype.element_ty), mask=key_cols_ok)
-    tl.store(DV + out, dv.to(DV.dtype.element_ty), mask=key_cols_ok)
+    if HEAD_DIM_V == HEAD_DIM:
+        tl.store(DV + out, dv.to(DV.dtype.element_ty), mask=key_cols_ok)
+    else:  # DV is contiguous like DK with rows HEAD_DIM_V wide: DK's strides scaled
+        dv_out = off_b.to(tl.int64) * (stride_dkb // HEAD_DIM * HEAD_DIM_V) \
+            + off_hkv.to(tl.int64) * (stride_dkh // HEAD_DIM * HEAD_DIM_V) \
+            + offs_n[:, None] * HEAD_DIM_V + offs_dv[None, :]
+        tl.store(DV + dv_out, dv.to(DV.dtype.element_ty),
+                 mask=_head_cols(key_ok[:, None], HEAD_DIM_V, BLOCK_DV, 1))
+
+
+@triton.jit
+def _transposed_tile(ptrs, key_ok, MASK: tl.constexpr, HEAD_DIM: tl.constexpr,
+                     BLOCK_D: tl.constexpr):
+    """K_j^T or V_j^T (BLOCK_D, BLOCK_N) at `ptrs`; with MASK, keys past seqlen_k (not key_ok)
+    are zeros; padded columns are zeros."""
+    if MASK:
+        return tl.load(ptrs, mask=_head_cols(key_ok[None, :], HEAD_DIM, BLOCK_D, 0), other=0.0)
+    elif BLOCK_D != HEAD_DIM:
+        return tl.load(ptrs, mask=(tl.arange(0, BLOCK_D) < HEAD_DIM)[:, None], other=0.0)
+    return tl.load(ptrs)
 
 
 @triton.jit
@@ -260,21 +285,13 @@ def _attn_bwd_q_step(dq, q, do, stat, inv_l, delta, kT_ptrs, vT_ptrs, start_n, r
                      MASK: tl.constexpr, IS_CAUSAL: tl.constexpr, DEFER_NORM: tl.constexpr,
                      SPLIT_Q: tl.constexpr, KEY_SLICES: tl.constexpr, BLOCK_M: tl.constexpr,
                      BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+                     HEAD_DIM_V: tl.constexpr, BLOCK_DV: tl.constexpr,
                      INPUT_PRECISION: tl.constexpr):
     """dQ_i += dS_ij K_j for keys start_n .. start_n + BLOCK_N (S_ij, P_ij, dP_ij recomputed)."""
     keys = start_n + offs_n
-    if MASK:
-        key_ok = keys < seqlen_k
-        kv_ok = _head_cols(key_ok[None, :], HEAD_DIM, BLOCK_D, 0)
-        kT = tl.load(kT_ptrs + start_n * stride_kn, mask=kv_ok, other=0.0)  # (BLOCK_D, BLOCK_N)
-        vT = tl.load(vT_ptrs + start_n * stride_vn, mask=kv_ok, other=0.0)
-    elif BLOCK_D != HEAD_DIM:
-        cols_ok = (tl.arange(0, BLOCK_D) < HEAD_DIM)[:, None]  # padded columns: 0
-        kT = tl.load(kT_ptrs + start_n * stride_kn, mask=cols_ok, other=0.0)
-        vT = tl.load(vT_ptrs + start_n * stride_vn, mask=cols_ok, other=0.0)
-    else:
-        kT = tl.load(kT_ptrs + start_n * stride_kn)
-        vT = tl.load(vT_ptrs + start_n * stride_vn)
+    key_ok = keys < seqlen_k
+    kT = _transposed_tile(kT_ptrs + start_n * stride_kn, key_ok, MASK, HEAD_DIM, BLOCK_D)
+    vT = _transposed_tile(vT_ptrs + start_n * stride_vn, key_ok, MASK, HEAD_DIM_V, BLOCK_DV)
     s = tl.dot(q, kT, input_precision=INPUT_PRECISION) * qk_scale  # (BLOCK_M, BLOCK_N)
     if MASK:
         visible = key_ok[None, :]
@@ -303,16 +320,18 @@ def _attn_bwd_dq_row_block(Q, K, V, DO, DQ, STAT, INV_L, DELTA, start_m, off_b, 
                            SPLIT_Q: tl.constexpr, KEY_SLICES: tl.constexpr,
                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                            HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+                           HEAD_DIM_V: tl.constexpr, BLOCK_DV: tl.constexpr,
                            INPUT_PRECISION: tl.constexpr):
     """DQ_PASS: dQ_i of query rows start_m .. start_m + BLOCK_M of head off_h, written once."""
     rows = start_m + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
+    offs_dv = tl.arange(0, BLOCK_DV)
     row_ok = rows < seqlen_q
     q = _load_rows(Q, off_b, off_h, rows, offs_d, seqlen_q,
                    stride_qb, stride_qh, stride_qm, stride_qd, HEAD_DIM, BLOCK_D)  # (BLOCK_M, D)
-    do = _load_rows(DO, off_b, off_h, rows, offs_d, seqlen_q,
-                    stride_dob, stride_doh, stride_dom, stride_dod, HEAD_DIM, BLOCK_D)
+    do = _load_rows(DO, off_b, off_h, rows, offs_dv, seqlen_q,
+                    stride_dob, stride_doh, stride_dom, stride_dod, HEAD_DIM_V, BLOCK_DV)
     row_stats = (off_b * heads_q + off_h) * padded_q
     delta = tl.load(DELTA + row_stats + rows)  # rows padded to whole blocks: no mask
     stat = tl.load(STAT + row_stats + rows)
@@ -322,7 +341,7 @@ def _attn_bwd_dq_row_block(Q, K, V, DO, DQ, STAT, INV_L, DELTA, start_m, off_b, 
     kT_ptrs = K + off_b.to(tl.int64) * stride_kb + off_hkv.to(tl.int64) * stride_kh \
         + offs_n[None, :] * stride_kn + offs_d[:, None] * stride_kd  # (D, BLOCK_N)
     vT_ptrs = V + off_b.to(tl.int64) * stride_vb + off_hkv.to(tl.int64) * stride_vh \
-        + offs_n[None, :] * stride_vn + offs_d[:, None] * stride_vd
+        + offs_n[None, :] * stride_vn + offs_dv[:, None] * stride_vd  # (Dv, BLOCK_N)
 
     dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     full_end, hi = _visible_key_range(start_m, seqlen_q, seqlen_k, BLOCK_M, BLOCK_N, IS_CAUSAL)
@@ -330,12 +349,14 @@ def _attn_bwd_dq_row_block(Q, K, V, DO, DQ, STAT, INV_L, DELTA, start_m, off_b, 
         dq = _attn_bwd_q_step(dq, q, do, stat, inv_l, delta, kT_ptrs, vT_ptrs, start_n, rows,
                               offs_n, stride_kn, stride_vn, seqlen_q, seqlen_k, qk_scale,
                               False, IS_CAUSAL, DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_M,
-                              BLOCK_N, HEAD_DIM, BLOCK_D, INPUT_PRECISION)
+                              BLOCK_N, HEAD_DIM, BLOCK_D, HEAD_DIM_V, BLOCK_DV,
+                              INPUT_PRECISION)
     for start_n in range(full_end, hi, BLOCK_N):
         dq = _attn_bwd_q_step(dq, q, do, stat, inv_l, delta, kT_ptrs, vT_ptrs, start_n, rows,
                               offs_n, stride_kn, stride_vn, seqlen_q, seqlen_k, qk_scale,
                               True, IS_CAUSAL, DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_M,
-                              BLOCK_N, HEAD_DIM, BLOCK_D, INPUT_PRECISION)
+                              BLOCK_N, HEAD_DIM, BLOCK_D, HEAD_DIM_V, BLOCK_DV,
+                              INPUT_PRECISION)
     dq *= sm_scale
     out = (off_b * heads_q + off_h).to(tl.int64) * seqlen_q * HEAD_DIM \
         + rows[:, None] * HEAD_DIM + offs_d[None, :]  # DQ contiguous
@@ -354,7 +375,8 @@ def _attn_bwd(Q, K, V, DO, DQ, DK, DV, STAT, INV_L, DELTA,
               IS_CAUSAL: tl.constexpr, DEFER_NORM: tl.constexpr, SEQ_PARALLEL: tl.constexpr,
               SPLIT_Q: tl.constexpr, KEY_SLICES: tl.constexpr,
               DQ_PASS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-              HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, INPUT_PRECISION: tl.constexpr):
+              HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, HEAD_DIM_V: tl.constexpr,
+              BLOCK_DV: tl.constexpr, INPUT_PRECISION: tl.constexpr):
     if SEQ_PARALLEL:
         off_bh = tl.program_id(1)
     else:
@@ -376,7 +398,8 @@ def _attn_bwd(Q, K, V, DO, DQ, DK, DV, STAT, INV_L, DELTA,
                                 heads_q, group_size, seqlen_q, padded_q, seqlen_k, qk_scale,
                                 sm_scale,
                                 IS_CAUSAL, DEFER_NORM, SEQ_PARALLEL, DQ_PASS, SPLIT_Q,
-                                KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM, BLOCK_D, INPUT_PRECISION)
+                                KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM, BLOCK_D, HEAD_DIM_V,
+                                BLOCK_DV, INPUT_PRECISION)
         elif DQ_PASS:  # one row block of one query head of the group
             r = pid - n_col_blocks
             _attn_bwd_dq_row_block(Q, K, V, DO, DQ, STAT, INV_L, DELTA,
@@ -388,7 +411,7 @@ def _attn_bwd(Q, K, V, DO, DQ, DK, DV, STAT, INV_L, DELTA,
                                    stride_dob, stride_doh, stride_dom, stride_dod,
                                    heads_q, seqlen_q, padded_q, seqlen_k, qk_scale, sm_scale,
                                    IS_CAUSAL, DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_N, BLOCK_M,
-                                   HEAD_DIM, BLOCK_D, INPUT_PRECISION)
+                                   HEAD_DIM, BLOCK_D, HEAD_DIM_V, BLOCK_DV, INPUT_PRECISION)
     else:
         for start_n in range(0, seqlen_k, BLOCK_N):
             _attn_bwd_col_block(Q, K, V, DO, DQ, DK, DV, STAT, INV_L, DELTA, start_n, off_b,
@@ -400,7 +423,8 @@ def _attn_bwd(Q, K, V, DO, DQ, DK, DV, STAT, INV_L, DELTA,
                                 heads_q, group_size, seqlen_q, padded_q, seqlen_k, qk_scale,
                                 sm_scale,
                                 IS_CAUSAL, DEFER_NORM, SEQ_PARALLEL, DQ_PASS, SPLIT_Q,
-                                KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM, BLOCK_D, INPUT_PRECISION)
+                                KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM, BLOCK_D, HEAD_DIM_V,
+                                BLOCK_DV, INPUT_PRECISION)
         if DQ_PASS:
             for r in range(0, group_size * n_row_blocks):
                 _attn_bwd_dq_row_block(Q, K, V, DO, DQ, STAT, INV_L, DELTA,
@@ -412,7 +436,8 @@ def _attn_bwd(Q, K, V, DO, DQ, DK, DV, STAT, INV_L, DELTA,
                                        stride_dob, stride_doh, stride_dom, stride_dod,
                                        heads_q, seqlen_q, padded_q, seqlen_k, qk_scale, sm_scale,
                                        IS_CAUSAL, DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_N,
-                                       BLOCK_M, HEAD_DIM, BLOCK_D, INPUT_PRECISION)
+                                       BLOCK_M, HEAD_DIM, BLOCK_D, HEAD_DIM_V, BLOCK_DV,
+                                       INPUT_PRECISION)
 
 
 _ATTN_BWD_PREPROCESS = CachedLaunch(_attn_bwd_preprocess)  # kernels/launch_cache.py
@@ -425,7 +450,7 @@ def attn_bwd(q, k, v, o, stats, do, dlse, causal, softmax_scale, variant, config
     import torch
 
     batch, heads_q, seqlen_q, head_dim = q.shape
-    heads_kv, seqlen_k = k.shape[1], k.shape[2]
+    heads_kv, seqlen_k, head_dim_v = k.shape[1], k.shape[2], v.shape[3]
     # per-row inputs of the backward's steps, rows padded to whole blocks of either pass
     pad = max(config.bwd_block_m, config.bwd_block_n)
     padded_q = triton.cdiv(seqlen_q, pad) * pad
@@ -439,15 +464,15 @@ def attn_bwd(q, k, v, o, stats, do, dlse, causal, softmax_scale, variant, config
         o, o if o_res is None else o_res, do, dlse_c, stat, l, delta, stat2, inv_l,
         *o.stride(), *do.stride(), heads_q, seqlen_q, padded_q, HAS_DLSE=dlse is not None,
         HAS_O_RES=o_res is not None, DEFER_NORM=variant.defer_norm,
-        BLOCK_M=config.bwd_block_m, HEAD_DIM=head_dim, BLOCK_D=block_d(head_dim))
+        BLOCK_M=config.bwd_block_m, HEAD_DIM_V=head_dim_v, BLOCK_DV=block_d(head_dim_v))
 
     shape = (batch, heads_q, seqlen_q, head_dim)  # dQ is written contiguous
     if config.bwd_dq_pass:  # every dQ row written once, by one program
         dq = torch.empty(shape, device=q.device, dtype=q.dtype)
     else:  # accumulated across steps (and programs) in float32
         dq = torch.zeros(shape, device=q.device, dtype=torch.float32)
-    dk = torch.empty(k.shape, device=k.device, dtype=k.dtype)
-    dv = torch.empty(v.shape, device=v.device, dtype=v.dtype)
+    dk = torch.empty(k.shape, device=k.device, dtype=k.dtype)  # contiguous, and so is dv:
+    dv = torch.empty(v.shape, device=v.device, dtype=v.dtype)  # the kernel scales dk's strides
     if variant.seq_parallel:
         blocks = triton.cdiv(seqlen_k, config.bwd_block_n)
         if config.bwd_dq_pass:
@@ -462,7 +487,8 @@ def attn_bwd(q, k, v, o, stats, do, dlse, causal, softmax_scale, variant, config
         IS_CAUSAL=causal, DEFER_NORM=variant.defer_norm, SEQ_PARALLEL=variant.seq_parallel,
         SPLIT_Q=variant.split_q, KEY_SLICES=1 if variant.split_q else config.bwd_key_slices,
         DQ_PASS=config.bwd_dq_pass, BLOCK_M=config.bwd_block_m, BLOCK_N=config.bwd_block_n,
-        HEAD_DIM=head_dim, BLOCK_D=block_d(head_dim), INPUT_PRECISION=config.input_precision,
+        HEAD_DIM=head_dim, BLOCK_D=block_d(head_dim), HEAD_DIM_V=head_dim_v,
+        BLOCK_DV=block_d(head_dim_v), INPUT_PRECISION=config.input_precision,
         num_warps=config.bwd_num_warps, num_stages=config.bwd_num_stages,
     )
     return dq.to(q.dtype), dk, dv

@@ -169,16 +169,16 @@ def _tile_scores(q, kT, start_n, offs_m, offs_n, seqlen_q, seqlen_k,
 
 @triton.jit
 def _tile_values(V_tile_ptrs, VD, off_b, off_hkv, start_n, offs_n, seqlen_k,
-                 MASK: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
-                 BLOCK_D: tl.constexpr, TMA: tl.constexpr):
-    """V_j (BLOCK_N, BLOCK_D); rows past seqlen_k and padded columns are zeros."""
+                 MASK: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM_V: tl.constexpr,
+                 BLOCK_DV: tl.constexpr, TMA: tl.constexpr):
+    """V_j (BLOCK_N, BLOCK_DV); rows past seqlen_k and padded columns are zeros."""
     if TMA:
-        v = VD.load([off_b, off_hkv, start_n, 0]).reshape(BLOCK_N, BLOCK_D)
+        v = VD.load([off_b, off_hkv, start_n, 0]).reshape(BLOCK_N, BLOCK_DV)
     elif MASK:
         v = tl.load(V_tile_ptrs, other=0.0, mask=_head_cols(
-            (start_n + offs_n < seqlen_k)[:, None], HEAD_DIM, BLOCK_D, 1))
-    elif BLOCK_D != HEAD_DIM:
-        v = tl.load(V_tile_ptrs, mask=(tl.arange(0, BLOCK_D) < HEAD_DIM)[None, :], other=0.0)
+            (start_n + offs_n < seqlen_k)[:, None], HEAD_DIM_V, BLOCK_DV, 1))
+    elif BLOCK_DV != HEAD_DIM_V:
+        v = tl.load(V_tile_ptrs, mask=(tl.arange(0, BLOCK_DV) < HEAD_DIM_V)[None, :], other=0.0)
     else:
         v = tl.load(V_tile_ptrs)
     return v
@@ -205,10 +205,11 @@ def _nan_where_seen(acc, first_bad_key, offs_m, seqlen_q, seqlen_k):
 @triton.jit
 def _fold_tile(m_i, l_i, acc, s, v, start_n, offs_m, offs_n, seqlen_q, seqlen_k, qk_scale,
                DEFER_NORM: tl.constexpr, SPLIT_Q: tl.constexpr, KEY_SLICES: tl.constexpr,
-               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
-               BLOCK_D: tl.constexpr,
+               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM_V: tl.constexpr,
+               BLOCK_DV: tl.constexpr,
                INPUT_PRECISION: tl.constexpr, SANITIZE_V: tl.constexpr):
-    """Fold one tile's raw scores S_ij and values V_j into the running (m_i, l_i, acc).
+    """Fold one tile's raw scores S_ij and values V_j (BLOCK_N, BLOCK_DV) into the running
+    (m_i, l_i, acc).
 
     The max is taken in raw units and the scale applied after the subtraction, so exp2's
     argument is exact where it matters (s == m gives exp2(0) = 1). Scaling first lets the
@@ -224,7 +225,7 @@ def _fold_tile(m_i, l_i, acc, s, v, start_n, offs_m, offs_n, seqlen_q, seqlen_k,
         p = tl.math.exp2((s - m_use[:, None]) * qk_scale)
         l_tile = tl.sum(p, 1)
         if DEFER_NORM:
-            pv = tl.dot(p.to(v.dtype), v, input_precision=INPUT_PRECISION)  # (BLOCK_M, D)
+            pv = tl.dot(p.to(v.dtype), v, input_precision=INPUT_PRECISION)  # (BLOCK_M, Dv)
     else:
         SLICE: tl.constexpr = BLOCK_N // KEY_SLICES
         s3 = tl.reshape(s, (BLOCK_M, KEY_SLICES, SLICE))
@@ -232,9 +233,9 @@ def _fold_tile(m_i, l_i, acc, s, v, start_n, offs_m, offs_n, seqlen_q, seqlen_k,
         m_s_use = tl.where(m_s == float("-inf"), 0.0, m_s)
         p3 = tl.math.exp2((s3 - m_s_use[:, :, None]) * qk_scale)
         l_s = tl.sum(p3, 2)  # each slice's own sum
-        v3 = tl.reshape(v, (KEY_SLICES, SLICE, BLOCK_D))
+        v3 = tl.reshape(v, (KEY_SLICES, SLICE, BLOCK_DV))
         o_s = tl.dot(tl.permute(p3, (1, 0, 2)).to(v.dtype), v3,
-                     input_precision=INPUT_PRECISION)  # (KEY_SLICES, BLOCK_M, D) partial outputs
+                     input_precision=INPUT_PRECISION)  # (KEY_SLICES, BLOCK_M, Dv) partial outputs
         # merge the slices: the split-K communication
         m_new = tl.maximum(m_i, tl.max(m_s, 1))
         m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
@@ -273,32 +274,32 @@ def _online_softmax_step(m_i, l_i, acc, q, K_tile_ptrs, V_tile_ptrs, KD, VD, off
                          MASK: tl.constexpr, IS_CAUSAL: tl.constexpr, DEFER_NORM: tl.constexpr,
                          SPLIT_Q: tl.constexpr, KEY_SLICES: tl.constexpr,
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
-                         BLOCK_D: tl.constexpr,
+                         BLOCK_D: tl.constexpr, HEAD_DIM_V: tl.constexpr, BLOCK_DV: tl.constexpr,
                          INPUT_PRECISION: tl.constexpr, SANITIZE_V: tl.constexpr,
                          TMA: tl.constexpr):
     """Fold one K/V tile (keys start_n .. start_n + BLOCK_N) into the running (m_i, l_i, acc)."""
     kT = _tile_keys(K_tile_ptrs, KD, off_b, off_hkv, start_n, offs_n, seqlen_k, MASK, BLOCK_N,
                     HEAD_DIM, BLOCK_D, TMA)
     v = _tile_values(V_tile_ptrs, VD, off_b, off_hkv, start_n, offs_n, seqlen_k, MASK, BLOCK_N,
-                     HEAD_DIM, BLOCK_D, TMA)
+                     HEAD_DIM_V, BLOCK_DV, TMA)
     s = _tile_scores(q, kT, start_n, offs_m, offs_n, seqlen_q, seqlen_k, MASK, IS_CAUSAL,
                      INPUT_PRECISION)
     return _fold_tile(m_i, l_i, acc, s, v, start_n, offs_m, offs_n, seqlen_q, seqlen_k,
-                      qk_scale, DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM,
-                      BLOCK_D,
-                      INPUT_PRECISION, SANITIZE_V)
+                      qk_scale, DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM_V,
+                      BLOCK_DV, INPUT_PRECISION, SANITIZE_V)
 
 
 @triton.jit
 def _store_row_block(O, O_RES, LSE, M, L, FLAGS, acc, m_i, l_i, block_index, offs_m, row_ok,
                      off_b, off_h, stride_ob, stride_oh, stride_om, stride_od, stride_lb,
                      stride_lh, qk_scale, IS_CAUSAL: tl.constexpr, DEFER_NORM: tl.constexpr,
-                     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, REPAIR: tl.constexpr,
+                     HEAD_DIM_V: tl.constexpr, BLOCK_DV: tl.constexpr, REPAIR: tl.constexpr,
                      STORE_O_RES: tl.constexpr,
                      NAN_FLAGS: tl.constexpr):
     """A row block's epilogue, after its last K/V tile: O (DEFER_NORM: acc / l_i) and L_i, or
-    (not DEFER_NORM) O = acc, m_i and l_i; its NaN flag; O's rounding residual."""
-    offs_d = tl.arange(0, BLOCK_D)
+    (not DEFER_NORM) O = acc, m_i and l_i; its NaN flag; O's rounding residual. O has V's
+    head dimension."""
+    offs_d = tl.arange(0, BLOCK_DV)
     sees_a_key = l_i > 0.0
     if DEFER_NORM:
         acc = acc / tl.where(sees_a_key, l_i, 1.0)[:, None]  # the one deferred division
@@ -315,7 +316,7 @@ def _store_row_block(O, O_RES, LSE, M, L, FLAGS, acc, m_i, l_i, block_index, off
     o_rows = (off_b.to(tl.int64) * stride_ob + off_h.to(tl.int64) * stride_oh
               + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od)
     o = acc.to(O.dtype.element_ty)
-    o_ok = _head_cols(row_ok[:, None], HEAD_DIM, BLOCK_D, 1)  # padded columns never stored
+    o_ok = _head_cols(row_ok[:, None], HEAD_DIM_V, BLOCK_DV, 1)  # padded columns never stored
     tl.store(O + o_rows, o, mask=o_ok)
     if STORE_O_RES:
         tl.store(O_RES + o_rows, (acc - o.to(tl.float32)).to(O.dtype.element_ty), mask=o_ok)
@@ -332,8 +333,8 @@ def _attn_fwd_row_block(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, block_index
                         seqlen_q, seqlen_k, qk_scale,
                         IS_CAUSAL: tl.constexpr, DEFER_NORM: tl.constexpr, SPLIT_Q: tl.constexpr,
                         KEY_SLICES: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                        HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
-                        INPUT_PRECISION: tl.constexpr,
+                        HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, HEAD_DIM_V: tl.constexpr,
+                        BLOCK_DV: tl.constexpr, INPUT_PRECISION: tl.constexpr,
                         REPAIR: tl.constexpr, TMA: tl.constexpr, STORE_O_RES: tl.constexpr,
                         NAN_FLAGS: tl.constexpr):
     """Attention for query rows start_m .. start_m + BLOCK_M of one (batch, head).
@@ -344,6 +345,7 @@ def _attn_fwd_row_block(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, block_index
     offs_m = start_m + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
+    offs_dv = tl.arange(0, BLOCK_DV)
     row_ok = offs_m < seqlen_q
 
     q_base = Q + off_b.to(tl.int64) * stride_qb + off_h.to(tl.int64) * stride_qh
@@ -353,11 +355,11 @@ def _attn_fwd_row_block(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, block_index
                 mask=_head_cols(row_ok[:, None], HEAD_DIM, BLOCK_D, 1),
                 other=0.0)  # (BLOCK_M, BLOCK_D), padded columns 0
     K_ptrs = k_base + offs_n[None, :] * stride_kn + offs_d[:, None] * stride_kd  # (D, BLOCK_N)
-    V_ptrs = v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd  # (BLOCK_N, D)
+    V_ptrs = v_base + offs_n[:, None] * stride_vn + offs_dv[None, :] * stride_vd  # (BLOCK_N, Dv)
 
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
-    acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_DV], tl.float32)
 
     full_end, hi = _visible_key_range(start_m, seqlen_q, seqlen_k, BLOCK_M, BLOCK_N, IS_CAUSAL)
     for start_n in range(0, full_end, BLOCK_N):
@@ -365,17 +367,17 @@ def _attn_fwd_row_block(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, block_index
             m_i, l_i, acc, q, K_ptrs + start_n * stride_kn, V_ptrs + start_n * stride_vn,
             KD, VD, off_b, off_hkv, start_n, offs_m, offs_n, seqlen_q, seqlen_k, qk_scale,
             False, IS_CAUSAL, DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM,
-            BLOCK_D, INPUT_PRECISION, False, TMA)
+            BLOCK_D, HEAD_DIM_V, BLOCK_DV, INPUT_PRECISION, False, TMA)
     for start_n in range(full_end, hi, BLOCK_N):
         m_i, l_i, acc = _online_softmax_step(
             m_i, l_i, acc, q, K_ptrs + start_n * stride_kn, V_ptrs + start_n * stride_vn,
             KD, VD, off_b, off_hkv, start_n, offs_m, offs_n, seqlen_q, seqlen_k, qk_scale,
             True, IS_CAUSAL, DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM,
-            BLOCK_D, INPUT_PRECISION, IS_CAUSAL and REPAIR, TMA)
+            BLOCK_D, HEAD_DIM_V, BLOCK_DV, INPUT_PRECISION, IS_CAUSAL and REPAIR, TMA)
 
     _store_row_block(O, O_RES, LSE, M, L, FLAGS, acc, m_i, l_i, block_index, offs_m, row_ok,
                      off_b, off_h, stride_ob, stride_oh, stride_om, stride_od, stride_lb,
-                     stride_lh, qk_scale, IS_CAUSAL, DEFER_NORM, HEAD_DIM, BLOCK_D, REPAIR,
+                     stride_lh, qk_scale, IS_CAUSAL, DEFER_NORM, HEAD_DIM_V, BLOCK_DV, REPAIR,
                      STORE_O_RES, NAN_FLAGS)
 
 
@@ -415,7 +417,7 @@ def _fold_kv_block(Q, O, O_RES, LSE, M, L, FLAGS, ACC_TMP, M_TMP, L_TMP, kT, v, 
                    MASK: tl.constexpr, LAST: tl.constexpr, IS_CAUSAL: tl.constexpr,
                    DEFER_NORM: tl.constexpr, SPLIT_Q: tl.constexpr, KEY_SLICES: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
-                   BLOCK_D: tl.constexpr,
+                   BLOCK_D: tl.constexpr, HEAD_DIM_V: tl.constexpr, BLOCK_DV: tl.constexpr,
                    INPUT_PRECISION: tl.constexpr, STORE_O_RES: tl.constexpr,
                    SANITIZED_V: tl.constexpr):
     """FA1's inner loop: fold the K/V tile (kT, v) at keys start_n .. start_n + BLOCK_N into
@@ -428,6 +430,7 @@ def _fold_kv_block(Q, O, O_RES, LSE, M, L, FLAGS, ACC_TMP, M_TMP, L_TMP, kT, v, 
     back to the scratch."""
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
+    offs_dv = tl.arange(0, BLOCK_DV)
     q_head = Q + off_b.to(tl.int64) * stride_qb + off_h.to(tl.int64) * stride_qh
     o_head = off_b.to(tl.int64) * stride_ob + off_h.to(tl.int64) * stride_oh
     stat_head = off_b * stride_lb + off_h * stride_lh
@@ -439,28 +442,28 @@ def _fold_kv_block(Q, O, O_RES, LSE, M, L, FLAGS, ACC_TMP, M_TMP, L_TMP, kT, v, 
         row_cols_ok = _head_cols(row_ok[:, None], HEAD_DIM, BLOCK_D, 1)
         q = tl.load(q_head + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
                     mask=row_cols_ok, other=0.0)  # (BLOCK_M, BLOCK_D), read again at every tile
-        acc_ptrs = ACC_TMP + o_head + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od
+        acc_ptrs = ACC_TMP + o_head + offs_m[:, None] * stride_om + offs_dv[None, :] * stride_od
         # every row block's first tile is the keys' first (a row sees a prefix of the keys);
         # then its state is the scratch's, written by this program at the previous tile
         resumed = row_ok & (start_n > 0)
-        acc = tl.load(acc_ptrs, mask=_head_cols(resumed[:, None], HEAD_DIM, BLOCK_D, 1),
-                      other=0.0)  # (BLOCK_M, BLOCK_D) float32
+        acc = tl.load(acc_ptrs, mask=_head_cols(resumed[:, None], HEAD_DIM_V, BLOCK_DV, 1),
+                      other=0.0)  # (BLOCK_M, BLOCK_DV) float32
         m_i = tl.load(M_TMP + stat_head + offs_m, mask=resumed, other=float("-inf"))
         l_i = tl.load(L_TMP + stat_head + offs_m, mask=resumed, other=0.0)
         s = _tile_scores(q, kT, start_n, offs_m, offs_n, seqlen_q, seqlen_k, MASK, IS_CAUSAL,
                          INPUT_PRECISION)
         m_i, l_i, acc = _fold_tile(m_i, l_i, acc, s, v, start_n, offs_m, offs_n, seqlen_q,
                                    seqlen_k, qk_scale, DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_M,
-                                   BLOCK_N, HEAD_DIM, BLOCK_D, INPUT_PRECISION, False)
+                                   BLOCK_N, HEAD_DIM_V, BLOCK_DV, INPUT_PRECISION, False)
         if SANITIZED_V:
             acc = _nan_where_seen(acc, first_bad_key, offs_m, seqlen_q, seqlen_k)
         if LAST:  # no NaN flags: nothing hidden leaks here, and REPAIR does not run
             _store_row_block(O, O_RES, LSE, M, L, FLAGS, acc, m_i, l_i, first_block + row_block,
                              offs_m, row_ok, off_b, off_h, stride_ob, stride_oh, stride_om,
                              stride_od, stride_lb, stride_lh, qk_scale, IS_CAUSAL, DEFER_NORM,
-                             HEAD_DIM, BLOCK_D, False, STORE_O_RES, False)
+                             HEAD_DIM_V, BLOCK_DV, False, STORE_O_RES, False)
         else:
-            tl.store(acc_ptrs, acc, mask=row_cols_ok)
+            tl.store(acc_ptrs, acc, mask=_head_cols(row_ok[:, None], HEAD_DIM_V, BLOCK_DV, 1))
             tl.store(M_TMP + stat_head + offs_m, m_i, mask=row_ok)
             tl.store(L_TMP + stat_head + offs_m, l_i, mask=row_ok)
 
@@ -477,6 +480,7 @@ def _attn_fwd_kv_outer(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, ACC_TMP, M_T
                        IS_CAUSAL: tl.constexpr, DEFER_NORM: tl.constexpr,
                        SPLIT_Q: tl.constexpr, KEY_SLICES: tl.constexpr, BLOCK_M: tl.constexpr,
                        BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+                       HEAD_DIM_V: tl.constexpr, BLOCK_DV: tl.constexpr,
                        INPUT_PRECISION: tl.constexpr, TMA: tl.constexpr,
                        STORE_O_RES: tl.constexpr):
     """FA1's schedule for one (batch, head) and one split of its row blocks: K/V tiles outer,
@@ -488,29 +492,30 @@ def _attn_fwd_kv_outer(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, ACC_TMP, M_T
     row_blocks = tl.cdiv(seqlen_q, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
+    offs_dv = tl.arange(0, BLOCK_DV)
     k_base = K + off_b.to(tl.int64) * stride_kb + off_hkv.to(tl.int64) * stride_kh
     v_base = V + off_b.to(tl.int64) * stride_vb + off_hkv.to(tl.int64) * stride_vh
     K_ptrs = k_base + offs_n[None, :] * stride_kn + offs_d[:, None] * stride_kd  # (D, BLOCK_N)
-    V_ptrs = v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd  # (BLOCK_N, D)
+    V_ptrs = v_base + offs_n[:, None] * stride_vn + offs_dv[None, :] * stride_vd  # (BLOCK_N, Dv)
 
     # causal with seqlen_q > seqlen_k: row blocks below the first that sees key 0 see no key
     # at all and no tile visits them; they get O = 0 and L = -inf (m = -inf, l = 0)
     blind, _, _ = _row_blocks_seeing(0, seqlen_q, seqlen_k, BLOCK_M, BLOCK_N, IS_CAUSAL)
     for row_block in range(split, blind, n_splits):
         offs_m = row_block * BLOCK_M + tl.arange(0, BLOCK_M)
-        _store_row_block(O, O_RES, LSE, M, L, FLAGS, tl.zeros([BLOCK_M, BLOCK_D], tl.float32),
+        _store_row_block(O, O_RES, LSE, M, L, FLAGS, tl.zeros([BLOCK_M, BLOCK_DV], tl.float32),
                          tl.full([BLOCK_M], float("-inf"), tl.float32),
                          tl.zeros([BLOCK_M], tl.float32), first_block + row_block, offs_m,
                          offs_m < seqlen_q, off_b, off_h, stride_ob, stride_oh, stride_om,
                          stride_od, stride_lb, stride_lh, qk_scale, IS_CAUSAL, DEFER_NORM,
-                         HEAD_DIM, BLOCK_D, False, STORE_O_RES, False)
+                         HEAD_DIM_V, BLOCK_DV, False, STORE_O_RES, False)
 
     final_start = (seqlen_k - 1) // BLOCK_N * BLOCK_N  # the keys' last tile
     for start_n in range(0, final_start, BLOCK_N):  # whole tiles, none the keys' last
         kT = _tile_keys(K_ptrs + start_n * stride_kn, KD, off_b, off_hkv, start_n, offs_n,
                         seqlen_k, False, BLOCK_N, HEAD_DIM, BLOCK_D, TMA)
         v = _tile_values(V_ptrs + start_n * stride_vn, VD, off_b, off_hkv, start_n, offs_n,
-                         seqlen_k, False, BLOCK_N, HEAD_DIM, BLOCK_D, TMA)
+                         seqlen_k, False, BLOCK_N, HEAD_DIM_V, BLOCK_DV, TMA)
         # the scratch is stored and read back in different thread layouts (and read ahead by
         # the pipeliner): a CTA barrier orders the last tile's stores before this tile's loads
         tl.debug_barrier()
@@ -524,25 +529,26 @@ def _attn_fwd_kv_outer(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, ACC_TMP, M_T
                            stride_qd, stride_ob, stride_oh, stride_om, stride_od, stride_lb,
                            stride_lh, seqlen_q, seqlen_k, qk_scale, True, True, IS_CAUSAL,
                            DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM, BLOCK_D,
-                           INPUT_PRECISION, STORE_O_RES, True)
+                           HEAD_DIM_V, BLOCK_DV, INPUT_PRECISION, STORE_O_RES, True)
             _fold_kv_block(Q, O, O_RES, LSE, M, L, FLAGS, ACC_TMP, M_TMP, L_TMP, kT, v_ok,
                            first_bad_key, start_n, ends, tl.minimum(unmasked, row_blocks), split,
                            n_splits, first_block, off_b, off_h, stride_qb, stride_qh, stride_qm,
                            stride_qd, stride_ob, stride_oh, stride_om, stride_od, stride_lb,
                            stride_lh, seqlen_q, seqlen_k, qk_scale, True, False, IS_CAUSAL,
                            DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM, BLOCK_D,
-                           INPUT_PRECISION, STORE_O_RES, True)
+                           HEAD_DIM_V, BLOCK_DV, INPUT_PRECISION, STORE_O_RES, True)
         _fold_kv_block(Q, O, O_RES, LSE, M, L, FLAGS, ACC_TMP, M_TMP, L_TMP, kT, v, 0, start_n,
                        unmasked, row_blocks, split, n_splits, first_block, off_b, off_h,
                        stride_qb, stride_qh, stride_qm, stride_qd, stride_ob, stride_oh,
                        stride_om, stride_od, stride_lb, stride_lh, seqlen_q, seqlen_k, qk_scale,
                        False, False, IS_CAUSAL, DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_M,
-                       BLOCK_N, HEAD_DIM, BLOCK_D, INPUT_PRECISION, STORE_O_RES, False)
+                       BLOCK_N, HEAD_DIM, BLOCK_D, HEAD_DIM_V, BLOCK_DV, INPUT_PRECISION,
+                       STORE_O_RES, False)
     # the keys' last tile, whole or not: masked, and the last of every row block that sees it
     kT = _tile_keys(K_ptrs + final_start * stride_kn, KD, off_b, off_hkv, final_start, offs_n,
                     seqlen_k, True, BLOCK_N, HEAD_DIM, BLOCK_D, TMA)
     v = _tile_values(V_ptrs + final_start * stride_vn, VD, off_b, off_hkv, final_start, offs_n,
-                     seqlen_k, True, BLOCK_N, HEAD_DIM, BLOCK_D, TMA)
+                     seqlen_k, True, BLOCK_N, HEAD_DIM_V, BLOCK_DV, TMA)
     tl.debug_barrier()
     first, _, _ = _row_blocks_seeing(final_start, seqlen_q, seqlen_k, BLOCK_M, BLOCK_N,
                                      IS_CAUSAL)
@@ -554,16 +560,18 @@ def _attn_fwd_kv_outer(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, ACC_TMP, M_T
                    stride_qb, stride_qh, stride_qm, stride_qd, stride_ob, stride_oh,
                    stride_om, stride_od, stride_lb, stride_lh, seqlen_q, seqlen_k, qk_scale,
                    True, True, IS_CAUSAL, DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_M, BLOCK_N,
-                   HEAD_DIM, BLOCK_D, INPUT_PRECISION, STORE_O_RES, IS_CAUSAL)
+                   HEAD_DIM, BLOCK_D, HEAD_DIM_V, BLOCK_DV, INPUT_PRECISION, STORE_O_RES,
+                   IS_CAUSAL)
 
 
 @triton.jit
 def _needs_repair(O, FLAGS, blocks, row_blocks, heads_q, n_blocks, stride_ob, stride_oh,
-                  stride_om, stride_od, BLOCK_M: tl.constexpr, HEAD_DIM: tl.constexpr,
-                  BLOCK_D: tl.constexpr,
+                  stride_om, stride_od, BLOCK_M: tl.constexpr, HEAD_DIM_V: tl.constexpr,
+                  BLOCK_DV: tl.constexpr,
                   NAN_FLAGS: tl.constexpr):
     """For each row block in `blocks` (numbered (batch, head, row block) in order), 1 if it may
-    hold a leaked NaN: its flag, or (not NAN_FLAGS) a NaN in its first output row."""
+    hold a leaked NaN: its flag, or (not NAN_FLAGS) a NaN in its first output row (V's head
+    dimension wide)."""
     in_range = blocks < n_blocks
     if NAN_FLAGS:
         return tl.load(FLAGS + blocks, mask=in_range, other=0)
@@ -571,9 +579,9 @@ def _needs_repair(O, FLAGS, blocks, row_blocks, heads_q, n_blocks, stride_ob, st
     first_rows = (O + (off_bh // heads_q).to(tl.int64) * stride_ob
                   + (off_bh % heads_q).to(tl.int64) * stride_oh
                   + ((blocks % row_blocks) * BLOCK_M).to(tl.int64) * stride_om)
-    offs_d = tl.arange(0, BLOCK_D)
+    offs_d = tl.arange(0, BLOCK_DV)
     o = tl.load(first_rows[:, None] + offs_d[None, :] * stride_od,
-                mask=_head_cols(in_range[:, None], HEAD_DIM, BLOCK_D, 1),
+                mask=_head_cols(in_range[:, None], HEAD_DIM_V, BLOCK_DV, 1),
                 other=0.0).to(tl.float32)  # float32: the interpreter keeps bf16 as raw bits
     return tl.max((o != o).to(tl.int32), 1)
 
@@ -589,7 +597,7 @@ def _attn_fwd(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, ACC_TMP, M_TMP, L_TMP
               IS_CAUSAL: tl.constexpr, DEFER_NORM: tl.constexpr, SEQ_PARALLEL: tl.constexpr,
               SPLIT_Q: tl.constexpr, KEY_SLICES: tl.constexpr, BLOCK_M: tl.constexpr,
               BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
-              INPUT_PRECISION: tl.constexpr,
+              HEAD_DIM_V: tl.constexpr, BLOCK_DV: tl.constexpr, INPUT_PRECISION: tl.constexpr,
               REPAIR: tl.constexpr, REPAIR_CHUNK: tl.constexpr, TMA: tl.constexpr,
               STORE_O_RES: tl.constexpr, NAN_FLAGS: tl.constexpr):
     row_blocks = tl.cdiv(seqlen_q, BLOCK_M)  # FLAGS: one per (batch, head, row block)
@@ -599,7 +607,7 @@ def _attn_fwd(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, ACC_TMP, M_TMP, L_TMP
         first = tl.program_id(0) * REPAIR_CHUNK
         chunk = tl.arange(0, REPAIR_CHUNK)
         needs = _needs_repair(O, FLAGS, first + chunk, row_blocks, heads_q, n_blocks, stride_ob,
-                              stride_oh, stride_om, stride_od, BLOCK_M, HEAD_DIM, BLOCK_D,
+                              stride_oh, stride_om, stride_od, BLOCK_M, HEAD_DIM_V, BLOCK_DV,
                               NAN_FLAGS)
         if tl.max(needs) != 0:
             for block in range(first, tl.minimum(first + REPAIR_CHUNK, n_blocks)):
@@ -615,7 +623,8 @@ def _attn_fwd(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, ACC_TMP, M_TMP, L_TMP
                                         stride_ob, stride_oh, stride_om, stride_od, stride_lb,
                                         stride_lh, seqlen_q, seqlen_k, qk_scale, IS_CAUSAL,
                                         DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_M, BLOCK_N,
-                                        HEAD_DIM, BLOCK_D, INPUT_PRECISION, True, TMA,
+                                        HEAD_DIM, BLOCK_D, HEAD_DIM_V, BLOCK_DV,
+                                        INPUT_PRECISION, True, TMA,
                                         STORE_O_RES, NAN_FLAGS)
         return
     if SEQ_PARALLEL:
@@ -638,8 +647,8 @@ def _attn_fwd(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, ACC_TMP, M_TMP, L_TMP
                             stride_vb, stride_vh, stride_vn, stride_vd,
                             stride_ob, stride_oh, stride_om, stride_od, stride_lb, stride_lh,
                             seqlen_q, seqlen_k, qk_scale, IS_CAUSAL, DEFER_NORM, SPLIT_Q,
-                            KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM, BLOCK_D, INPUT_PRECISION,
-                            False, TMA,
+                            KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM, BLOCK_D, HEAD_DIM_V,
+                            BLOCK_DV, INPUT_PRECISION, False, TMA,
                             STORE_O_RES, NAN_FLAGS)
     else:  # grid (batch * heads, splits): this program owns every n_splits-th row block
         _attn_fwd_kv_outer(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, ACC_TMP, M_TMP, L_TMP,
@@ -650,8 +659,8 @@ def _attn_fwd(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, ACC_TMP, M_TMP, L_TMP
                            stride_vb, stride_vh, stride_vn, stride_vd,
                            stride_ob, stride_oh, stride_om, stride_od, stride_lb, stride_lh,
                            seqlen_q, seqlen_k, qk_scale, IS_CAUSAL, DEFER_NORM, SPLIT_Q,
-                           KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM, BLOCK_D, INPUT_PRECISION, TMA,
-                           STORE_O_RES)
+                           KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM, BLOCK_D, HEAD_DIM_V,
+                           BLOCK_DV, INPUT_PRECISION, TMA, STORE_O_RES)
 
 
 _ATTN_FWD = CachedLaunch(_attn_fwd)  # host time: kernels/launch_cache.py
@@ -709,13 +718,14 @@ def _sms_and_ctas_per_sm(device, args, kwargs) -> tuple[int, int]:
     return props.multi_processor_count, _CTAS_PER_SM[key]
 
 
-def empty_outputs(q, defer_norm: bool):
-    """Every forward launcher's outputs: o (q's shape, contiguous, q's dtype), the statistics
+def empty_outputs(q, defer_norm: bool, head_dim_v: int | None = None):
+    """Every forward launcher's outputs: o (q's shape with v's head dimension head_dim_v, q's by
+    default; contiguous, q's dtype), the statistics
     the backward takes, float32 (B, Hq, Sq): (lse,) with defer_norm, else (m, l), and the
     three pointers a kernel takes, (LSE, M, L), those it does not write aliased to one it does."""
     import torch
 
-    o = torch.empty_like(q, memory_format=torch.contiguous_format)
+    o = torch.empty(q.shape[:3] + (head_dim_v or q.shape[3],), device=q.device, dtype=q.dtype)
     stats = tuple(torch.empty(q.shape[:3], device=q.device, dtype=torch.float32)
                   for _ in range(1 if defer_norm else 2))
     pointers = (stats[0],) * 3 if defer_norm else (stats[0], *stats)
@@ -723,7 +733,8 @@ def empty_outputs(q, defer_norm: bool):
 
 
 def attn_fwd(q, k, v, causal, softmax_scale, variant, config, o_residual=False):
-    """Launch the forward kernel. q (B, Hq, Sq, D), k and v (B, Hkv, Sk, D), already validated.
+    """Launch the forward kernel. q (B, Hq, Sq, D), k (B, Hkv, Sk, D) and v (B, Hkv, Sk, Dv),
+    already validated; o is (B, Hq, Sq, Dv).
 
     Returns (o, stats, o_res): stats is (lse,) when variant.defer_norm, else (m, l), each
     float32 (B, Hq, Sq) with m in natural-log units. o_res is None unless o_residual and o is
@@ -735,7 +746,8 @@ def attn_fwd(q, k, v, causal, softmax_scale, variant, config, o_residual=False):
 
     batch, heads_q, seqlen_q, head_dim = q.shape
     heads_kv, seqlen_k = k.shape[1], k.shape[2]
-    o, stats, (lse, m, l) = empty_outputs(q, variant.defer_norm)
+    head_dim_v = v.shape[3]
+    o, stats, (lse, m, l) = empty_outputs(q, variant.defer_norm, head_dim_v)
     stat_shape = (batch, heads_q, seqlen_q)
     o_res = torch.empty_like(o) if o_residual and q.dtype != torch.float32 else None
     row_blocks = triton.cdiv(seqlen_q, config.block_m)
@@ -767,6 +779,7 @@ def attn_fwd(q, k, v, causal, softmax_scale, variant, config, o_residual=False):
             IS_CAUSAL=causal, DEFER_NORM=variant.defer_norm, SEQ_PARALLEL=variant.seq_parallel,
             SPLIT_Q=variant.split_q, KEY_SLICES=config.key_slices, BLOCK_M=config.block_m,
             BLOCK_N=config.block_n, HEAD_DIM=head_dim, BLOCK_D=block_d(head_dim),
+            HEAD_DIM_V=head_dim_v, BLOCK_DV=block_d(head_dim_v),
             INPUT_PRECISION=config.input_precision,
             REPAIR=repair, REPAIR_CHUNK=REPAIR_CHUNK, TMA=tma, STORE_O_RES=o_res is not None,
             NAN_FLAGS=config.nan_flags,

@@ -225,15 +225,18 @@ def _gluon_attn_fwd(Q, K, V, O, LSE, M, L,
                              DEFER_NORM, KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_WARPS)
 
 
-def unsupported(dtype, head_dim: int) -> str | None:
-    """Why the Gluon kernel cannot take inputs of this dtype (torch dtype or its name) and
-    head_dim (the Triton backend can); None if it can."""
+def unsupported(dtype, head_dim: int, head_dim_v: int | None = None) -> str | None:
+    """Why the Gluon kernel cannot take inputs of this dtype (torch dtype or its name), head_dim
+    and v's head_dim_v (None: head_dim) (the Triton backend can); None if it can."""
     name = str(dtype).removeprefix("torch.")
     if name not in GLUON_DTYPES:
         return (f"the gluon backend takes {' or '.join(GLUON_DTYPES)} (mma.sync operands), got "
                 f"{name}; use backend='triton'")
     if head_dim not in GLUON_HEAD_DIMS:
         return f"the gluon backend takes head_dim in {GLUON_HEAD_DIMS}, got {head_dim}"
+    if head_dim_v not in (None, head_dim):
+        return (f"the gluon backend takes v with q's head_dim ({head_dim}), got head_dim_v "
+                f"{head_dim_v}; use backend='triton'")
     return None
 
 
@@ -248,9 +251,9 @@ def bad_tiles(split_q: bool, block_m: int, block_n: int, num_warps: int) -> str 
     return None
 
 
-def check_gluon_call(dtype, head_dim: int, variant, config):
+def check_gluon_call(dtype, head_dim: int, variant, config, head_dim_v: int | None = None):
     """Raise ValueError for what the Gluon kernel cannot do (the Triton backend can)."""
-    why = unsupported(dtype, head_dim) or bad_tiles(variant.split_q, config.block_m,
+    why = unsupported(dtype, head_dim, head_dim_v) or bad_tiles(variant.split_q, config.block_m,
                                                      config.block_n, config.num_warps)
     if why:
         raise ValueError(why)
@@ -259,7 +262,7 @@ def check_gluon_call(dtype, head_dim: int, variant, config):
 def gluon_attn_fwd(q, k, v, causal, softmax_scale, variant, config):
     """`kernels.forward.attn_fwd`'s contract, computed by the Gluon kernel (CUDA only).
     Split-K cuts each K/V tile into num_warps slices, one per warp (config.key_slices unused)."""
-    check_gluon_call(q.dtype, q.shape[-1], variant, config)
+    check_gluon_call(q.dtype, q.shape[-1], variant, config, v.shape[-1])
     q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
     batch, heads_q, seqlen_q, head_dim = q.shape
     heads_kv, seqlen_k = k.shape[1], k.shape[2]

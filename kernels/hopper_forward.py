@@ -758,13 +758,17 @@ def state_layouts(head_dim: int, split_q: bool, dtype):
             zip(state_block_shapes(head_dim, split_q), (gl.float32, gl.float32, _gl_dtype(dtype)))]
 
 
-def unsupported(dtype, head_dim: int) -> str | None:
-    """Why the Hopper chassis cannot take inputs of this dtype and head_dim; None if it can."""
+def unsupported(dtype, head_dim: int, head_dim_v: int | None = None) -> str | None:
+    """Why the Hopper chassis cannot take inputs of this dtype, head_dim and v's head_dim_v
+    (None: head_dim); None if it can."""
     name = str(dtype).removeprefix("torch.")
     if name not in HOPPER_DTYPES:
         return f"the hopper backend takes {' or '.join(HOPPER_DTYPES)}, got {name}"
     if head_dim not in HOPPER_HEAD_DIMS:
         return f"the hopper backend takes head_dim in {HOPPER_HEAD_DIMS}, got {head_dim}"
+    if head_dim_v not in (None, head_dim):
+        return (f"the hopper backend takes v with q's head_dim ({head_dim}), got head_dim_v "
+                f"{head_dim_v}; use backend='triton'")
     return None
 
 
@@ -806,7 +810,7 @@ def q_buffers(head_dim: int, block_n: int, stages: int, split_q: bool,
 
 def check_hopper_call(q, k, v, variant, config, causal: bool = True):
     """Raise ValueError for what the Hopper chassis cannot do (the Triton backend can)."""
-    why = unsupported(q.dtype, q.shape[-1])
+    why = unsupported(q.dtype, q.shape[-1], v.shape[-1])
     if why is None and config.block_n not in (64, 128):
         why = f"the hopper backend takes block_n 64 or 128, got {config.block_n}"
     stages = STAGES[variant.seq_parallel]

@@ -35,12 +35,13 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, variant=Varian
                     return_lse=False, config: TileConfig | None = None, backend="triton"):
     """softmax(q k^T * softmax_scale [+ causal mask]) v, differentiable in q, k and v.
 
-    q (batch, heads_q, seqlen_q, head_dim); k and v (batch, heads_kv, seqlen_k, head_dim) with
-    any head_dim from 1 to 256 (the backends "gluon" and "hopper" take fewer) and
-    heads_q % heads_kv == 0 (query head h reads kv head h // (heads_q // heads_kv)).
+    q and k (batch, heads_q or heads_kv, seqlen_q or seqlen_k, head_dim), v (batch, heads_kv,
+    seqlen_k, head_dim_v): any head_dim and head_dim_v from 1 to 256 (the backends "gluon" and
+    "hopper" take fewer, and head_dim_v == head_dim only), heads_q % heads_kv == 0 (query head
+    h reads kv head h // (heads_q // heads_kv)). softmax_scale defaults to head_dim ** -0.5.
     causal is bottom-right aligned: query i sees key j iff j <= i + seqlen_k - seqlen_q; a row
     that sees no key gets output 0 and lse -inf.
-    Returns o in q's dtype, and with return_lse=True also lse: float32 (batch, heads_q,
+    Returns o (batch, heads_q, seqlen_q, head_dim_v) in q's dtype, and with return_lse=True also lse: float32 (batch, heads_q,
     seqlen_q), natural log. `config` overrides the tile sizes (see kernels.config).
     backend "gluon" computes the forward with the Gluon kernel, whose warp layouts are stated
     (kernels.gluon_forward; CUDA only, float16/bfloat16); the backward is the Triton one.
@@ -156,8 +157,9 @@ def _check_inputs(q, k, v, causal, softmax_scale, variant):
     if not q.is_cuda and not interpreting():
         raise ValueError(f"q is on {q.device}: the kernels need a CUDA device, or Triton's "
                          "interpreter (set TRITON_INTERPRET=1 before importing triton)")
-    if k.shape != v.shape:
-        raise ValueError(f"k and v must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
+    if k.shape[:3] != v.shape[:3]:
+        raise ValueError(f"k and v must have the same batch, heads and seqlen (head dims may "
+                         f"differ), got shapes {tuple(k.shape)} and {tuple(v.shape)}")
     if k.shape[0] != q.shape[0]:
         raise ValueError(f"k has batch {k.shape[0]} but q has batch {q.shape[0]}")
     if k.shape[3] != q.shape[3]:
@@ -216,9 +218,8 @@ def _check_config(config: TileConfig, variant: Variant, on_gpu: bool):
 
 def _tma_possible(k, v, backend) -> bool:
     """Whether _check_tma would take these K/V."""
-    head_dim = k.shape[-1]
-    return (backend == "triton" and head_dim == block_d(head_dim) and tma_ready(k)
-            and tma_ready(v))
+    return (backend == "triton" and all(t.shape[-1] == block_d(t.shape[-1]) for t in (k, v))
+            and tma_ready(k) and tma_ready(v))
 
 
 def _check_tma(k, v, backend):
@@ -226,11 +227,13 @@ def _check_tma(k, v, backend):
     their box is the tile's head dimension: head_dim must be one (a power of two >= 16)."""
     if backend != "triton":
         raise ValueError(f"config.tma is a tile choice of the Triton forward, not of {backend!r}")
-    head_dim = k.shape[-1]
-    if head_dim != block_d(head_dim):
-        raise ValueError(f"config.tma needs head_dim a power of two >= {MIN_DOT_DIM} (the "
-                         f"tensor descriptor's box is the tile's {block_d(head_dim)} columns), "
-                         f"got head_dim {head_dim}; use tma=False")
+    for name, t in (("k", k), ("v", v)):
+        head_dim = t.shape[-1]
+        if head_dim != block_d(head_dim):
+            raise ValueError(f"config.tma needs {name}'s head_dim a power of two >= "
+                             f"{MIN_DOT_DIM} (the tensor descriptor's box is the tile's "
+                             f"{block_d(head_dim)} columns), got head_dim {head_dim}; use "
+                             "tma=False")
     for name, t in (("k", k), ("v", v)):
         if not tma_ready(t):
             raise ValueError(f"config.tma needs {name} with head_dim stride 1 and 16-byte "

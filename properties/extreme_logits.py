@@ -176,7 +176,7 @@ def _bounds(case: Case, ref: Reference, s):
         delta = (do * o).sum(-1) - ref.dlse.double()
         g = rel * ((do @ v.transpose(-1, -2)) - delta[..., None]).abs()
         group = p.heads_q // p.heads_kv
-        per_kv_head = (p.batch, p.heads_kv, group, p.seqlen_k, p.head_dim)
+        per_kv_head = (p.batch, p.heads_kv, group, p.seqlen_k, -1)  # D for dk, Dv for dv
         terms["dq"] = scale * (g @ k.abs())
         terms["dk"] = (scale * (g.transpose(-1, -2) @ q.abs())).reshape(per_kv_head).sum(2)
         terms["dv"] = (rel.transpose(-1, -2) @ do.abs()).reshape(per_kv_head).sum(2)

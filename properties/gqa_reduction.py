@@ -90,8 +90,8 @@ def _group_sum(p: Problem, gqa, mha, allowed_gqa, allowed_mha) -> Check:
     group = p.heads_q // p.heads_kv
     numbers, worst = {}, 0.0
     for name in ("dk", "dv"):
-        expanded = getattr(mha, name).double()  # (B, Hq, Sk, D)
-        summed = expanded.reshape(p.batch, p.heads_kv, group, p.seqlen_k, p.head_dim).sum(2)
+        expanded = getattr(mha, name).double()  # (B, Hq, Sk, D or Dv)
+        summed = expanded.reshape(p.batch, p.heads_kv, group, p.seqlen_k, -1).sum(2)
         diff = (getattr(gqa, name).double() - summed).abs()
         error = float(diff.max()) if not diff.isnan().any() else float("inf")
         bound = allowed_gqa[name] + group * allowed_mha[name]

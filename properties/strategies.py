@@ -69,8 +69,10 @@ class Distribution:
 
 
 def _shapes(p: Problem):
+    """The shapes of q, k and v (v with its own head dim)."""
     return ((p.batch, p.heads_q, p.seqlen_q, p.head_dim),
-            (p.batch, p.heads_kv, p.seqlen_k, p.head_dim))
+            (p.batch, p.heads_kv, p.seqlen_k, p.head_dim),
+            (p.batch, p.heads_kv, p.seqlen_k, p.head_dim_v))
 
 
 def _randn(shape, gen):
@@ -79,55 +81,55 @@ def _randn(shape, gen):
 
 def _uniform_values(p, gen):
     # unit variance: U(-sqrt 3, sqrt 3)
-    sq, skv = _shapes(p)
+    sq, skv, sv = _shapes(p)
     return tuple((torch.rand(s, generator=gen, dtype=torch.float64) * 2 - 1) * math.sqrt(3)
-                 for s in (sq, skv, skv))
+                 for s in (sq, skv, sv))
 
 
 def _heavy_tailed(p, gen):
     # Student's t with 3 degrees of freedom, scaled to unit variance: a few entries of 10-20
-    sq, skv = _shapes(p)
+    sq, skv, sv = _shapes(p)
 
     def t3(shape):
         chi2 = sum(_randn(shape, gen) ** 2 for _ in range(3))
         return _randn(shape, gen) / torch.sqrt(chi2 / 3) / math.sqrt(3)
-    return t3(sq), t3(skv), t3(skv)
+    return t3(sq), t3(skv), t3(sv)
 
 
 def _logit_scale(top: float):
     """q and k scaled so that logits have standard deviation top / 4 (largest about `top`)."""
     def make(p, gen):
-        sq, skv = _shapes(p)
+        sq, skv, sv = _shapes(p)
         a = math.sqrt(top / 4)
-        return _randn(sq, gen) * a, _randn(skv, gen) * a, _randn(skv, gen)
+        return _randn(sq, gen) * a, _randn(skv, gen) * a, _randn(sv, gen)
     return make
 
 
 def _near_duplicate_keys(p, gen):
     # every key of a kv head within 1% of its first key: many equal after rounding to 16 bits
-    sq, skv = _shapes(p)
+    sq, skv, sv = _shapes(p)
     k = _randn(skv, gen)
     k = k[:, :, :1] + 0.01 * k
-    return _randn(sq, gen), k, _randn(skv, gen)
+    return _randn(sq, gen), k, _randn(sv, gen)
 
 
 def _low_rank_keys(p, gen):
     # keys of rank 1 or 2 (picked by the seed): scores are a sum of one or two outer products
-    sq, skv = _shapes(p)
+    sq, skv, sv = _shapes(p)
     rank = 1 + p.seed % 2
     a = _randn(skv[:3] + (rank,), gen)
     b = _randn(skv[:2] + (rank, p.head_dim), gen)
-    return _randn(sq, gen), (a @ b) / math.sqrt(rank), _randn(skv, gen)
+    return _randn(sq, gen), (a @ b) / math.sqrt(rank), _randn(sv, gen)
 
 
 def _outlier_channels(p, gen):
     # two head_dim channels of q and k ten times larger (activation outliers of large models)
-    sq, skv = _shapes(p)
+    sq, skv, sv = _shapes(p)
     q, k = _randn(sq, gen), _randn(skv, gen)
     channels = torch.randperm(p.head_dim, generator=gen)[:2]
     q[..., channels] *= 10
     k[..., channels] *= 10
-    return q, k, _randn(skv, gen)
+    return q, k, _randn(sv, gen)
 
 
 _MAKERS = {

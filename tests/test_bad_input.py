@@ -24,7 +24,8 @@ CASES = [
     ("int dtype", lambda q, k, v: (q.to(torch.int32), k, v, {}), TypeError, "q must be float16"),
     ("float64", lambda q, k, v: (q, k, v.double(), {}), TypeError, "v must be float16"),
     ("mixed dtypes", lambda q, k, v: (q, k.float(), v, {}), TypeError, "share one dtype"),
-    ("k v shapes", lambda q, k, v: (q, k, v[:, :, :4], {}), ValueError, "k and v must have the same shape"),
+    ("k v shapes", lambda q, k, v: (q, k, v[:, :, :4], {}), ValueError,
+     "k and v must have the same batch, heads and seqlen"),
     ("batch", lambda q, k, v: (q, torch.cat([k, k]), torch.cat([v, v]), {}), ValueError, "batch"),
     ("head_dim mismatch", lambda q, k, v: (q, k[..., :16], v[..., :16], {}), ValueError, "head_dim"),
     ("heads not divisible", lambda q, k, v: (q[:, :3], k, v, {}), ValueError, "multiple of heads_kv"),
@@ -33,11 +34,17 @@ CASES = [
     ("head_dim 0", lambda q, k, v: (q[..., :0], k[..., :0], v[..., :0], {}), ValueError,
      "q has head_dim 0; head_dim must be from 1 to 256"),
     ("k head_dim 0", lambda q, k, v: (q, k[..., :0], v, {}), ValueError, "k has head_dim 0"),
+    ("v head_dim 0", lambda q, k, v: (q, k, v[..., :0], {}), ValueError, "v has head_dim 0"),
+    ("v head_dim 257", lambda q, k, v: (q, k, _widen(v, 257), {}), ValueError,
+     "v has head_dim 257; head_dim must be from 1 to 256"),
     ("head_dim 32 vs 40", lambda q, k, v: (q, _widen(k, 40), _widen(v, 40), {}), ValueError,
      "k has head_dim 40 but q has head_dim 32"),
     ("tma head_dim 40", lambda q, k, v: (*(_widen(t, 40) for t in (q, k, v)),
                                          {"config": TileConfig(32, 16, tma=True)}),
-     ValueError, "config.tma needs head_dim a power of two >= 16"),
+     ValueError, "config.tma needs k's head_dim a power of two >= 16"),
+    ("tma v head_dim 40", lambda q, k, v: (q, k, _widen(v, 40),
+                                           {"config": TileConfig(32, 16, tma=True)}),
+     ValueError, "config.tma needs v's head_dim a power of two >= 16"),
     ("empty seqlen", lambda q, k, v: (q[:, :, :0], k, v, {}), ValueError, "empty"),
     ("causal not bool", lambda q, k, v: (q, k, v, {"causal": 1}), TypeError, "causal must be a bool"),
     ("scale string", lambda q, k, v: (q, k, v, {"softmax_scale": "0.1"}), TypeError, "softmax_scale"),
@@ -107,4 +114,6 @@ def test_gluon_backend_refuses_what_it_cannot_run(device):
             (torch.bfloat16, 64, split_k, TileConfig(16, 32, num_warps=4), "16 keys per warp")]:
         with pytest.raises(ValueError, match=message):
             check_gluon_call(dtype, head_dim, variant, config)
+    with pytest.raises(ValueError, match="takes v with q's head_dim"):
+        check_gluon_call(torch.bfloat16, 64, fa2, TileConfig(64, 32), head_dim_v=32)
     check_gluon_call(torch.bfloat16, 64, split_k, TileConfig(16, 64, num_warps=4))

@@ -1,6 +1,9 @@
 """Any head_dim from 1 to 256: the tiles pad it to block_d(head_dim) columns and mask the rest
 (kernels/forward.py, kernels/backward.py). Every variant, forward and backward, against the
-float64 oracle at head dims that are not tile widths, with small lengths (the interpreter)."""
+float64 oracle at head dims that are not tile widths, with small lengths (the interpreter).
+v may have a head dimension of its own (head_dim_v, o's too): decisions D56."""
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -11,6 +14,8 @@ from kernels.config import block_d
 from lattice import DTYPES, SHAPES
 
 ODD_HEAD_DIMS = (1, 40, 59, 80, 96, 111, 160)
+# (head_dim, head_dim_v): v wider and narrower than q and k, padded or not
+VALUE_HEAD_DIMS = ((40, 96), (96, 40), (32, 16), (17, 7))
 
 
 def _problem(head_dim, i):
@@ -42,6 +47,31 @@ def test_every_variant_at_odd_head_dims(head_dim, device):
         _assert_passes(_problem(head_dim, i + head_dim), variant, device)
 
 
+@pytest.mark.parametrize("head_dim, head_dim_v", VALUE_HEAD_DIMS,
+                         ids=[f"d{d}-dv{dv}" for d, dv in VALUE_HEAD_DIMS])
+def test_every_variant_with_a_value_head_dim_of_its_own(head_dim, head_dim_v, device):
+    """All 8 variants, forward (o has v's head dim, softmax_scale q's) and backward (dv has v's
+    head dim, Delta = rowsum(dO * O) over it), each on its own shape (GQA, MQA, ragged
+    lengths), dtype and mask."""
+    for i, variant in enumerate(Variant.all()):
+        problem = replace(_problem(head_dim, i + head_dim_v), head_dim_v=head_dim_v)
+        _assert_passes(problem, variant, device)
+
+
+@pytest.mark.parametrize("dq_pass", (False, True), ids=("dq-in-loop", "dq-pass"))
+@pytest.mark.parametrize("head_dim, head_dim_v", ((40, 96), (96, 40)),
+                         ids=("d40-dv96", "d96-dv40"))
+def test_value_head_dim_over_several_tiles(head_dim, head_dim_v, dq_pass, device):
+    """Several K/V tiles (FA1's schedule keeps its float32 scratch, v's head dim wide, between
+    them), row blocks and column blocks; dQ in the dK/dV loop and in its own pass."""
+    problem = Problem(1, 4, 2, 45, 37, head_dim, "float16", True, seed=head_dim,
+                      head_dim_v=head_dim_v)
+    config = TileConfig(16, 16, num_stages=1, bwd_block_m=16, bwd_block_n=16, bwd_num_stages=1,
+                        bwd_dq_pass=dq_pass)
+    for variant in Variant.all():
+        _assert_passes(problem, variant, device, config)
+
+
 @pytest.mark.parametrize("dq_pass", (False, True), ids=("dq-in-loop", "dq-pass"))
 @pytest.mark.parametrize("head_dim", (40, 111))
 def test_backward_both_places_of_dq_at_odd_head_dims(head_dim, dq_pass, device):
@@ -56,7 +86,7 @@ def test_backward_both_places_of_dq_at_odd_head_dims(head_dim, dq_pass, device):
 
 def test_tma_is_refused_where_head_dim_is_not_a_tile_width(device):
     q = torch.randn(1, 2, 8, 40, device=device, dtype=torch.float16)
-    with pytest.raises(ValueError, match="config.tma needs head_dim a power of two"):
+    with pytest.raises(ValueError, match="config.tma needs k's head_dim a power of two"):
         flash_attention(q, q, q, config=TileConfig(32, 16, tma=True))
     assert not default_config(40, device == "cuda", Variant(), torch.float16).tma
 
@@ -68,6 +98,9 @@ def test_other_backends_keep_their_head_dims():
     with pytest.raises(ValueError, match="head_dim in"):
         check_gluon_call(torch.bfloat16, 40, Variant(), TileConfig(64, 32))
     assert "head_dim in" in unsupported(torch.bfloat16, 96)
+    assert "takes v with q's head_dim (128), got head_dim_v 64" in unsupported(
+        torch.bfloat16, 128, 64)
+    assert unsupported(torch.bfloat16, 128, 128) is None
 
 
 # compiled on the GPU: long enough for several K/V tiles and row blocks, unequal lengths,
@@ -80,6 +113,13 @@ GPU_PROBLEMS = [
     Problem(1, 6, 3, 1000, 517, 160, "bfloat16", True),
     Problem(1, 2, 1, 300, 641, 160, "float32", False),
 ]
+# v's own head dim: DeepSeek's MLA (192/128) and an odd pair
+GPU_VALUE_PROBLEMS = [
+    Problem(2, 8, 2, 777, 1031, 192, "bfloat16", True, head_dim_v=128),
+    Problem(1, 6, 3, 1000, 517, 192, "bfloat16", False, head_dim_v=128),
+    Problem(1, 4, 1, 513, 700, 40, "bfloat16", True, head_dim_v=96),
+    Problem(1, 4, 2, 300, 641, 40, "float32", False, head_dim_v=96),
+]
 
 
 @pytest.mark.gpu
@@ -88,3 +128,12 @@ def test_gpu_odd_head_dims_forward_and_backward(problem, device):
     """FA2's forward (o, lse) and backward (dq, dk, dv) against the float64 oracle by the pass
     rule, compiled, at head dims the tiles pad (40 -> 64, 96 -> 128, 160 -> 256)."""
     _assert_passes(problem, Variant(), device)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("problem", GPU_VALUE_PROBLEMS, ids=str)
+def test_gpu_value_head_dim_of_its_own(problem, device):
+    """FA2 and FA1's schedule (its scratch v's head dim wide), forward and backward, against
+    the float64 oracle by the pass rule, compiled, with head_dim_v != head_dim."""
+    for variant in (Variant(), Variant(seq_parallel=False)):
+        _assert_passes(problem, variant, device)

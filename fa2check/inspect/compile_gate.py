@@ -126,7 +126,8 @@ def _forward_specialization(fn, case: Case, repair: bool = False, o_residual: bo
     constexprs = dict(IS_CAUSAL=case.causal, DEFER_NORM=v.defer_norm, SEQ_PARALLEL=v.seq_parallel,
                       SPLIT_Q=v.split_q, KEY_SLICES=cfg.key_slices, BLOCK_M=cfg.block_m,
                       BLOCK_N=cfg.block_n, HEAD_DIM=case.head_dim,
-                      BLOCK_D=block_d(case.head_dim), INPUT_PRECISION=cfg.input_precision,
+                      BLOCK_D=block_d(case.head_dim), HEAD_DIM_V=case.head_dim,
+                      BLOCK_DV=block_d(case.head_dim), INPUT_PRECISION=cfg.input_precision,
                       REPAIR=repair,
                       REPAIR_CHUNK=REPAIR_CHUNK, TMA=tma, STORE_O_RES=o_residual,
                       NAN_FLAGS=cfg.nan_flags)
@@ -175,6 +176,7 @@ def _backward_specialization(fn, case: Case):
                       SPLIT_Q=v.split_q, KEY_SLICES=1 if v.split_q else cfg.bwd_key_slices,
                       DQ_PASS=cfg.bwd_dq_pass, BLOCK_M=cfg.bwd_block_m, BLOCK_N=cfg.bwd_block_n,
                       HEAD_DIM=case.head_dim, BLOCK_D=block_d(case.head_dim),
+                      HEAD_DIM_V=case.head_dim, BLOCK_DV=block_d(case.head_dim),
                       INPUT_PRECISION=cfg.input_precision)
     return runtime_specialization(fn, pointers, constexprs, floats=("qk_scale", "sm_scale"),
                                   unit=unit, div16=div16)
