@@ -62,7 +62,9 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, variant=Varian
         softmax_scale = head_dim ** -0.5
     on_gpu = q.is_cuda and not interpreting()
     if config is None:
-        config = default_config(head_dim, on_gpu, variant, q.dtype, backend, causal=bool(causal),
+        # tiles sized for the wider of q's and v's head dims (the accumulator is v's)
+        config = default_config(max(head_dim, v.shape[-1]), on_gpu, variant, q.dtype, backend,
+                                causal=bool(causal),
                                 seqlen_q=q.shape[2], seqlen_k=k.shape[2],
                                 gpu=_gpu_name(q.device.index) if on_gpu else None)
         if config.tma and not _tma_possible(k, v, backend):  # a tuned tile's TMA needs aligned K/V
