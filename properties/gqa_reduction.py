@@ -39,6 +39,8 @@ CASES = {
         Case("group-3", Problem(1, 6, 2, 33, 45, 16, "float32", True, seed=402)),
         Case("group-5", Problem(1, 10, 2, 21, 37, 16, "float16", False, seed=403)),
         Case("mqa", Problem(1, 4, 1, 37, 21, 16, "bfloat16", True, seed=404)),
+        Case("group-2-own-dv", Problem(1, 4, 2, 33, 45, 40, "bfloat16", True, seed=405,
+                                       head_dim_v=24)),
     ),
     "full": (
         Case("group-1", like(LONG_KEYS_FP16_D128, 400, seqlen_k=4096)),
@@ -46,6 +48,9 @@ CASES = {
         Case("group-3", like(LONG_KEYS_FP16_D128, 402, heads_q=6, heads_kv=2, seqlen_k=4096)),
         Case("group-5", like(NARROW_FP16_D16, 403)),
         Case("mqa", like(LONG_QUERIES_FP32_D32, 404, seqlen_q=4096)),
+        # DeepSeek's MLA widths: q and k 192, v 128 (a compile class of its own)
+        Case("group-2-192/128", replace(GQA_BF16_D64, seed=405, heads_q=4, heads_kv=2,
+                                        head_dim=192, head_dim_v=128)),
     ),
 }
 

@@ -105,7 +105,7 @@ def gluon(q, k, v, *, causal=False, softmax_scale=None, variant=None, return_lse
 
     if not q.is_cuda:
         raise Unsupported("the gluon backend runs on CUDA only (the interpreter cannot run Gluon)")
-    if why := unsupported(q.dtype, q.shape[-1]):
+    if why := unsupported(q.dtype, q.shape[-1], v.shape[-1]):
         raise Unsupported(why)
     return flash_attention(q, k, v, causal=causal, softmax_scale=softmax_scale,
                            variant=variant or Variant(), return_lse=return_lse, config=config,
