@@ -24,13 +24,12 @@ import os
 from dataclasses import dataclass
 from functools import lru_cache
 
-from .config import TileConfig, block_d
+from .config import BACKENDS, TileConfig, block_d
 
 SCHEMA = "fa2check.tuned_tiles/1"
 PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tuned_tiles.json")
 PATH_ENV = "FA2CHECK_TUNED_TILES"
 PARTS = ("fwd", "bwd")
-BACKENDS = ("triton", "gluon", "hopper")
 NOT_TILES = ("input_precision",)  # a numerics choice, never taken from a table
 PROVENANCE = ("commit", "date", "median_ms", "tuned_on", "source")
 
