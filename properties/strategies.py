@@ -16,7 +16,8 @@ What the strategies favour:
   tiles, backward tiles, and split-K's key slices), never hard-coded.
 - head_dim: any from 1 to 256 (or those asked for), a tile width (16, 32, ..., 256) half the
   time and any other head_dim (which the kernels pad to a tile width and mask) the other half,
-  in one choice (`head_dims`).
+  in one choice (`head_dims`); v's head dim (head_dim_v) another of them a quarter of the time,
+  otherwise head_dim (`head_dims_v`).
 - dtype, causal: every supported value (or those asked for).
 - values (`DISTRIBUTIONS`): see each entry. The "extreme" ones (logits of 1e3 and more, rows
   below -5e4, one dominant key, lse below -88.7) are judged like properties/extreme_logits.py
@@ -27,7 +28,7 @@ What the strategies favour:
 - layouts: contiguous, or the NaN-surrounded views of properties/memory_safety.py, so every
   example also checks that nothing outside the tensors' extent is read.
 Every choice shrinks towards the first option: FA2, float16, head_dim 16, not causal, batch 1,
-MHA, length 1, normal values, contiguous, seed 0.
+MHA, length 1, normal values, contiguous, seed 0, v's head dim equal to q's.
 """
 from __future__ import annotations
 
@@ -52,13 +53,15 @@ LAYOUTS = ("contiguous", "padded", "bshd-strided", "padded-bshd-strided")
 # (kind, weight): how a sequence length is drawn; "near" (seqlen_k only) is seqlen_q + offset
 LENGTH_KINDS = (("one", 2), ("tile", 5), ("prime", 2), ("any", 3))
 KEY_LENGTH_KINDS = LENGTH_KINDS + (("near", 5),)
+# (kind, weight): v's head dim equal to q's, or drawn on its own (head_dims_v)
+HEAD_DIM_V_KINDS = (("same", 3), ("own", 1))
 
 
 # ----------------------------------------------------------------------------- distributions
 
 @dataclass(frozen=True)
 class Distribution:
-    """How q, k and v are made (dO is always standard normal). `judge` is "pass_rule" or
+    """How q, k and v are made (dO is always standard normal, o's shape). `judge` is "pass_rule" or
     "extreme" (properties/extreme_logits.py's element-wise bound); the gradients are judged for
     the dtypes in `backward_dtypes`."""
     name: str
@@ -174,7 +177,7 @@ def make_inputs(problem: Problem, distribution: str, layout: str = "contiguous",
     else:
         gen = torch.Generator().manual_seed(problem.seed)
         q, k, v = _MAKERS[distribution](problem, gen)
-        do = _randn(q.shape, gen)
+        do = _randn(q.shape[:3] + (problem.head_dim_v,), gen)  # o's shape: v's head dim
         inputs = tuple(t.to(device=device, dtype=problem.torch_dtype) for t in (q, k, v, do))
     if layout == "contiguous":
         return inputs
@@ -279,7 +282,7 @@ class Space:
     def contains(self, example: Example) -> bool:
         p = example.problem
         return (example.variant in self.variants and p.dtype in self.dtypes
-                and p.head_dim in self.head_dims and p.causal in self.causal
+                and {p.head_dim, p.head_dim_v} <= set(self.head_dims) and p.causal in self.causal
                 and example.distribution in self.distributions and example.layout in self.layouts)
 
     def describe(self) -> str:
@@ -346,9 +349,9 @@ def _seqlen(draw, site: str, tiles: tuple[int, ...], limit: int, near: int | Non
     return min(max(n, 1), limit)
 
 
-def head_dims(space: Space):
+def head_dims(space: Space, site: str = "head_dim"):
     """A head_dim of the space: a tile width half the time, any other (padded) head_dim the
-    other half; shrinks towards the first tile width.
+    other half; shrinks towards the first tile width. `site` names the draw (see _evenly).
 
     One choice, a weighted sampled_from: drawing "padded or not" and then an index, two
     choices, moved the ci profile's shrink of planted_diagonal_off_by_one to a local minimum
@@ -356,8 +359,19 @@ def head_dims(space: Space):
     widths = [d for d in space.head_dims if d == block_d(d)]
     others = [d for d in space.head_dims if d != block_d(d)]
     weight = max(1, len(others) // len(widths)) if widths else 1
-    return _weighted(tuple((d, weight) for d in widths) + tuple((d, 1) for d in others),
-                     "head_dim")
+    return _weighted(tuple((d, weight) for d in widths) + tuple((d, 1) for d in others), site)
+
+
+def head_dims_v(draw, space: Space, head_dim: int) -> int:
+    """v's head dim: head_dim itself three times in four, otherwise one of the space's own
+    (`head_dims`), which may differ; shrinks towards head_dim itself.
+
+    Both choices are drawn every time (the second ignored for "same"), and after every other
+    choice of the problem, so that the choices before keep their meaning and the planted bugs
+    shrink as they did before v had a head dim of its own (tests/test_fuzz.py)."""
+    kind = draw(_weighted(HEAD_DIM_V_KINDS, "head_dim_v kind"))
+    own = draw(head_dims(space, "head_dim_v"))
+    return head_dim if kind == "same" else own
 
 
 def variants(space: Space):
@@ -389,8 +403,9 @@ def problems(draw, space: Space):
     seqlen_q = _seqlen(draw, "seqlen_q", tiles, limit)
     seqlen_k = _seqlen(draw, "seqlen_k", tiles, limit, near=seqlen_q)
     seed = draw(st.integers(0, 2**31 - 1))
+    head_dim_v = head_dims_v(draw, space, head_dim)
     return Problem(batch, heads_kv * group, heads_kv, seqlen_q, seqlen_k, head_dim, dtype, causal,
-                   seed=seed)
+                   seed=seed, head_dim_v=head_dim_v)
 
 
 @st.composite
@@ -417,7 +432,7 @@ def length_class(n: int, tiles: tuple[int, ...]) -> str:
 def coverage_keys(example: Example, on_gpu: bool) -> dict[str, str]:
     """The classes of an example that the fuzzer's coverage summary counts."""
     p = example.problem
-    tiles = tile_sizes(p.head_dim, on_gpu, [example.variant])
+    tiles = tile_sizes(max(p.head_dim, p.head_dim_v), on_gpu, [example.variant])
     group = p.heads_q // p.heads_kv
     heads = "MHA" if group == 1 else (f"MQA g{group}" if p.heads_kv == 1 else f"GQA g{group}")
     order = "q<k" if p.seqlen_q < p.seqlen_k else ("q=k" if p.seqlen_q == p.seqlen_k else "q>k")

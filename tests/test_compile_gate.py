@@ -250,6 +250,20 @@ def test_an_odd_head_dim_compiles_forward_and_backward_and_tabulates(tmp_path):
     assert f"| 96 | {Variant()} | {fwd['registers']}" in table, table
 
 
+def test_v_with_its_own_head_dim_compiles_and_tabulates(tmp_path):
+    """--head-dims 192/128: FA2's forward builds for sm_90 with q's head dim 192 and v's 128, and
+    the register table's row is 192/128. Fails with gate_cases dropping v's head dim (the case
+    then compiles at 192 alone and the row reads 192)."""
+    from fa2check.inspect.register_table import markdown
+
+    proc, reports = gate(tmp_path, "--kernel", "attn_fwd", "--variant", "fa2", "--dtype",
+                         "bfloat16", "--head-dims", "192/128", "--no-causal")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (fwd,) = reports
+    assert (fwd["head_dim"], fwd["head_dim_v"]) == (192, 128) and fwd["registers"] > 0
+    assert f"| 192/128 | {Variant()} | {fwd['registers']}" in markdown(reports)
+
+
 def test_register_table_names_spills_failures_and_each_variants_own_kernels():
     from fa2check.inspect.register_table import markdown
 

@@ -77,6 +77,9 @@ REACHES = {
     and e.problem.seqlen_q == e.problem.seqlen_k > 1,
     "causal diagonal one past a tile": lambda e: e.problem.causal
     and e.problem.seqlen_k - e.problem.seqlen_q == BLOCK_N + 1,
+    "v's own head dim": lambda e: e.problem.head_dim_v != e.problem.head_dim,
+    "v's head dim wider than q's, causal": lambda e: e.problem.head_dim_v > e.problem.head_dim
+    and e.problem.causal,
     "head_dim 256 float32": lambda e: e.problem.head_dim == 256 and e.problem.dtype == "float32",
     "odd head_dim below 16": lambda e: e.problem.head_dim < 16,
     "odd head_dim between 64 and 128": lambda e: 64 < e.problem.head_dim < 128,

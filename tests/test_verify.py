@@ -10,6 +10,7 @@ import pytest
 from conftest import DEVICE
 from doubles import without_variant
 from fa2check import verify
+from fa2check.core.checks import Reference
 from fa2check.adapters import sdpa_efficient, sdpa_flash, sdpa_math
 from fa2check.core.explain import format_ratio
 from fa2check.core.implementations import Column, Unsupported, columns, default_specs
@@ -126,6 +127,25 @@ def test_sdpa_adapters_on_cpu():
         sdpa_efficient(q, k, v, causal=False)  # no efficient kernel on the CPU
     o, lse = sdpa_math(q, k, v, causal=True, return_lse=True)
     assert o.shape == q.shape and lse.shape == q.shape[:3] and lse.dtype.is_floating_point
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_sdpa_math_passes_with_v_of_its_own_head_dim(causal):
+    """torch's math backend takes Ev != E: o, lse, dq, dk, dv at head dims 40/24 (GQA, unequal
+    lengths) against the oracle within the pass rule. Fails with the adapter's default scale
+    taken from v's head dim (v.shape[-1] for q.shape[-1] in adapters._adapter)."""
+    problem = Problem(1, 4, 2, 9, 13, 40, "float32", causal, seed=3, head_dim_v=24)
+    failed = [str(c) for c in Reference(problem, "cpu").check(sdpa_math, None) if not c.passed]
+    assert failed == []
+
+
+def test_a_backend_refusing_v_of_its_own_head_dim_is_unsupported():
+    """The CPU's flash backend refuses Ev != E (full mask, equal lengths: nothing else to
+    refuse): Unsupported with torch's reason, not its RuntimeError. Fails with NO_KERNEL
+    emptied in adapters.py (the RuntimeError escapes)."""
+    q, k, v, _ = Problem(1, 2, 2, 9, 9, 40, "float32", False, head_dim_v=24).inputs()
+    with pytest.raises(Unsupported, match="same last dimension"):
+        sdpa_flash(q, k, v, causal=False)
 
 
 @pytest.mark.parametrize("name", ["lse_bounds", "causal_masking", "gqa_reduction", "memory_safety"])

@@ -58,6 +58,16 @@ class Case:
     # sequence lengths compiled as the constant 1, as Triton's launcher does for a call with
     # that length (e.g. decoding's seqlen_q == 1); it changes loop bounds and pipelining
     length_one: tuple[str, ...] = ()
+    head_dim_v: int | None = None  # v's (and o's) head dim; None: head_dim
+
+    @property
+    def v_dim(self) -> int:
+        return self.head_dim if self.head_dim_v is None else self.head_dim_v
+
+
+def head_dims_label(head_dim: int, head_dim_v: int | None) -> str:
+    """'96', or '192/128' where v has a head dim of its own."""
+    return str(head_dim) if head_dim_v in (None, head_dim) else f"{head_dim}/{head_dim_v}"
 
 
 @dataclass(frozen=True)
@@ -120,20 +130,23 @@ def _forward_specialization(fn, case: Case, repair: bool = False, o_residual: bo
     # The stats strides (multiples of seqlen_q), heads_q and group_size stay plain i32: the
     # runtime would make group_size == 1 (plain MHA) a constexpr, which drops one division.
     unit = [f"stride_{t}d" for t in "qkvo"] + list(case.length_one)
-    div16 = [f"stride_{name}" for name in ("qb", "qh", "qm", "kb", "kh", "kn", "vb", "vh", "vn",
-                                           "ob", "oh", "om")] if case.head_dim % 16 == 0 else []
+    div16 = [f"stride_{name}" for name in ("qb", "qh", "qm", "kb", "kh", "kn")
+             ] if case.head_dim % 16 == 0 else []
+    div16 += [f"stride_{name}" for name in ("vb", "vh", "vn", "ob", "oh", "om")
+              ] if case.v_dim % 16 == 0 else []  # v's and o's: multiples of v's head dim
     tma = cfg.tma and not repair  # as attn_fwd: REPAIR loads through pointers
     constexprs = dict(IS_CAUSAL=case.causal, DEFER_NORM=v.defer_norm, SEQ_PARALLEL=v.seq_parallel,
                       SPLIT_Q=v.split_q, KEY_SLICES=cfg.key_slices, BLOCK_M=cfg.block_m,
                       BLOCK_N=cfg.block_n, HEAD_DIM=case.head_dim,
-                      BLOCK_D=block_d(case.head_dim), HEAD_DIM_V=case.head_dim,
-                      BLOCK_DV=block_d(case.head_dim), INPUT_PRECISION=cfg.input_precision,
+                      BLOCK_D=block_d(case.head_dim), HEAD_DIM_V=case.v_dim,
+                      BLOCK_DV=block_d(case.v_dim), INPUT_PRECISION=cfg.input_precision,
                       REPAIR=repair,
                       REPAIR_CHUNK=REPAIR_CHUNK, TMA=tma, STORE_O_RES=o_residual,
                       NAN_FLAGS=cfg.nan_flags)
-    box = _row_box(io, cfg.block_n, case.head_dim) if tma else None
+    box_k = _row_box(io, cfg.block_n, case.head_dim) if tma else None
+    box_v = _row_box(io, cfg.block_n, case.v_dim) if tma else None
     return runtime_specialization(fn, pointers, constexprs, floats=("qk_scale",), unit=unit,
-                                  div16=div16, descriptors={"KD": box, "VD": box})
+                                  div16=div16, descriptors={"KD": box_k, "VD": box_v})
 
 
 def _forward_register_cap(c: TileConfig) -> dict:
@@ -170,13 +183,13 @@ def _backward_specialization(fn, case: Case):
     # padded_q is a whole number of blocks of >= 16 rows
     div16 = [f"stride_{t}{d}" for t in ("q", "k", "v", "do", "dk") for d in "bh"] + \
         ["stride_qm", "stride_kn", "stride_vn", "stride_dom", "stride_dkn", "padded_q"]
-    if case.head_dim % 16:  # strides are multiples of head_dim only
+    if case.head_dim % 16 or case.v_dim % 16:  # strides are multiples of the head dims only
         div16 = ["padded_q"]
     constexprs = dict(IS_CAUSAL=case.causal, DEFER_NORM=v.defer_norm, SEQ_PARALLEL=v.seq_parallel,
                       SPLIT_Q=v.split_q, KEY_SLICES=1 if v.split_q else cfg.bwd_key_slices,
                       DQ_PASS=cfg.bwd_dq_pass, BLOCK_M=cfg.bwd_block_m, BLOCK_N=cfg.bwd_block_n,
                       HEAD_DIM=case.head_dim, BLOCK_D=block_d(case.head_dim),
-                      HEAD_DIM_V=case.head_dim, BLOCK_DV=block_d(case.head_dim),
+                      HEAD_DIM_V=case.v_dim, BLOCK_DV=block_d(case.v_dim),
                       INPUT_PRECISION=cfg.input_precision)
     return runtime_specialization(fn, pointers, constexprs, floats=("qk_scale", "sm_scale"),
                                   unit=unit, div16=div16)
@@ -257,6 +270,7 @@ class CompileReport:
     choices: str = ""  # tile choices that change the code (TileConfig.tma)
     compile_s: float | None = None  # near zero on a Triton cache hit (~/.triton/cache)
     error: str | None = None
+    head_dim_v: int | None = None  # v's own head dim; None: head_dim
 
     @property
     def ok(self) -> bool:
@@ -285,22 +299,27 @@ def rerun_ptxas(ptx: str) -> str:
 
 
 def make_case(variant: Variant, dtype: str, head_dim: int, causal: bool,
-              config: TileConfig | None = None, length_one=(), backend: str = "triton") -> Case:
-    """A given config is used as is, as `flash_attention` does (it validates, never refits)."""
-    config = config or default_config(head_dim, on_gpu=True, variant=variant, dtype=dtype,
+              config: TileConfig | None = None, length_one=(), backend: str = "triton",
+              head_dim_v: int | None = None) -> Case:
+    """A given config is used as is, as `flash_attention` does (it validates, never refits);
+    the default one is for the wider of q's and v's head dims, as flash_attention picks it."""
+    widest = max(head_dim, head_dim_v or head_dim)
+    config = config or default_config(widest, on_gpu=True, variant=variant, dtype=dtype,
                                       backend=backend)
-    return Case(variant, dtype, head_dim, causal, config, tuple(length_one))
+    return Case(variant, dtype, head_dim, causal, config, tuple(length_one), head_dim_v)
 
 
 def compile_for_sm90(spec_name: str, variant: Variant, dtype: str, head_dim: int, causal: bool,
-                     config: TileConfig | None = None, length_one=()) -> CompileReport:
+                     config: TileConfig | None = None, length_one=(),
+                     head_dim_v: int | None = None) -> CompileReport:
     """Compile one case for sm_90; raises on a compile error (see `run_gate` for collecting)."""
     return compile_kernel_for_sm90(spec_name, variant, dtype, head_dim, causal, config,
-                                   length_one)[0]
+                                   length_one, head_dim_v)[0]
 
 
 def compile_kernel_for_sm90(spec_name: str, variant: Variant, dtype: str, head_dim: int,
-                            causal: bool, config: TileConfig | None = None, length_one=()):
+                            causal: bool, config: TileConfig | None = None, length_one=(),
+                            head_dim_v: int | None = None):
     """`compile_for_sm90`, also returning Triton's CompiledKernel: (report, compiled)."""
     import triton
     from triton import knobs
@@ -309,7 +328,8 @@ def compile_kernel_for_sm90(spec_name: str, variant: Variant, dtype: str, head_d
     from triton.experimental.gluon._runtime import GluonASTSource
 
     spec = SPECS[spec_name]
-    case = make_case(variant, dtype, head_dim, causal, config, length_one, spec.backend)
+    case = make_case(variant, dtype, head_dim, causal, config, length_one, spec.backend,
+                     head_dim_v)
     fn = spec.kernel()
     if not isinstance(fn, triton.runtime.JITFunction):
         raise RuntimeError(f"{spec_name} is a {type(fn).__name__}, not a JITFunction: unset "
@@ -346,13 +366,14 @@ def _blank_report(spec_name: str, case: Case) -> CompileReport:
     cfg = case.config
     tiles = {"key_slices": cfg.key_slices, **SPECS[spec_name].tiles(cfg)}  # the backward's own
     return CompileReport(spec_name, str(case.variant), case.dtype, case.head_dim, case.causal,
-                         input_precision=cfg.input_precision, **tiles)
+                         input_precision=cfg.input_precision, head_dim_v=case.head_dim_v,
+                         **tiles)
 
 
 def _compile_or_report(spec_name: str, case: Case) -> CompileReport:
     try:
         return compile_for_sm90(spec_name, case.variant, case.dtype, case.head_dim, case.causal,
-                                case.config, case.length_one)
+                                case.config, case.length_one, case.head_dim_v)
     except Exception as e:  # noqa: BLE001 - every failure becomes a report
         report = _blank_report(spec_name, case)
         report.error = describe_error(e)
@@ -374,16 +395,21 @@ def describe_error(e: BaseException) -> str:
 
 def gate_cases(variants, dtypes, head_dims, causals, specs=tuple(SPECS), overrides=None,
                length_one=()) -> list[tuple[str, Case]]:
-    """(kernel spec, case) for every combination a launcher can reach."""
+    """(kernel spec, case) for every combination a launcher can reach. A head dim is an int
+    or a pair (q's, v's), as `head_dim_list` reads 192/128."""
     cases = []
-    for spec, variant, dtype, head_dim, causal in itertools.product(specs, variants, dtypes,
-                                                                    head_dims, causals):
+    for spec, variant, dtype, dims, causal in itertools.product(specs, variants, dtypes,
+                                                                head_dims, causals):
+        head_dim, head_dim_v = (dims, dims) if isinstance(dims, int) else dims
         if SPECS[spec].causal_only and not causal or not SPECS[spec].supports(dtype, head_dim):
             continue
-        config = default_config(head_dim, on_gpu=True, variant=variant, dtype=dtype,
-                                backend=SPECS[spec].backend)
+        if SPECS[spec].backend != "triton" and head_dim_v != head_dim:
+            continue  # the Gluon forward takes v of q's head dim only (D56)
+        config = default_config(max(head_dim, head_dim_v), on_gpu=True, variant=variant,
+                                dtype=dtype, backend=SPECS[spec].backend)
         config = dataclasses.replace(config, **(overrides or {}))
-        cases.append((spec, make_case(variant, dtype, head_dim, causal, config, length_one)))
+        cases.append((spec, make_case(variant, dtype, head_dim, causal, config, length_one,
+                                      head_dim_v=None if head_dim_v == head_dim else head_dim_v)))
     return cases
 
 
@@ -433,7 +459,8 @@ def _table(reports):
         status = Text("ok", "green") if r.ok else Text(r.error.splitlines()[0][:60], "red")
         spills = Text("" if r.spill_stores is None else f"{r.spill_stores}/{r.spill_loads}",
                       "yellow" if r.spill_stores else "")
-        table.add_row(r.kernel, r.variant, r.dtype, str(r.head_dim), "y" if r.causal else "n",
+        table.add_row(r.kernel, r.variant, r.dtype, head_dims_label(r.head_dim, r.head_dim_v),
+                      "y" if r.causal else "n",
                       str(r.block_m), str(r.block_n), str(r.num_warps), str(r.num_stages),
                       str(r.key_slices), r.choices, _dq(r), _s(r.registers),
                       spills, _s(r.shared_bytes), _wgmma(r), _s(r.compile_s), status)
@@ -484,15 +511,25 @@ def add_case_arguments(p, kernels: str, dtypes: str, head_dims: str):
                         f"default: {head_dims}")
 
 
-def head_dim_list(text: str) -> list[int]:
-    """'64' or '40,80,96': the head dims of one --head-dim option."""
+def head_dim_list(text: str) -> list:
+    """'64', '40,80,96' or '192/128' (q's head dim 192, v's 128): the head dims of one
+    --head-dim option, ints and (q's, v's) pairs."""
     try:
-        dims = [int(part) for part in text.split(",") if part.strip()]
+        dims = [_head_dims(part) for part in text.split(",") if part.strip()]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected head dims like 64 or 40,80,96, got {text!r}")
-    if not dims or min(dims) < 1:
+        raise argparse.ArgumentTypeError(f"expected head dims like 64, 40,80,96 or 192/128, "
+                                         f"got {text!r}")
+    if not dims or min(min(d) if isinstance(d, tuple) else d for d in dims) < 1:
         raise argparse.ArgumentTypeError(f"head dims are positive, got {text!r}")
     return dims
+
+
+def _head_dims(part: str):
+    """'96' -> 96; '192/128' -> (192, 128)."""
+    if "/" not in part:
+        return int(part)
+    q_dim, v_dim = part.split("/")
+    return int(q_dim), int(v_dim)
 
 
 def add_output_arguments(p):

@@ -35,8 +35,7 @@ def cell(report: dict | None) -> str:
 def markdown(reports: list[dict]) -> str:
     """The table (see the module docstring); one dtype per table, so the dtype goes in its title
     when there are several."""
-    cases = {(r["kernel"], r["variant"], r["dtype"], r["head_dim"], r["causal"]): r
-             for r in reports}
+    cases = {(r["kernel"], r["variant"], r["dtype"], _dims(r), r["causal"]): r for r in reports}
     columns = sorted({(r["kernel"], r["causal"]) for r in reports},
                      key=lambda c: (KERNEL_ORDER.index(c[0]) if c[0] in KERNEL_ORDER else 99,
                                     c[0], c[1]))
@@ -46,14 +45,15 @@ def markdown(reports: list[dict]) -> str:
         header = ["D", "variant"] + [f"{k}{' causal' if causal else ''}" for k, causal in columns]
         lines += [f"{dtype}: registers per thread, spill bytes stored/loaded", "",
                   "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-        for head_dim in sorted({r["head_dim"] for r in reports if r["dtype"] == dtype}):
+        for head_dim in sorted({_dims(r) for r in reports if r["dtype"] == dtype}):
             for variant in variants:
                 cells = []
                 for kernel, causal in columns:
                     found = cases.get((kernel, variant, dtype, head_dim, causal))
                     cells.append(cell(found))
                 if any(cells):
-                    lines.append("| " + " | ".join([str(head_dim), variant] + cells) + " |")
+                    label = "/".join(str(d) for d in dict.fromkeys(head_dim))
+                    lines.append("| " + " | ".join([label, variant] + cells) + " |")
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
 
@@ -72,3 +72,8 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def _dims(report: dict) -> tuple[int, int]:
+    """(q's head dim, v's): a row's key; v's is q's where the report has none."""
+    return report["head_dim"], report.get("head_dim_v") or report["head_dim"]
