@@ -262,6 +262,11 @@ def test_v_with_its_own_head_dim_compiles_and_tabulates(tmp_path):
     (fwd,) = reports
     assert (fwd["head_dim"], fwd["head_dim_v"]) == (192, 128) and fwd["registers"] > 0
     assert f"| 192/128 | {Variant()} | {fwd['registers']}" in markdown(reports)
+    # the occupancy bound from this case's own compile facts, in the JSON and the console table
+    from fa2check.inspect.compile_gate import ctas_per_sm
+    assert fwd["ctas_per_sm"] == ctas_per_sm(fwd["registers"], fwd["num_warps"],
+                                             fwd["shared_bytes"]) >= 1
+    assert "CTAs/SM" in proc.stdout, proc.stdout
 
 
 def test_register_table_names_spills_failures_and_each_variants_own_kernels():
@@ -278,3 +283,39 @@ def test_register_table_names_spills_failures_and_each_variants_own_kernels():
     assert "| D | variant | attn_fwd | attn_bwd |" in table
     assert f"| 40 | {fa2} | 255, 204/408 spilled | 168, no wgmma |" in table
     assert f"| 40 | {split_k} | failed | 240 |" in table  # split-K's own backward (D50)
+
+
+
+@pytest.mark.parametrize("registers, num_warps, shared_kib, expected, limiter", [
+    (255, 8, 0, 1, "registers"),  # 255 -> 256 per thread: 8192 per warp, 8 warps per SM
+    (128, 4, 40, 4, "registers"),  # 16 warps by registers; 228 // (40 + 1) = 5 by shared memory
+    (64, 4, 100, 2, "shared"),  # 228 // (100 + 1) = 2; 8 by registers
+    (169, 4, 0, 2, "registers"),  # 169 -> 176: 65536 // 5632 = 11 warps (unrounded 12: 3 blocks)
+    (85, 4, 0, 5, "registers"),  # 85 -> 88: 65536 // 2816 = 23 warps (unrounded 24: 6 blocks)
+    (64, 4, 57, 3, "shared"),  # 228 // (57 + 1) = 3 (without the 1 KiB reserve 228 // 57 = 4)
+    (64, 4, 114, 1, "shared"),  # 228 // 115 = 1 (without the reserve 2)
+    (72, 4, 113, 2, "shared"),  # 228 // 114 = 2 (with 227 KiB per SM rather than 228: 1)
+    (24, 4, 0, 16, "threads"),  # 2048 threads / 128; 21 blocks by registers
+    (16, 1, 0, 32, "blocks"),  # 64 blocks' worth of threads, but at most 32 blocks
+    (255, 2, 227, 1, "shared"),  # one block may have 227 KiB: with its reserve, all of 228 KiB
+    (64, 4, 228, 0, "shared"),  # more than one block may have: the gate fails such a case
+    (255, 16, 0, 0, "registers"),  # 512 threads x 256 registers > 65536: cannot launch
+])
+def test_ctas_per_sm_takes_the_least_of_sm90s_limits(registers, num_warps, shared_kib, expected,
+                                                     limiter):
+    """Occupancy bounds worked out by hand from sm_90's limits. Fails without the round-up to
+    8 registers per thread (the 169 and 85 rows), without the 1 KiB reserved per block (57 and
+    114 KiB) or with 227 KiB per SM (113 KiB)."""
+    from fa2check.inspect.compile_gate import ctas_per_sm, occupancy_limiter
+    assert ctas_per_sm(registers, num_warps, shared_kib * 1024) == expected
+    assert occupancy_limiter(registers, num_warps, shared_kib * 1024) == limiter
+
+
+def test_register_table_shows_ctas_per_sm_where_known():
+    """A cell reads '184, 2 CTAs/SM'; a report without the field (older JSON) just '184'.
+    Fails with the cell ignoring ctas_per_sm."""
+    from fa2check.inspect.register_table import cell
+    assert cell(dict(registers=184, ctas_per_sm=2, spill_stores=0)) == "184, 2 CTAs/SM"
+    assert cell(dict(registers=255, ctas_per_sm=1, spill_stores=8, spill_loads=16)) == \
+        "255, 1 CTA/SM, 8/16 spilled"
+    assert cell(dict(registers=184, ctas_per_sm=None)) == "184"

@@ -8,8 +8,9 @@ would specialise a contiguous call (see `runtime_specialization`). The CompiledK
 `n_regs`/`n_spills` need a GPU driver (`_init_handles` loads the cubin), so registers and spill
 bytes come from the `ptxas -v` log of Triton's own ptxas run (TRITON_DUMP_PTXAS_LOG), or from
 rerunning Triton's bundled ptxas on the PTX after a Triton cache hit. Shared memory is
-`metadata.shared`; wgmma is a search of the PTX. A case fails if it does not compile or needs
-more shared memory than an sm_90 block may have.
+`metadata.shared`; wgmma is a search of the PTX. CTAs per SM is an occupancy bound from those
+facts and sm_90's limits (`ctas_per_sm`). A case fails if it does not compile or needs more
+shared memory than an sm_90 block may have.
 
 New kernels join the gate by adding a `KernelSpec` to `SPECS` (e.g. a backward kernel).
 The kernels must be `triton.jit` functions: with TRITON_INTERPRET set they are interpreter
@@ -45,6 +46,13 @@ from kernels.forward import REPAIR_CHUNK
 
 DTYPES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}  # torch name -> Triton type
 SM90_MAX_SHARED = 232448  # bytes of shared memory one block may opt in to on H100/H200 (227 KiB)
+# sm_90's per-SM limits (CUDA programming guide, compute capability 9.0), for `ctas_per_sm`
+SM90_REGISTERS = 65536  # 32-bit registers per SM
+SM90_REGISTER_UNIT = 256  # registers are allocated per warp in units of 256 (8 per thread)
+SM90_SM_SHARED = 233472  # 228 KiB of shared memory per SM (the largest carveout)
+SM90_SHARED_RESERVED = 1024  # shared memory the system reserves per block
+SM90_MAX_THREADS = 2048  # resident threads per SM
+SM90_MAX_BLOCKS = 32  # resident blocks per SM
 
 
 @dataclass(frozen=True)
@@ -271,10 +279,47 @@ class CompileReport:
     compile_s: float | None = None  # near zero on a Triton cache hit (~/.triton/cache)
     error: str | None = None
     head_dim_v: int | None = None  # v's own head dim; None: head_dim
+    # occupancy bound: blocks one SM can hold by sm_90's limits (`ctas_per_sm`); None where
+    # the case failed, or the PTX has setmaxnreg (warp-specialized: ptxas's count is not what
+    # every warp holds)
+    ctas_per_sm: int | None = None
 
     @property
     def ok(self) -> bool:
         return self.error is None
+
+
+def ctas_per_sm_limits(registers: int, num_warps: int, shared_bytes: int) -> dict[str, int]:
+    """The blocks one sm_90 SM can hold under each of its limits (an occupancy bound from the
+    compile facts, not a measurement); `ctas_per_sm` is their minimum.
+
+    registers: per thread (ptxas -v); shared_bytes: the block's shared memory (metadata.shared).
+    - "registers": 65536 32-bit registers per SM, allocated per warp in units of 256, i.e. the
+      registers per thread rounded up to a multiple of 8; the SM holds whole blocks' warps.
+    - "shared": 228 KiB per SM (the largest carveout), each block taking its shared memory plus
+      1 KiB the system reserves per block; 0 above the 227 KiB one block may have.
+    - "threads": 2048 resident threads per SM.
+    - "blocks": 32 resident blocks per SM.
+    For a warp-specialized kernel (setmaxnreg moves registers between warpgroups) the register
+    limit is the launch's, from ptxas's count; the compile gate leaves such kernels at None.
+    """
+    warp_registers = -(-registers * 32 // SM90_REGISTER_UNIT) * SM90_REGISTER_UNIT
+    by_registers = SM90_REGISTERS // max(warp_registers, 1) // num_warps
+    by_shared = (0 if shared_bytes > SM90_MAX_SHARED
+                 else SM90_SM_SHARED // (shared_bytes + SM90_SHARED_RESERVED))
+    return dict(registers=by_registers, shared=by_shared,
+                threads=SM90_MAX_THREADS // (32 * num_warps), blocks=SM90_MAX_BLOCKS)
+
+
+def ctas_per_sm(registers: int, num_warps: int, shared_bytes: int) -> int:
+    """Blocks (CTAs) per sm_90 SM: the least of `ctas_per_sm_limits` (an occupancy bound)."""
+    return min(ctas_per_sm_limits(registers, num_warps, shared_bytes).values())
+
+
+def occupancy_limiter(registers: int, num_warps: int, shared_bytes: int) -> str:
+    """Which limit sets `ctas_per_sm`: "registers", "shared", "threads" or "blocks"."""
+    limits = ctas_per_sm_limits(registers, num_warps, shared_bytes)
+    return min(limits, key=limits.get)
 
 
 def ptxas_usage(log: str) -> dict:
@@ -356,6 +401,8 @@ def compile_kernel_for_sm90(spec_name: str, variant: Variant, dtype: str, head_d
     report.atomics = ",".join(sorted(set(ATOMIC_ORDER.findall(compiled.asm["ptx"]))))
     for key, value in ptxas_usage(log).items():
         setattr(report, key, value)
+    if "setmaxnreg" not in compiled.asm["ptx"]:
+        report.ctas_per_sm = ctas_per_sm(report.registers, report.num_warps, report.shared_bytes)
     if report.shared_bytes > SM90_MAX_SHARED:
         report.error = (f"needs {report.shared_bytes} bytes of shared memory; "
                         f"an sm_90 block may have {SM90_MAX_SHARED}")
@@ -451,7 +498,8 @@ def run_in_workers(fn, cases: list[tuple], jobs: int, progress=None) -> list:
 def _table(reports):
     table = Table(title="sm_90 compile gate")
     for column in ("kernel", "variant", "dtype", "D", "causal", "BM", "BN", "warps", "stages",
-                   "slices", "choices", "dQ", "regs", "spill st/ld", "smem", "wgmma", "s",
+                   "slices", "choices", "dQ", "regs", "spill st/ld", "smem", "CTAs/SM", "wgmma",
+                   "s",
                    "status"):
         table.add_column(column, justify="left" if column in ("kernel", "variant", "dtype",
                                                                "status") else "right")
@@ -463,8 +511,21 @@ def _table(reports):
                       "y" if r.causal else "n",
                       str(r.block_m), str(r.block_n), str(r.num_warps), str(r.num_stages),
                       str(r.key_slices), r.choices, _dq(r), _s(r.registers),
-                      spills, _s(r.shared_bytes), _wgmma(r), _s(r.compile_s), status)
+                      spills, _s(r.shared_bytes), _ctas(r), _wgmma(r), _s(r.compile_s),
+                      status)
     return table
+
+
+def _ctas(r) -> str:
+    """'2 smem': the occupancy bound and the limit that sets it (regs, smem, threads or
+    blocks; see ctas_per_sm_limits)."""
+    if r.ctas_per_sm is None:
+        return ""
+    limiter = occupancy_limiter(r.registers, r.num_warps, r.shared_bytes)
+    return f"{r.ctas_per_sm} {LIMITER_LABEL[limiter]}"
+
+
+LIMITER_LABEL = dict(registers="regs", shared="smem", threads="threads", blocks="blocks")
 
 
 DQ_MODE = {True: "pass", False: "in loop"}

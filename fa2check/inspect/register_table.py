@@ -4,8 +4,9 @@
     python -m fa2check.inspect.register_table gate.json
 
 A column per kernel and mask (attn_fwd, attn_fwd causal, ..., attn_bwd causal); a cell is the
-registers per thread, then the spill bytes stored/loaded where ptxas spilled, and "no wgmma"
-where the PTX has no Hopper warpgroup MMA. Every kernel reads split_q (the backward since
+registers per thread, then the blocks one SM can hold (an occupancy bound from the compile
+facts, `compile_gate.ctas_per_sm`) where the report has it, the spill bytes stored/loaded where
+ptxas spilled, and "no wgmma" where the PTX has no Hopper warpgroup MMA. Every kernel reads split_q (the backward since
 docs/decisions.md D50), so each row shows its own variant's kernels.
 """
 from __future__ import annotations
@@ -19,12 +20,16 @@ KERNEL_ORDER = ("attn_fwd", "attn_fwd_repair", "attn_fwd_grad", "attn_bwd", "glu
 
 
 def cell(report: dict | None) -> str:
-    """'184', '255, 204/324 spilled', '250, no wgmma', 'failed' or '' (no such case)."""
+    """'184, 2 CTAs/SM', '255, 1 CTA/SM, 204/324 spilled', '250, no wgmma', 'failed' or ''
+    (no such case)."""
     if report is None:
         return ""
     if report.get("error"):
         return "failed"
     text = str(report.get("registers"))
+    if report.get("ctas_per_sm") is not None:  # None: not known (older JSON, setmaxnreg)
+        ctas = report["ctas_per_sm"]
+        text += f", {ctas} CTA{'' if ctas == 1 else 's'}/SM"
     if report.get("spill_stores") or report.get("spill_loads"):
         text += f", {report['spill_stores']}/{report['spill_loads']} spilled"
     if report.get("wgmma") is False:  # None: not known
@@ -43,7 +48,8 @@ def markdown(reports: list[dict]) -> str:
     lines = []
     for dtype in dict.fromkeys(r["dtype"] for r in reports):
         header = ["D", "variant"] + [f"{k}{' causal' if causal else ''}" for k, causal in columns]
-        lines += [f"{dtype}: registers per thread, spill bytes stored/loaded", "",
+        lines += [f"{dtype}: registers per thread, CTAs per SM (occupancy bound), "
+                  "spill bytes stored/loaded", "",
                   "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         for head_dim in sorted({_dims(r) for r in reports if r["dtype"] == dtype}):
             for variant in variants:
