@@ -319,3 +319,19 @@ def test_register_table_shows_ctas_per_sm_where_known():
     assert cell(dict(registers=255, ctas_per_sm=1, spill_stores=8, spill_loads=16)) == \
         "255, 1 CTA/SM, 8/16 spilled"
     assert cell(dict(registers=184, ctas_per_sm=None)) == "184"
+
+
+def test_register_table_runs_as_a_module(tmp_path):
+    """`python -m fa2check.inspect.register_table FILE` prints the table. Fails with a helper the
+    table needs defined below the module's `sys.exit(main())` (a NameError when run as a
+    module, where the in-process tests that import `markdown` pass)."""
+    import json
+    import subprocess
+    import sys
+    path = tmp_path / "gate.json"
+    path.write_text(json.dumps([dict(kernel="attn_fwd", variant="fa2", dtype="bfloat16",
+                                     head_dim=64, causal=False, registers=184, ctas_per_sm=2)]))
+    proc = subprocess.run([sys.executable, "-m", "fa2check.inspect.register_table", str(path)],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    assert "| 64 | fa2 | 184, 2 CTAs/SM |" in proc.stdout, proc.stdout

@@ -64,6 +64,11 @@ def markdown(reports: list[dict]) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+def _dims(report: dict) -> tuple[int, int]:
+    """(q's head dim, v's): a row's key; v's is q's where the report has none."""
+    return report["head_dim"], report.get("head_dim_v") or report["head_dim"]
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m fa2check.inspect.register_table",
                                 description=__doc__,
@@ -79,7 +84,3 @@ def main(argv=None) -> int:
 if __name__ == "__main__":
     sys.exit(main())
 
-
-def _dims(report: dict) -> tuple[int, int]:
-    """(q's head dim, v's): a row's key; v's is q's where the report has none."""
-    return report["head_dim"], report.get("head_dim_v") or report["head_dim"]
