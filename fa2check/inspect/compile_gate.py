@@ -302,6 +302,8 @@ def ctas_per_sm_limits(registers: int, num_warps: int, shared_bytes: int) -> dic
     - "blocks": 32 resident blocks per SM.
     For a warp-specialized kernel (setmaxnreg moves registers between warpgroups) the register
     limit is the launch's, from ptxas's count; the compile gate leaves such kernels at None.
+    The gate's Gluon forward (gluon_attn_fwd) is not warp-specialized: every warp runs the
+    same code with ptxas's count, as in the Triton kernels.
     """
     warp_registers = -(-registers * 32 // SM90_REGISTER_UNIT) * SM90_REGISTER_UNIT
     by_registers = SM90_REGISTERS // max(warp_registers, 1) // num_warps

@@ -6,8 +6,8 @@
 A column per kernel and mask (attn_fwd, attn_fwd causal, ..., attn_bwd causal); a cell is the
 registers per thread, then the blocks one SM can hold (an occupancy bound from the compile
 facts, `compile_gate.ctas_per_sm`) where the report has it, the spill bytes stored/loaded where
-ptxas spilled, and "no wgmma" where the PTX has no Hopper warpgroup MMA. Every kernel reads split_q (the backward since
-docs/decisions.md D50), so each row shows its own variant's kernels.
+ptxas spilled, and "no wgmma" where the PTX has no Hopper warpgroup MMA. Every kernel reads
+split_q (the backward since docs/decisions.md D50), so each row shows its own variant's kernels.
 """
 from __future__ import annotations
 
