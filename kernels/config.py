@@ -96,16 +96,22 @@ def heuristic_config(head_dim: int, on_gpu: bool, variant=None, dtype=None,
     are those of the padded tile (head_dim 96 gets head_dim 128's tiles)."""
     head_dim = block_d(head_dim)
     if backend == "hopper":  # kernels/hopper_forward.py: 64 rows a consumer warpgroup
+        from .hopper_forward import SHARED_LIMIT, shared_bytes
+
+        split_q, seq_parallel = (True, True) if variant is None else (variant.split_q,
+                                                                       variant.seq_parallel)
         # FA1's schedule: one K/V stage, its room given to the partial-state ring (D55)
-        fa1 = variant is not None and not variant.seq_parallel
-        # ... whose split-Q causal build at head_dim 128 needs block_n 64 to fit (the first
-        # non-finite keys' buffer of D53 goes over 227 KB at 128; causal None: unknown)
-        block_n = 64 if fa1 and variant.split_q and head_dim == 128 and causal is not False else 128
+        stages = 2 if seq_parallel else 1
+        # block_n 128 where its buffers fit in shared memory (causal None counts the causal
+        # buffers of D53: FA1's split-Q causal schedule at head_dim 128 takes 64)
+        block_n = next((n for n in (128, 64) if shared_bytes(
+            head_dim, n, stages, split_q, seq_parallel, causal=causal is not False)
+            <= SHARED_LIMIT), 64)
         # the backward fields are the Triton backward's for this variant (its gradients)
         return replace(heuristic_config(head_dim, on_gpu, variant, dtype), block_m=64,
-                       block_n=block_n, num_warps=4, num_stages=1 if fa1 else 2, tma=False)
+                       block_n=block_n, num_warps=4, num_stages=stages, tma=False)
     if backend == "gluon":
-        config = default_config(head_dim, on_gpu, None, dtype)
+        config = heuristic_config(head_dim, on_gpu, None, dtype)
         if variant is not None and not variant.split_q:  # FA1: 16 rows, 16 keys per warp
             return replace(config, block_m=16, block_n=64, num_warps=4, num_stages=1)
         return replace(config, block_m=64, block_n=32, num_warps=4, num_stages=1)
