@@ -42,9 +42,24 @@ def test_gate_passes_the_kernel_and_rejects_test_doubles(device):
     assert good["passed"], good
     assert {c["output"] for c in good["checks"]} == {"o", "lse", "dq", "dk", "dv"}
     assert gate(backend("sdpa-math"), cell, inputs, oracle)["passed"]
+    assert gate(backend("api"), cell, inputs, oracle)["passed"]
     bad = gate(_Double("batch-offset"), cell, inputs, oracle)
     assert not bad["passed"]
     assert {(c["batch"], c["output"]) for c in bad["checks"] if not c["passed"]} >= {(1, "o")}
+
+
+def test_the_api_peer_is_a_plain_flash_attention_call(monkeypatch, device):
+    """The api peer passes nothing but causal (and return_lse): the API's own defaults."""
+    import kernels
+    from fa2check.ablate.contenders import backend, make_inputs
+
+    calls = []
+    monkeypatch.setattr(kernels, "flash_attention", lambda *a, **kw: calls.append(kw))
+    q, k, v, _ = make_inputs(Cell(1, 2, 2, 16, 16, "bfloat16", True), device)
+    backend("api").forward(q, k, v, True)
+    assert calls == [{"causal": True, "return_lse": False}]
+    with pytest.raises(ValueError, match="unknown peer"):
+        backend("sdpa-fast")
 
 
 def test_gluon_kernels_are_timed_only_where_they_can_run():

@@ -10,11 +10,10 @@ from __future__ import annotations
 import numpy as np
 
 from .clocks import median_clock
-from .contenders import PREFIXED, kernel_backend_of
+from .contenders import PEERS, PREFIXED, kernel_backend_of
 from .contributions import (BACKWARD_BEFORE_D50, FLAGS, analyse, players_for, repeat_draws, subsets,
                             summarise, variant_for, view_of, with_intervals)
 from .grids import MODES, Cell
-from ..core.sdpa_backends import BACKENDS
 from .timing import flatten, summary, tflops
 
 DEFAULT_DRAWS = 1000
@@ -46,7 +45,7 @@ def contender_stats(cell: Cell, mode: str, samples: dict, matmul: dict,
             mhz, watts = median_clock(clock[name])
             stats[name].update(sm_mhz=mhz, power_w=watts, clock_samples=len(clock[name]))
     for name, s in stats.items():
-        for b in BACKENDS:
+        for b in PEERS:
             if b in stats and b != name:
                 s[f"ratio/{b}"] = stats[b]["median"] / s["median"]  # > 1: name is faster than b
     return stats
@@ -63,7 +62,7 @@ def views(results: dict) -> list[str]:
     for mode in results["settings"]["modes"]:
         timed = {kernel_backend_of(name) for entry in results["cells"]
                  for name in entry["modes"].get(mode, {}).get("samples", {})
-                 if name not in BACKENDS}
+                 if name not in PEERS}
         out += [mode if b == "triton" else f"{mode} {b}" for b in ("triton",) + PREFIXED
                 if b in timed or b == primary]
     return out
@@ -94,7 +93,7 @@ def analyse_results(results: dict, n_draws: int = DEFAULT_DRAWS, seed: int = 0) 
                                 **{n: f"error: {e}" for n, e in info.get("errors", {}).items()}},
                    "stats": contender_stats(cell, mode, {
                        n: runs for n, runs in info["samples"].items()
-                       if n in BACKENDS or kernel_backend_of(n) == (prefix or "triton")},
+                       if n in PEERS or kernel_backend_of(n) == (prefix or "triton")},
                        matmul,
                        info.get("clock")),
                    "clock": info.get("clock", {}),

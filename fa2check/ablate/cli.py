@@ -38,11 +38,11 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, 
 
 from ..core.environment import ROOT, kernels_sha256, select_device
 from ..core.results import resolve
-from ..core.sdpa_backends import BACKENDS
 from . import report
 from . import results as results_io
 from . import tuning
 from .analysis import analyse_results
+from .contenders import PEERS
 from .grids import GRID_MODES, GRIDS, MODES, custom_grid, filter_grid, parse_modes
 from .merge import MergeError, merge_runs
 from .plots import contributions_plot, tflops_plot
@@ -93,8 +93,10 @@ def parse_args(argv):
                    help="reuse the configs recorded in an earlier results JSON")
     t.add_argument("--tune-seqlen", type=int, default=4096)
     t.add_argument("--tune-rep-ms", type=float, default=10.0)
-    t.add_argument("--backends", default="sdpa-flash,sdpa-cudnn,sdpa-efficient,sdpa-math",
-                   help="SDPA backends to time beside ours (comma separated; '' for none)")
+    t.add_argument("--backends", default=",".join(PEERS),
+                   help="peers timed beside our variants (comma separated; '' for none): "
+                        "SDPA's backends, and api, flash_attention(q, k, v) with its defaults "
+                        "(backend, variant, tiles: what a user's call runs)")
     t.add_argument("--gluon", action="store_true",
                    help="fwd mode: also time the Gluon forward of every variant (kernels."
                         "gluon_forward: warp partitioning stated), with its own contributions")
@@ -136,9 +138,9 @@ def parse_args(argv):
         for path in paths:
             if not os.path.isfile(resolve(path)):
                 p.error(f"{option} {path}: no such file")
-    unknown = [b for b in args.backends.split(",") if b and b not in BACKENDS]
+    unknown = [b for b in args.backends.split(",") if b and b not in PEERS]
     if unknown:
-        p.error(f"--backends {','.join(unknown)}: not one of {','.join(BACKENDS)}")
+        p.error(f"--backends {','.join(unknown)}: not one of {','.join(PEERS)}")
     return args
 
 

@@ -21,6 +21,8 @@ from ..core.sdpa_backends import BACKENDS, forced, sdpa
 GLUON = "gluon"  # the prefix of the Gluon forward's names: "gluon+defer+seqpar+splitq"
 HOPPER = "hopper"  # the Hopper chassis's forward (its backward is Triton's): "hopper+defer..."
 PREFIXED = (GLUON, HOPPER)  # kernel backends whose names carry a prefix; Triton's do not
+API = "api"  # `flash_attention(q, k, v, causal=...)` with nothing else: what a user's call runs
+PEERS = (*BACKENDS, API)  # what is timed beside our variants (--backends)
 
 
 def kernel_name(variant, kernel_backend: str = "triton") -> str:
@@ -43,7 +45,7 @@ def parse_kernel_name(name: str):
 
 @dataclass(frozen=True)
 class Contender:
-    name: str  # kernel_name(variant, kernel_backend) for ours, an sdpa-* backend name otherwise
+    name: str  # kernel_name(variant, kernel_backend) for ours, else a peer's (PEERS)
     variant: object = None  # kernels.Variant for ours
     config: object = None  # kernels.TileConfig for ours
     backend: str | None = None  # the SDPA backend
@@ -58,9 +60,11 @@ class Contender:
 
     def forward(self, q, k, v, causal: bool, return_lse: bool = False):
         """o, or (o, lse) for ours with return_lse (SDPA returns no lse: (o, None))."""
-        if self.ours:
+        if self.ours or self.name == API:
             from kernels import flash_attention
 
+            if not self.ours:  # the API's defaults: backend, variant and tiles
+                return flash_attention(q, k, v, causal=causal, return_lse=return_lse)
             return flash_attention(q, k, v, causal=causal, variant=self.variant,
                                    config=self.config, return_lse=return_lse,
                                    backend=self.kernel_backend)
@@ -74,9 +78,10 @@ def ours(variant, config, kernel_backend: str = "triton") -> Contender:
 
 
 def backend(name: str) -> Contender:
-    if name not in BACKENDS:
-        raise ValueError(f"unknown SDPA backend {name!r}; expected one of {', '.join(BACKENDS)}")
-    return Contender(name, backend=name)
+    """A peer: one of SDPA's backends, or API."""
+    if name not in PEERS:
+        raise ValueError(f"unknown peer {name!r}; expected one of {', '.join(PEERS)}")
+    return Contender(name, backend=name if name in BACKENDS else None)
 
 
 def make_inputs(cell, device: str, seed: int = 0):

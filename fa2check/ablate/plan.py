@@ -53,7 +53,7 @@ RATES = {
 
 
 def predicted_ms(cell, mode: str, name: str, variant=None) -> float:
-    rates = RATES["ours" if variant is not None else name]
+    rates = RATES.get("ours" if variant is not None else name, RATES["ours"])  # api: ours
     total = 0.0
     for part in ("fwd", "bwd"):
         if part not in mode.split("+"):

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import math
 
-from .contenders import parse_kernel_name
+from .contenders import PEERS, parse_kernel_name
 from .contributions import FLAGS
 from .report import BACKEND_LABELS, names
-from ..core.sdpa_backends import BACKENDS
 
 BACKEND_STYLE = {"sdpa-flash": ("tab:gray", "-"), "sdpa-cudnn": ("black", "-"),
-                 "sdpa-efficient": ("tab:gray", "--"), "sdpa-math": ("tab:gray", ":")}
+                 "sdpa-efficient": ("tab:gray", "--"), "sdpa-math": ("tab:gray", ":"),
+                 "api": ("tab:cyan", "-.")}
 VARIANT_COLOURS = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown",
                    "tab:pink", "tab:olive"]  # in Variant.all() order: FA2 first, FA1-style last
 FLAG_COLOURS = {"defer_norm": "tab:blue", "seq_parallel": "tab:orange", "split_q": "tab:green"}
@@ -72,7 +72,7 @@ def tflops_plot(results, analysis, path):
                 points = [(r["cell"]["seqlen"], r["stats"][name]["tflops"]) for r in cells
                           if name in r["stats"]]
                 xs, ys = zip(*points)
-                if name in BACKENDS:
+                if name in PEERS:
                     colour, style = BACKEND_STYLE[name]
                     ax.plot(xs, ys, style, color=colour, marker=".", label=BACKEND_LABELS[name])
                 else:

@@ -12,15 +12,15 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from ..core.sdpa_backends import BACKENDS
 from .clocks import median_clock
+from .contenders import PEERS
 from .contributions import FLAGS, interaction_name, players_for, subsets, variant_for, view_of
 from .grids import Cell
 from .tuning import band_seqlens
 
 FLAG_SHORT = {"defer_norm": "defer", "seq_parallel": "seqpar", "split_q": "splitq"}  # Variant's
 BACKEND_LABELS = {"sdpa-flash": "flash", "sdpa-cudnn": "cuDNN", "sdpa-efficient": "efficient",
-                  "sdpa-math": "math"}
+                  "sdpa-math": "math", "api": "API"}
 
 
 # ----------------------------------------------------------------------------- table model
@@ -130,7 +130,7 @@ def provenance_lines(results: dict, source: str | None = None) -> list[str]:
 
 def performance_table(mode: str, data: dict, matmul: dict) -> Grid:
     fa2, fa1 = names(mode)
-    backends = [b for b in BACKENDS if any(b in row["stats"] for row in data["cells"])]
+    backends = [b for b in PEERS if any(b in row["stats"] for row in data["cells"])]
     headers = CELL_HEADERS + ["FA2 ms", "IQR", "FA2 TFLOP/s", "% matmul", "FA1-style TFLOP/s"]
     headers += [f"{BACKEND_LABELS[b]} TFLOP/s" for b in backends]
     headers += [f"FA2 / {BACKEND_LABELS[b]}" for b in backends]
@@ -264,7 +264,7 @@ def versus_sdpa_table(mode: str, data: dict) -> Grid:
     """Geometric mean over cells of each seqlen of FA2's speed relative to each backend; with
     clock samples (fa2check.ablate.clocks), FA2's and sdpa-flash's clock and power while timed."""
     fa2, _ = names(mode)
-    backends = [b for b in BACKENDS if any(b in row["stats"] for row in data["cells"])]
+    backends = [b for b in PEERS if any(b in row["stats"] for row in data["cells"])]
     clocked = [n for n in (fa2, "sdpa-flash") if any(row.get("clock", {}).get(n)
                                                      for row in data["cells"])]
     grid = Grid(f"{mode}: FA2 (ours) relative to torch SDPA's backends, by seqlen "

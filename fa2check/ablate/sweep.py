@@ -35,12 +35,11 @@ from rich.console import Console
 
 from ..core.environment import describe_environment
 from ..core.problems import DTYPES
-from ..core.sdpa_backends import BACKENDS
 from . import plan, tile_table, tuning
 from .budget import Budget
 from .cellcheck import CellOracle, gate
 from .clocks import ClockLog, inside
-from .contenders import (GLUON, HOPPER, Contender, backend, kernel_name, make_inputs, ours,
+from .contenders import (GLUON, HOPPER, PEERS, Contender, backend, kernel_name, make_inputs, ours,
                          parse_kernel_name, timed_call)
 from .timing import bench, gpu_state, matmul_samples
 
@@ -62,7 +61,7 @@ class Settings:
     tune_seqlen: int = tuning.TUNE_SEQLEN
     tune_warmup_ms: float = 2.0
     tune_rep_ms: float = 10.0
-    backends: tuple = tuple(BACKENDS)
+    backends: tuple = tuple(PEERS)
     math_max_seqlen: int = 4096
     budget_s: float | None = None
     workers: int = field(default_factory=tuning.default_workers)
@@ -657,7 +656,7 @@ def sweep(r, cells, entries, modes, configs, settings, device, results, progress
 
 
 def by_name(name: str, cell, configs: Configs) -> Contender:
-    if name in BACKENDS:
+    if name in PEERS:
         return backend(name)
     kernel_backend, variant = parse_kernel_name(name)
     return ours(variant, configs.config(name, cell), kernel_backend)
