@@ -5,6 +5,9 @@ A property is a module with NAME, CASES = {"quick": (...), "full": (...)} and
 flash_attention's signature; `variant` is passed to it (an implementation may ignore it).
 A result is made of named `Check`s, each with its numbers: `ratio` = error / allowed where a
 tolerance applies (1.0 is the edge of failure), None where the check is exact (bitwise).
+A module whose cases call the implementation on more than the case's problem as it is (another
+layout, a twin problem, a forward-only call beside the backward) says so in `calls(case)`;
+the verify runner compiles the kernels of every declared call before any case runs.
 """
 from __future__ import annotations
 
@@ -40,6 +43,23 @@ class Case:
     def as_dict(self) -> dict:
         return {"id": self.id, "kind": self.kind, "backward": self.backward,
                 "problem": self.problem.as_dict()}
+
+
+@dataclass(frozen=True)
+class Call:
+    """A call of the implementation, as far as what it compiles depends on it: the problem's
+    shapes, dtype and mask, the layout of q, k, v and dO (a layout of
+    memory_safety.nan_view; None: contiguous) and whether the backward runs."""
+    problem: Problem
+    backward: bool
+    layout: str | None = None
+
+
+def calls(module, case: Case) -> tuple[Call, ...]:
+    """The calls a property module's case makes: its own `calls(case)`, else the case's
+    problem, contiguous, with the case's backward."""
+    own = getattr(module, "calls", None)
+    return own(case) if own else (Call(case.problem, case.backward),)
 
 
 @dataclass

@@ -26,7 +26,7 @@ import torch
 from fa2check.core.checks import Reference
 from fa2check.core.problems import Problem
 
-from .base import Case, Check, PropertyResult, bitwise, call, pass_rule, visible_counts
+from .base import Call, Case, Check, PropertyResult, bitwise, call, pass_rule, visible_counts
 from .full_shapes import GQA_BF16_D64, LONG_KEYS_FP16_D128, LONG_QUERIES_FP32_D32, like
 
 NAME = "causal_masking"
@@ -78,6 +78,11 @@ def run(impl, variant, case: Case, device: str) -> PropertyResult:
     gen = torch.Generator().manual_seed(case.problem.seed + 17)
     checks += [invisible(name, impl, variant, ref, out, gen) for name in FILLS]
     return PropertyResult.judge(NAME, case, checks)
+
+
+def calls(case: Case) -> tuple[Call, ...]:
+    """The case's call, and the forward-only calls on altered K and V."""
+    return Call(case.problem, case.backward), Call(case.problem, False)
 
 
 def invisible(name: str, impl, variant, ref: Reference, out, gen, view=None) -> Check:

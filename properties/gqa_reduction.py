@@ -25,7 +25,7 @@ from fa2check.core.checks import Reference
 from fa2check.core.oracle import expand_kv
 from fa2check.core.problems import Problem
 
-from .base import (Case, Check, PropertyResult, allowed_errors, call, nan_filled_allocations,
+from .base import (Call, Case, Check, PropertyResult, allowed_errors, call, nan_filled_allocations,
                    pass_rule, within)
 from .full_shapes import (GQA_BF16_D64, LONG_KEYS_FP16_D128, LONG_QUERIES_FP32_D32, NARROW_FP16_D16,
                           like)
@@ -68,6 +68,12 @@ def mha_twin(gqa: Reference, device: str) -> Reference:
     p = gqa.problem
     inputs = (gqa.q, expand_kv(gqa.k, p.heads_q), expand_kv(gqa.v, p.heads_q), gqa.do)
     return Reference(replace(p, heads_kv=p.heads_q), device, backward=gqa.backward, inputs=inputs)
+
+
+def calls(case: Case) -> tuple[Call, ...]:
+    """The GQA call and its MHA twin's (a group of 1 is a kernel specialisation of its own)."""
+    p = case.problem
+    return Call(p, case.backward), Call(replace(p, heads_kv=p.heads_q), case.backward)
 
 
 def run(impl, variant, case: Case, device: str) -> PropertyResult:

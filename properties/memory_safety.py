@@ -29,7 +29,7 @@ import torch
 from fa2check.core.checks import Reference
 from fa2check.core.problems import Problem
 
-from .base import (OUTPUTS, Case, PropertyResult, allowed_errors, call, dq_may_vary, pass_rule,
+from .base import (OUTPUTS, Call, Case, PropertyResult, allowed_errors, call, dq_may_vary, pass_rule,
                    within)
 from .determinism import DQ_SPREAD_LIMIT
 from .full_shapes import GQA_BF16_D64, like
@@ -75,6 +75,11 @@ def _references(case: Case, device: str) -> tuple[Reference, Reference]:
     views = tuple(nan_view(t, case.kind) for t in (contiguous.q, contiguous.k, contiguous.v,
                                                    contiguous.do))
     return contiguous, Reference(case.problem, device, backward=case.backward, inputs=views)
+
+
+def calls(case: Case) -> tuple[Call, ...]:
+    """The call on the views (strides of their own) and on contiguous copies."""
+    return Call(case.problem, case.backward, case.kind), Call(case.problem, case.backward)
 
 
 def run(impl, variant, case: Case, device: str) -> PropertyResult:

@@ -8,6 +8,9 @@ checks and numbers. Tasks are grouped so that work that shares something runs in
 - on the CPU interpreter, by case: the oracle of a case is computed once for every column.
 Properties marked RUNS_LAST (variant_equivalence: it calls the other variants too) run after
 every other group has finished, when the kernels they need are in Triton's on-disk cache.
+On the GPU with several workers, a precompile pass (fa2check.verify.precompile) first compiles
+every kernel the cases declare, each once, spread over all workers, costliest first; the
+groups then find their kernels in Triton's on-disk cache (decisions D57).
 """
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ import queue as queue_module
 import time
 import traceback
 import warnings
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
 from dataclasses import dataclass, replace
 
 import torch
@@ -28,6 +31,7 @@ from properties.base import PropertyResult
 from ..core.environment import select_device
 from ..core.explain import explain_failures
 from ..core.implementations import Column, Unsupported, accepting_variant, takes_variant
+from . import precompile
 
 
 @dataclass(frozen=True)
@@ -128,25 +132,31 @@ def execute(tasks: list[Task], device: str, jobs: int, on_record) -> list[dict]:
         on_record(record)
 
     phases = groups(tasks, device)
-    jobs = min(jobs, max((len(phase) for phase in phases), default=1))
+    compiles = precompile.jobs(tasks) if device == "cuda" else []
+    jobs = min(jobs, max([len(compiles)] + [len(phase) for phase in phases]))
     if jobs <= 1:
         for phase in phases:
             for group in phase:
                 for task in group:
                     collect(run_task(task, device))
     else:
-        _execute_in_workers(phases, device, jobs, collect)
+        _execute_in_workers(compiles, phases, device, jobs, collect)
     return records
 
 
-def _execute_in_workers(phases, device, jobs, collect):
-    """One pool for all phases; a phase starts when the previous one has finished."""
+def _execute_in_workers(compiles, phases, device, jobs, collect):
+    """One pool for the compile jobs and all phases; a phase starts when the previous one has
+    finished."""
     context = multiprocessing.get_context("spawn")  # CUDA and Triton need a fresh process
     results = context.Queue()
     threads = max(1, (os.cpu_count() or 1) // jobs)
     pool = ProcessPoolExecutor(jobs, mp_context=context, initializer=_init_worker,
                                initargs=(results, threads))
     try:
+        done, _ = wait([pool.submit(precompile.compile_job, job, device) for job in compiles],
+                       return_when=FIRST_EXCEPTION)
+        for future in done:
+            future.result()  # a worker that died (compile_job itself raises nothing)
         for phase in phases:
             futures = [pool.submit(_run_group, group, device) for group in phase]
             expected, received = sum(len(group) for group in phase), 0

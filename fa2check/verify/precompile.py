@@ -1,0 +1,103 @@
+"""Compile every kernel the planned cases will need before any case runs, each once.
+
+On the GPU the verify run is compile-bound: a case that needs a kernel specialisation no earlier
+case compiled waits for Triton (a split-K forward takes tens of seconds), and the cases of one
+group run in one worker, so one group's compiles queue behind each other. A job here is one
+call of an implementation (properties.base.Call) on zero-filled inputs of the call's shapes and
+layout; Triton's on-disk cache then hands its kernels to whichever worker runs the cases.
+
+Jobs are merged where they would compile the same kernels: the same variant (ours and the Gluon
+forward share the Triton backward: ours runs first in a job, so Gluon's backward is a cache
+hit) and the same compile class of the call (what Triton specialises on: integers equal to 1 or
+divisible by 16, the layout, the mask, dtype and head dims, the tiles the call gets). A class
+too coarse only puts two compiles in one job; too fine, two workers compile the same kernel.
+Costliest jobs first, so that the longest compiles do not start last.
+"""
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from properties import PROPERTIES
+from properties.base import Call, calls
+from properties.memory_safety import nan_view
+
+from ..core.checks import run_impl
+from ..core.implementations import GLUON, HOPPER, OURS, Column, accepting_variant
+
+BACKENDS = {GLUON: "gluon", HOPPER: "hopper"}  # our other columns: the Triton backend
+
+
+def _int_class(n: int) -> str:
+    return "1" if n == 1 else "16" if n % 16 == 0 else "n"
+
+
+def compile_class(column: Column, call: Call) -> tuple:
+    """What decides the kernels a call of `column` compiles, less the implementation (see the
+    module docstring): the classes of the shapes, strides and 16-byte alignment of q, k, v
+    and dO as laid out (built on the meta device: no memory) and of the GQA group."""
+    p = call.problem
+    layout = tuple((tuple(map(_int_class, t.shape + t.stride())),
+                    t.storage_offset() * t.element_size() % 16 == 0)
+                   for t in inputs(call, "meta"))
+    return (column.variant, p.dtype, p.head_dim, p.head_dim_v, p.causal, call.backward,
+            _int_class(p.heads_q // p.heads_kv), layout, _tiles(column, p))
+
+
+@functools.lru_cache(maxsize=None)
+def _tiles(column: Column, p) -> object:
+    """The tiles our kernels pick for this problem on this GPU (tuned by length band)."""
+    if not column.ours or not torch.cuda.is_available():
+        return None
+    from kernels import default_config
+
+    return default_config(max(p.head_dim, p.head_dim_v), True, column.load_variant(), p.dtype,
+                          BACKENDS.get(column.impl, "triton"), causal=p.causal,
+                          seqlen_q=p.seqlen_q, seqlen_k=p.seqlen_k)
+
+
+def _cost(job: list[tuple[Column, Call]]) -> float:
+    """A rough order: split-K forwards compile slowest, then wide heads, then the backward."""
+    column, call = job[0]
+    split_k = column.ours and "-splitq" in column.variant
+    return (100 if split_k else 0) + call.problem.head_dim / 4 + 10 * call.backward
+
+
+def jobs(tasks) -> list[list[tuple[Column, Call]]]:
+    """The distinct (column, call) pairs of `tasks` (runner.Task) for our implementations,
+    merged by compile class, costliest first."""
+    merged = {}
+    for task in tasks:
+        if not task.column.ours:
+            continue
+        for call in calls(PROPERTIES[task.property], task.case):
+            merged.setdefault(compile_class(task.column, call), {})[(task.column, call)] = None
+    ours_first = (sorted(job, key=lambda pair: pair[0].impl != OURS) for job in merged.values())
+    return sorted(ours_first, key=_cost, reverse=True)
+
+
+def inputs(call: Call, device: str):
+    """Zero-filled q, k, v and dO of the call's problem, laid out as the call's layout."""
+    p = call.problem
+    shapes = ((p.batch, p.heads_q, p.seqlen_q, p.head_dim),
+              (p.batch, p.heads_kv, p.seqlen_k, p.head_dim),
+              (p.batch, p.heads_kv, p.seqlen_k, p.head_dim_v),
+              (p.batch, p.heads_q, p.seqlen_q, p.head_dim_v))
+    tensors = [torch.zeros(s, device=device, dtype=p.torch_dtype) for s in shapes]
+    return tuple(nan_view(t, call.layout) if call.layout else t for t in tensors)
+
+
+def compile_job(job: list[tuple[Column, Call]], device: str):
+    """Run each call of the job once; whatever it raises, its case will report."""
+    for column, call in job:
+        q, k, v, do = inputs(call, device)
+        dlse = torch.zeros(q.shape[:3], device=device)
+        try:
+            run_impl(accepting_variant(column.load()), q, k, v, do, dlse, call.backward,
+                     causal=call.problem.causal, softmax_scale=None,
+                     variant=column.load_variant(), return_lse=True)
+        except Exception:  # noqa: BLE001 - unsupported shapes and crashes are the cases' to report
+            pass
+    if device == "cuda":
+        torch.cuda.empty_cache()
