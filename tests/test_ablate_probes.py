@@ -301,16 +301,21 @@ def test_head_dims_probe_arguments(monkeypatch):
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "ablations" / "probes"))
     probe = _ablations_script("head_dims")
     args = probe.parse_args([])
-    assert args.head_dims == (128, 96, 256, 192, 160, 64) and args.seqlens == (2048, 8192)
-    assert args.modes == ("fwd", "fwd+bwd") and args.budget_s == 190
+    assert args.head_dims == ((128, 128), (96, 96), (192, 128), (256, 256), (192, 192))
+    assert args.seqlens == (4096, 8192) and args.modes == ("fwd",) and args.budget_s == 190
     quick = probe.parse_args(["--quick", "--seqlens", "4096"])
-    assert (quick.head_dims, quick.seqlens, quick.modes) == ((128, 96), (2048,), ("fwd",))
-    assert probe.parse_args(["--head-dims", "40,80", "--modes", "fwd"]).head_dims == (40, 80)
-    cells = probe.cells((96,), (2048, 8192))
+    assert (quick.head_dims, quick.seqlens, quick.modes) == (((128, 128), (96, 96)), (2048,),
+                                                             ("fwd",))
+    assert probe.parse_args(["--head-dims", "40,192/128", "--modes", "fwd,fwd+bwd"]).head_dims == (
+        (40, 40), (192, 128))
+    cells = probe.cells(((96, 96),), (2048, 8192))
     assert [str(c) for c in cells] == ["b8-h21-s2048-d96-bfloat16-full",
                                        "b8-h21-s2048-d96-bfloat16-causal",
                                        "b2-h21-s8192-d96-bfloat16-full",
                                        "b2-h21-s8192-d96-bfloat16-causal"]
-    for bad in (["--modes", "bwd"], ["--head-dims", "512"]):
+    (mla, _) = probe.cells(((192, 128),), (4096,))
+    assert str(mla) == "b4-h10-s4096-d192/128-bfloat16-full" and mla.dv == 128
+    assert mla.flops("fwd") == 2.0 * 4 * 10 * 4096 ** 2 * (192 + 128)
+    for bad in (["--modes", "bwd"], ["--head-dims", "512"], ["--head-dims", "64/300"]):
         with pytest.raises(SystemExit):
             probe.parse_args(bad)

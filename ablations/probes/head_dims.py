@@ -1,7 +1,9 @@
-"""Question: what do head dims that are not tile widths cost? Our FA2 forward and forward +
-backward at d = 64, 96, 128, 160, 192, 256 (bf16, paper batch sizing: 16k tokens, hidden 2048,
-so heads = 2048 // d) beside sdpa-flash and sdpa-cudnn, and the padding's price: the time per
-head at d against the tile width it is padded to, block_d(d), measured in the same run.
+"""Question: what do head dims that are not tile widths cost? Our FA2 forward (and forward +
+backward with --modes) at d = 96, 128, 192/128 (DeepSeek's MLA: v's head dim 128), 192, 256
+(bf16, paper batch sizing: 16k tokens, hidden 2048, so heads = 2048 // d; 4k and 8k) beside
+sdpa-flash and sdpa-cudnn, and the padding's price: the time per head at d against the tile
+width it is padded to, block_d(d), measured in the same run. FA2 runs the tiles
+flash_attention(q, k, v, causal=...) picks (kernels.default_config for the call).
 
 Prediction, written before the first run: the kernels compute on block_d(d) columns (padded
 columns loaded as 0, docs/decisions.md D49), so a head at d = 96 costs what a head at d = 128
@@ -28,30 +30,41 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from fa2check.ablate.grids import Cell, paper_batch, paper_heads  # noqa: E402
 from kernels.config import block_d  # noqa: E402
 
-HEAD_DIMS = (128, 96, 256, 192, 160, 64)  # the padding pairs first, should the budget run out
-SEQLENS = (2048, 8192)
+HEAD_DIMS = ((128, 128), (96, 96), (192, 128), (256, 256), (192, 192))  # (d, dv); pairs first
+SEQLENS = (4096, 8192)
 MODES = ("fwd", "fwd+bwd")
+DEFAULT_MODES = ("fwd",)
 CONTENDERS = ("fa2", "sdpa-flash", "sdpa-cudnn")
-QUICK = dict(head_dims=(128, 96), seqlens=(2048,), modes=("fwd",))
+QUICK = dict(head_dims=((128, 128), (96, 96)), seqlens=(2048,), modes=("fwd",))
 BUDGET_S = 190
 
 
 def cells(head_dims, seqlens) -> list[Cell]:
-    return [Cell(paper_batch(n), paper_heads(d), paper_heads(d), n, d, "bfloat16", causal)
-            for d, n, causal in itertools.product(head_dims, seqlens, (False, True))]
+    return [Cell(paper_batch(n), paper_heads(d), paper_heads(d), n, d, "bfloat16", causal,
+                 head_dim_v=None if dv == d else dv)
+            for (d, dv), n, causal in itertools.product(head_dims, seqlens, (False, True))]
 
 
 def _int_list(text: str) -> tuple[int, ...]:
     return tuple(int(part) for part in text.split(",") if part.strip())
 
 
+def _head_dims(text: str) -> tuple[tuple[int, int], ...]:
+    """'96,192/128' -> ((96, 96), (192, 128)): d, or d/dv where v has its own head dim."""
+    pairs = []
+    for part in filter(str.strip, text.split(",")):
+        d, _, dv = part.partition("/")
+        pairs.append((int(d), int(dv or d)))
+    return tuple(pairs)
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default=os.environ.get("OUT", "out"))
     p.add_argument("--commit", help="the git commit to record (the device's copy has a stale .git)")
-    p.add_argument("--head-dims", type=_int_list, default=HEAD_DIMS)
+    p.add_argument("--head-dims", type=_head_dims, default=HEAD_DIMS, help="e.g. 96,192/128")
     p.add_argument("--seqlens", type=_int_list, default=SEQLENS)
-    p.add_argument("--modes", type=lambda s: tuple(s.split(",")), default=MODES)
+    p.add_argument("--modes", type=lambda s: tuple(s.split(",")), default=DEFAULT_MODES)
     p.add_argument("--quick", action="store_true", help="d 128 and 96, seqlen 2k, forward only")
     p.add_argument("--budget-s", type=float, default=BUDGET_S,
                    help="stop timing new cells after this many seconds (default %(default)s)")
@@ -63,7 +76,7 @@ def parse_args(argv=None):
     unknown = set(args.modes) - set(MODES)
     if unknown:
         p.error(f"unknown modes {sorted(unknown)}; expected some of {list(MODES)}")
-    if not args.head_dims or not all(1 <= d <= 256 for d in args.head_dims):
+    if not args.head_dims or not all(1 <= d <= 256 for pair in args.head_dims for d in pair):
         p.error("head dims go from 1 to 256")
     return args
 
@@ -78,7 +91,8 @@ def padding_rows(rows: list[dict]) -> list[dict]:
     """For every timed cell at a d that is not a tile width whose padded twin (same seqlen,
     mask, mode, block_d(d)) was timed too: our per-head time against the twin's, beside the
     FLOP model d / block_d(d); `cost` is the time beyond that model (ratio / model - 1)."""
-    index = {(r["cell"]["head_dim"], r["cell"]["seqlen"], r["cell"]["causal"]): r for r in rows}
+    index = {(r["cell"]["head_dim"], r["cell"]["seqlen"], r["cell"]["causal"]): r for r in rows
+             if r["cell"].get("head_dim_v") is None}
     found = []
     for (d, n, causal), row in index.items():
         twin = index.get((block_d(d), n, causal))
@@ -140,15 +154,18 @@ def render(path) -> str:
 
 # ----------------------------------------------------------------------------- the run
 
-def contender(name: str, head_dim: int):
+def contender(name: str, cell: Cell):
+    """fa2: FA2 on the tiles flash_attention picks for the call (as interface.py: the wider of
+    q's and v's head dims)."""
     import torch
 
     from fa2check.ablate import contenders
     from kernels import Variant, default_config
 
     if name == "fa2":
-        return contenders.ours(Variant(), default_config(head_dim, True, Variant(),
-                                                          torch.bfloat16))
+        return contenders.ours(Variant(), default_config(
+            max(cell.head_dim, cell.dv), True, Variant(), torch.bfloat16, causal=cell.causal,
+            seqlen_q=cell.seqlen, seqlen_k=cell.seqlen))
     return contenders.backend(name)
 
 
@@ -156,8 +173,8 @@ def precompile_ours(run_cells, modes) -> dict:
     """Compile our kernels for every cell and mode in parallel; {job: error} for failures."""
     from fa2check.ablate import tuning
 
-    jobs = [tuning.make_job("bwd" if mode == "fwd+bwd" else "fwd", contender("fa2", c.head_dim)
-                            .variant, contender("fa2", c.head_dim).config, c)
+    jobs = [tuning.make_job("bwd" if mode == "fwd+bwd" else "fwd", contender("fa2", c).variant,
+                            contender("fa2", c).config, c)
             for c in run_cells for mode in modes]
     results = tuning.precompile(jobs, tuning.default_workers())
     return {str(key): error for key, error in results.items() if error}
@@ -173,7 +190,7 @@ def time_cell(cell: Cell, modes) -> dict:
         row["ms"][name] = {}
         for mode in modes:
             try:
-                with timed_call(contender(name, cell.head_dim), mode, inputs, cell.causal) as fn:
+                with timed_call(contender(name, cell), mode, inputs, cell.causal) as fn:
                     row["ms"][name][mode] = time_ms(fn)
             except Exception as e:  # noqa: BLE001 - a backend that refuses a shape is reported
                 row["ms"][name][mode] = None

@@ -88,9 +88,10 @@ def make_inputs(cell, device: str, seed: int = 0):
     """q, k, v (standard normal) and dO for a cell, generated on the device, seeded."""
     gen = torch.Generator(device=device).manual_seed(seed)
     shape_q = (cell.batch, cell.heads_q, cell.seqlen, cell.head_dim)
-    shape_kv = (cell.batch, cell.heads_kv, cell.seqlen, cell.head_dim)
+    shape_k = (cell.batch, cell.heads_kv, cell.seqlen, cell.head_dim)
+    shape_v = shape_k[:3] + (cell.dv,)
     return tuple(torch.randn(s, device=device, dtype=cell.torch_dtype, generator=gen)
-                 for s in (shape_q, shape_kv, shape_kv, shape_q))
+                 for s in (shape_q, shape_k, shape_v, shape_q[:3] + (cell.dv,)))
 
 
 @contextlib.contextmanager

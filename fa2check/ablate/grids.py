@@ -33,28 +33,39 @@ class Cell:
     head_dim: int
     dtype: str  # "bfloat16", "float16" or "float32"
     causal: bool
+    head_dim_v: int | None = None  # v's (and o's) head dim; None: head_dim
+
+    @property
+    def dv(self) -> int:
+        return self.head_dim if self.head_dim_v is None else self.head_dim_v
 
     def __post_init__(self):
-        if min(self.batch, self.heads_q, self.heads_kv, self.seqlen, self.head_dim) < 1:
+        if min(self.batch, self.heads_q, self.heads_kv, self.seqlen, self.head_dim, self.dv) < 1:
             raise ValueError(f"cell dimensions must be positive: {self}")
         if self.heads_q % self.heads_kv:
             raise ValueError(f"heads_q ({self.heads_q}) must be a multiple of heads_kv ({self.heads_kv})")
 
     def __str__(self) -> str:
         heads = f"h{self.heads_q}" + (f"/{self.heads_kv}" if self.heads_kv != self.heads_q else "")
-        return (f"b{self.batch}-{heads}-s{self.seqlen}-d{self.head_dim}-{self.dtype}-"
+        dims = f"{self.head_dim}" + (f"/{self.dv}" if self.dv != self.head_dim else "")
+        return (f"b{self.batch}-{heads}-s{self.seqlen}-d{dims}-{self.dtype}-"
                 f"{'causal' if self.causal else 'full'}")
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        if self.head_dim_v is None:  # the key only where v has a head dim of its own
+            del d["head_dim_v"]
+        return d
 
     @property
     def torch_dtype(self):
         return DTYPES[self.dtype]
 
     def flops(self, mode: str) -> float:
-        """The paper's count: forward 4*B*H*Sq*Sk*d, halved when causal; backward 2.5x."""
-        fwd = 4.0 * self.batch * self.heads_q * self.seqlen * self.seqlen * self.head_dim
+        """The paper's count: forward 4*B*H*Sq*Sk*d (2*B*H*Sq*Sk*(d + dv) where v has its own
+        head dim dv: Q K^T and P V), halved when causal; backward 2.5x."""
+        fwd = 2.0 * self.batch * self.heads_q * self.seqlen * self.seqlen * (self.head_dim
+                                                                           + self.dv)
         return fwd * (0.5 if self.causal else 1.0) * FLOP_FACTOR[mode]
 
 

@@ -317,7 +317,8 @@ def warm_job(job: dict) -> str | None:
         s, d = warm_seqlen(job["seqlen"]), job["head_dim"]
         dtype = DTYPES[job["dtype"]]
         q = torch.randn(1, job["heads_q"], s, d, device="cuda", dtype=dtype)
-        k, v = (torch.randn(1, job["heads_kv"], s, d, device="cuda", dtype=dtype) for _ in range(2))
+        k, v = (torch.randn(1, job["heads_kv"], s, dk, device="cuda", dtype=dtype)
+                for dk in (d, job.get("head_dim_v") or d))
         backward = job["part"] == "bwd"
         for t in (q, k, v):
             t.requires_grad_(backward)
@@ -338,7 +339,8 @@ FWD_CODE_FIELDS = FWD_FIELDS + ("key_slices", "nan_flags", "input_precision", "m
 def job_key(job: dict) -> tuple:
     """What makes a job's compiled kernels distinct: jobs with equal keys share them."""
     fields = FWD_CODE_FIELDS if job["part"] == "fwd" else PART_FIELDS[job["part"]]
-    return (job["part"], job["variant"], job["dtype"], job["head_dim"], job["causal"],
+    return (job["part"], job["variant"], job["dtype"], job["head_dim"], job.get("head_dim_v"),
+            job["causal"],
             job["heads_q"], job["heads_kv"], warm_seqlen(job["seqlen"]),
             tuple(job["config"][f] for f in fields),
             tuple(job["config"][f] for f in FWD_CODE_FIELDS) if job["part"] == "bwd" else ())
@@ -348,7 +350,8 @@ def make_job(part: str, name: str, config, cell) -> dict:
     """name: the kernel's name (fa2check.ablate.contenders.kernel_name) or its Variant."""
     return {"part": part, "variant": str(name), "config": dataclasses.asdict(config),
             "dtype": cell.dtype, "head_dim": cell.head_dim, "causal": cell.causal,
-            "heads_q": cell.heads_q, "heads_kv": cell.heads_kv, "seqlen": cell.seqlen}
+            "heads_q": cell.heads_q, "heads_kv": cell.heads_kv, "seqlen": cell.seqlen,
+            **({"head_dim_v": cell.head_dim_v} if cell.head_dim_v is not None else {})}
 
 
 NOT_COMPILED = "not compiled: --budget-s ran out first"
