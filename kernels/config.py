@@ -14,6 +14,12 @@ def block_d(head_dim: int) -> int:
     return max(MIN_DOT_DIM, 1 << (head_dim - 1).bit_length())
 
 
+def tma_fits(*head_dims: int) -> bool:
+    """Whether a tensor descriptor can carry K and V of these head dims: its box is the tile's
+    head dimension, so each must be a tile width (the kernels pad other widths in registers)."""
+    return all(d == block_d(d) for d in head_dims)
+
+
 @dataclass(frozen=True)
 class TileConfig:
     block_m: int  # query rows per program step

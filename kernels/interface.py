@@ -8,7 +8,8 @@ from dataclasses import replace
 
 import torch
 
-from .config import BACKENDS, MAX_HEAD_DIM, MIN_DOT_DIM, TileConfig, block_d, default_config
+from .config import (BACKENDS, MAX_HEAD_DIM, MIN_DOT_DIM, TileConfig, block_d, default_config,
+                     tma_fits)
 from .tma import tma_ready
 from .variant import Variant
 
@@ -220,7 +221,7 @@ def _check_config(config: TileConfig, variant: Variant, on_gpu: bool):
 
 def _tma_possible(k, v, backend) -> bool:
     """Whether _check_tma would take these K/V."""
-    return (backend == "triton" and all(t.shape[-1] == block_d(t.shape[-1]) for t in (k, v))
+    return (backend == "triton" and tma_fits(k.shape[-1], v.shape[-1])
             and tma_ready(k) and tma_ready(v))
 
 

@@ -128,3 +128,16 @@ def test_kernel_names_and_the_hopper_tile_space():
     assert sweep.retune_key_matches(key, ["part=fwd,head_dim=128,causal=true"])
     assert not sweep.retune_key_matches(key, ["part=bwd"])
     assert sweep.retune_key_matches(key, [])
+
+
+def test_configs_drop_a_tuned_tiles_tma_where_the_head_dim_is_not_a_tile_width():
+    """The table's d=128 tiles use TMA; at d=96 (padded to 128) and 192/128 the descriptors'
+    box cannot carry K or V, so the ablation's tiles drop it, as flash_attention does."""
+    from fa2check.ablate.grids import Cell
+    from fa2check.ablate.sweep import Configs
+
+    configs = Configs({}, on_gpu=True, gpu="NVIDIA H200")
+    tiles = {dims: configs.config(Variant(), Cell(2, 16, 16, 8192, dims[0], "bfloat16", False,
+                                                   head_dim_v=dims[1])).tma
+             for dims in ((128, None), (96, None), (192, 128))}
+    assert tiles == {(128, None): True, (96, None): False, (192, 128): False}

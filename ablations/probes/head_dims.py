@@ -19,6 +19,7 @@ one small call each), then the cells are timed in order until --budget-s is spen
 recorded as not timed); the JSON is written after every cell.
 """
 import argparse
+from dataclasses import replace
 import itertools
 import json
 import os
@@ -161,11 +162,14 @@ def contender(name: str, cell: Cell):
 
     from fa2check.ablate import contenders
     from kernels import Variant, default_config
+    from kernels.config import tma_fits
 
     if name == "fa2":
-        return contenders.ours(Variant(), default_config(
-            max(cell.head_dim, cell.dv), True, Variant(), torch.bfloat16, causal=cell.causal,
-            seqlen_q=cell.seqlen, seqlen_k=cell.seqlen))
+        config = default_config(max(cell.head_dim, cell.dv), True, Variant(), torch.bfloat16,
+                                causal=cell.causal, seqlen_q=cell.seqlen, seqlen_k=cell.seqlen)
+        # as flash_attention: a tuned tile's TMA only where the descriptors' box fits
+        return contenders.ours(Variant(), replace(config, tma=config.tma and tma_fits(
+            cell.head_dim, cell.dv)))
     return contenders.backend(name)
 
 

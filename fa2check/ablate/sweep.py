@@ -157,20 +157,24 @@ class Configs:
         """The config of one of our kernels (a kernel_name, or a Variant for Triton's) in a
         cell."""
         from kernels import default_config
+        from kernels.config import tma_fits
         from kernels.tuned_tiles import part_fields
 
         kernel_backend, variant = parse_kernel_name(str(name))
-        base = default_config(cell.head_dim, self.on_gpu, variant, cell.dtype, kernel_backend,
+        width = max(cell.head_dim, cell.dv)  # as flash_attention: the wider of q's and v's
+        base = default_config(width, self.on_gpu, variant, cell.dtype, kernel_backend,
                               causal=cell.causal, seqlen_q=cell.seqlen, seqlen_k=cell.seqlen,
                               gpu=self.gpu)
         fwd, bwd = self.fields("fwd", str(name), cell), self.fields("bwd", str(name), cell)
-        if fwd is None and bwd is None:
-            return base
-        tuned = tuning.build_config(cell.head_dim, variant, self.on_gpu, fwd=fwd, bwd=bwd,
-                                    kernel_backend=kernel_backend)
-        keep = {f: getattr(base, f) for part, record in (("fwd", fwd), ("bwd", bwd))
-                if record is None for f in part_fields(part)}
-        return dataclasses.replace(tuned, **keep).for_variant(variant, self.on_gpu)
+        config = base
+        if fwd is not None or bwd is not None:
+            tuned = tuning.build_config(width, variant, self.on_gpu, fwd=fwd, bwd=bwd,
+                                        kernel_backend=kernel_backend)
+            keep = {f: getattr(base, f) for part, record in (("fwd", fwd), ("bwd", bwd))
+                    if record is None for f in part_fields(part)}
+            config = dataclasses.replace(tuned, **keep).for_variant(variant, self.on_gpu)
+        # as flash_attention: TMA only where the descriptors' box fits K's and V's head dims
+        return dataclasses.replace(config, tma=config.tma and tma_fits(cell.head_dim, cell.dv))
 
     def as_list(self) -> list[dict]:
         return [self.records[k] for k in sorted(self.records, key=lambda k: tuple(map(str, k.as_dict().values())))]
