@@ -481,6 +481,10 @@ def _pipelined_section(j, m_i, l_i, acc, p, q, k_smem, v_smem, kv_ready, kv_empt
     mbarrier.wait(kv_ready.index(slot), (j // STAGES) & 1)
     sanitised, n_sanitised = _sanitise_if_masked(v_smem, slot, j, start_m, seqlen_q, seqlen_k,
                                                  x_bad, bar_v, causal, 1, CONSUMER)
+    if causal:
+        if sanitised:  # before P_{j-1} V_{j-1} and P_j V_j are added (see the caller)
+            acc = _nan_where_seen(acc, x_bad, n_sanitised, row0, seqlen_k - seqlen_q, True,
+                                  CONSUMER)
     k_t = k_smem.index(slot).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
     v_prev = v_smem.index(prev).reshape([BLOCK_N, HEAD_DIM])
     s_zero = gl.zeros([BM, BLOCK_N], gl.float32, s_layout)
@@ -501,16 +505,13 @@ def _pipelined_section(j, m_i, l_i, acc, p, q, k_smem, v_smem, kv_ready, kv_empt
         acc, s = warpgroup_mma_wait(num_outstanding=0, deps=(acc, s))
     s = _masked_scores(s, j, row0, seqlen_q, seqlen_k, causal, BLOCK_N, 0)
     m_new, p_j, l_tile, alpha = _exp_scores(s, m_i, gl.max(s, 1), qk_scale)
+    p_j = gl.convert_layout(p_j.to(k_smem.dtype), p_layout)  # half the registers of float32
     if OVERLAP and not FIRST:  # the softmax above ran under P_{j-1} V_{j-1}
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
     if not FIRST:  # K_{j-1} and V_{j-1}: my products that read them are done
         mbarrier.arrive(kv_empty.index(prev), count=1)
     acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
-    if causal:
-        if sanitised:  # NaN is sticky: putting it back before P_j V_j is added is the same
-            acc = _nan_where_seen(acc, x_bad, n_sanitised, row0, seqlen_k - seqlen_q, True,
-                                  CONSUMER)
-    return m_new, alpha * l_i + l_tile, acc, gl.convert_layout(p_j.to(k_smem.dtype), p_layout)
+    return m_new, alpha * l_i + l_tile, acc, p_j
 
 
 @gluon.jit
@@ -530,9 +531,14 @@ def _fold_tiles_pipelined(q, k_smem, v_smem, kv_ready, kv_empty, turn, x_bad, ba
       P_{j-1} stays live as the product's operand beside S_j and P_j. Off: both products are
       done before the softmax (FA2's order of operations).
     A slot of the K/V ring is released once my P V that reads it is done: tile j - 1's in
-    section j (tile j's K is read by then too). V's sanitising (causal, D53) happens at the
-    start of section j, before either consumer's P_j V_j (in section j + 1) reads V_j; both
-    consumers have the same n_tiles, hence as many sections, turns and rendezvous."""
+    section j (its K was read in section j - 1), so a consumer holds two slots in section j
+    and 2 stages leave the producer no tile ahead there. V's sanitising (causal, D53) happens
+    at the start of section j, before either consumer's P_j V_j (in section j + 1) reads V_j,
+    and its NaN goes into acc right after, before P_{j-1} V_{j-1} and P_j V_j are added (NaN
+    is sticky: the same output as FA2's loop, which puts it back after P_j V_j; at that
+    point of this loop P_j is live as well, and d=128 causal spilled). Its x_bad buffer
+    (n % 2) is read before my next rendezvous, as in FA2's loop. Both consumers have the same
+    n_tiles, hence as many sections, turns and rendezvous."""
     BM: gl.constexpr = ROWS_PER_WARPGROUP
     STAGES: gl.constexpr = k_smem.type.shape[0]
     BLOCK_N: gl.constexpr = k_smem.type.shape[3]

@@ -54,8 +54,9 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, variant=Varian
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     if variant.hopper_switches and backend != "hopper":
-        raise ValueError(f"{variant}: the Hopper-era switches ({', '.join(variant.hopper_switches)}) "
-                         f"exist on backend 'hopper' only, got backend {backend!r}")
+        raise ValueError(f"{variant}: the Hopper-era switches "
+                         f"({', '.join(variant.hopper_switches)}) exist on backend 'hopper' "
+                         f"only, got backend {backend!r}")
     if backend in ("gluon", "hopper") and interpreting():
         raise ValueError(f"the {backend} backend needs a CUDA GPU: Triton's interpreter does not "
                          "run Gluon (its layouts can be compiled and read on the CPU: "

@@ -74,8 +74,8 @@ class Variant:
         return Variant(self.defer_norm, self.seq_parallel, self.split_q)
 
     def __str__(self) -> str:
-        return ("".join(("+" if getattr(self, f) else "-") + short for f, short in _FLAG_NAMES.items())
-                + "".join("+" + _HOPPER_NAMES[f] for f in self.hopper_switches))
+        fa2 = "".join(("+" if getattr(self, f) else "-") + short for f, short in _FLAG_NAMES.items())
+        return fa2 + "".join("+" + _HOPPER_NAMES[f] for f in self.hopper_switches)
 
     @classmethod
     def parse(cls, text: str) -> "Variant":
