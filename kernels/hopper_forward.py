@@ -503,13 +503,13 @@ def _pipelined_section(j, m_i, l_i, acc, p, q, k_smem, v_smem, kv_ready, kv_empt
         s = warpgroup_mma(q, k_t, s_zero, use_acc=False, is_async=True)
         _pass_turn(turn, PINGPONG, CONSUMER)
         acc, s = warpgroup_mma_wait(num_outstanding=0, deps=(acc, s))
+        mbarrier.arrive(kv_empty.index(prev), count=1)  # K_{j-1}, V_{j-1}: read by my products
     s = _masked_scores(s, j, row0, seqlen_q, seqlen_k, causal, BLOCK_N, 0)
     m_new, p_j, l_tile, alpha = _exp_scores(s, m_i, gl.max(s, 1), qk_scale)
     p_j = gl.convert_layout(p_j.to(k_smem.dtype), p_layout)  # half the registers of float32
     if OVERLAP and not FIRST:  # the softmax above ran under P_{j-1} V_{j-1}
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-    if not FIRST:  # K_{j-1} and V_{j-1}: my products that read them are done
-        mbarrier.arrive(kv_empty.index(prev), count=1)
+        mbarrier.arrive(kv_empty.index(prev), count=1)  # K_{j-1}, V_{j-1}: read by my products
     acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
     return m_new, alpha * l_i + l_tile, acc, p_j
 
