@@ -321,6 +321,44 @@ def _rendezvous(bars, phase, ME: gl.constexpr):
 
 
 @gluon.jit
+def _masked_scores(s, j, row0, seqlen_q, seqlen_k, causal: gl.constexpr, BLOCK_N: gl.constexpr,
+                   KEY0: gl.constexpr):
+    """Raw scores S of my rows (from row0) against keys KEY0 .. KEY0 + KEYS - 1 of K/V tile j,
+    with the keys a row does not see at -inf; only tiles that cross a row's diagonal or the
+    end of the keys are masked."""
+    BM: gl.constexpr = ROWS_PER_WARPGROUP
+    KEYS: gl.constexpr = s.type.shape[1]
+    s_layout: gl.constexpr = s.type.layout
+    diag = seqlen_k - seqlen_q  # query i sees key j iff j <= i + diag
+    if causal:  # tiles from full_tiles on hide a key from my first row
+        full_tiles = _full_tiles(row0, diag, seqlen_k, BLOCK_N)
+    else:
+        full_tiles = seqlen_k // BLOCK_N
+    if j >= full_tiles:
+        keys = j * BLOCK_N + KEY0 + gl.arange(0, KEYS, layout=gl.SliceLayout(0, s_layout))
+        if causal:  # row i sees keys j < i + diag + 1 (<= seqlen_k for stored rows)
+            rows = row0 + gl.arange(0, BM, layout=gl.SliceLayout(1, s_layout))
+            s = gl.where(keys[None, :] <= rows[:, None] + diag, s, float("-inf"))
+        else:
+            s = gl.where((keys < seqlen_k)[None, :], s, float("-inf"))
+    return s
+
+
+@gluon.jit
+def _exp_scores(s, m_i, m_tile, qk_scale):
+    """The online softmax's step for masked scores S whose row max is m_tile: the new max
+    m_new, P = exp2((S - m_new) c) unnormalised in float32, its row sum, and alpha =
+    exp2((m_i - m_new) c), which takes the running terms to the new max (a row with nothing
+    visible yet, m_new = -inf, uses 0 as its max)."""
+    m_new = gl.maximum(m_i, m_tile)
+    m_use = gl.where(m_new == float("-inf"), 0.0, m_new)  # a row with nothing visible yet
+    p = gl.exp2((s - m_use[:, None]) * qk_scale)
+    l_tile = gl.sum(p, 1)
+    alpha = gl.exp2((m_i - m_use) * qk_scale)
+    return m_new, p, l_tile, alpha
+
+
+@gluon.jit
 def _fold_tile(m_i, l_i, acc, q, k_smem, v_smem, slot, j, t, row0, seqlen_q, seqlen_k,
                causal: gl.constexpr, qk_scale, q_empty, x_max, x_sum, x_out, bar_max, bar_out,
                x_bad, sanitised, n_sanitised,
@@ -351,27 +389,13 @@ def _fold_tile(m_i, l_i, acc, q, k_smem, v_smem, slot, j, t, row0, seqlen_q, seq
                       use_acc=False)  # raw scores
     if not SEQ_PARALLEL:
         mbarrier.arrive(q_empty.index(t % 2), count=1)  # Q_i is read again next K/V tile
-    if causal:  # tiles from full_tiles on hide a key from my first row
-        full_tiles = _full_tiles(row0, diag, seqlen_k, BLOCK_N)
-    else:
-        full_tiles = seqlen_k // BLOCK_N
-    if j >= full_tiles:
-        keys = j * BLOCK_N + KEY0 + gl.arange(0, KEYS, layout=gl.SliceLayout(0, s_layout))
-        if causal:  # row i sees keys j < i + diag + 1 (<= seqlen_k for stored rows)
-            rows = row0 + gl.arange(0, BM, layout=row_layout)
-            s = gl.where(keys[None, :] <= rows[:, None] + diag, s, float("-inf"))
-        else:
-            s = gl.where((keys < seqlen_k)[None, :], s, float("-inf"))
+    s = _masked_scores(s, j, row0, seqlen_q, seqlen_k, causal, BLOCK_N, KEY0)
     m_tile = gl.max(s, 1)
     if not SPLIT_Q:  # exchange 1: the tile's row max over both halves of its keys
         x_max.index(CONSUMER).store(m_tile)
         _rendezvous(bar_max, t, CONSUMER)
         m_tile = gl.maximum(m_tile, x_max.index(1 - CONSUMER).load(row_layout))
-    m_new = gl.maximum(m_i, m_tile)
-    m_use = gl.where(m_new == float("-inf"), 0.0, m_new)  # a row with nothing visible yet
-    p = gl.exp2((s - m_use[:, None]) * qk_scale)
-    l_tile = gl.sum(p, 1)
-    alpha = gl.exp2((m_i - m_use) * qk_scale)
+    m_new, p, l_tile, alpha = _exp_scores(s, m_i, m_tile, qk_scale)
     if SPLIT_Q:
         l_new = alpha * l_i + l_tile
         alpha_o = gl.convert_layout(alpha, orow_layout)
@@ -413,6 +437,133 @@ def _fold_tile(m_i, l_i, acc, q, k_smem, v_smem, slot, j, t, row0, seqlen_q, seq
         if sanitised:  # after the update: the product and its accumulation are untouched
             acc = _nan_where_seen(acc, x_bad, n_sanitised, row0, diag, SPLIT_Q, CONSUMER)
     return m_new, l_new, acc
+
+
+@gluon.jit
+def _take_turn(turn, k, PINGPONG: gl.constexpr, CONSUMER: gl.constexpr):
+    """PINGPONG: wait until it is my turn at the tensor cores for my section k (see
+    _fold_tiles_pipelined). turn[c] (count 1) is arrived on by the other consumer once per
+    section, after issuing that section's products; consumer 0 goes first. So consumer 1's
+    section k waits for the phase that consumer 0's section k completes (parity k & 1), and
+    consumer 0's section k for the one consumer 1's section k - 1 completes (parity (k & 1) ^ 1:
+    section 0 passes on the phase before the first, complete at init). No phase can complete
+    twice before its waiter has seen it: a consumer arrives for section k + 1 only after its
+    own wait of section k + 1, which needs the other's arrival of section k, made after that
+    other's wait of section k (a barrier of its 128 threads comes before an arrive)."""
+    if PINGPONG:
+        mbarrier.wait(turn.index(CONSUMER), (k & 1) ^ (1 if CONSUMER == 0 else 0))
+
+
+@gluon.jit
+def _pass_turn(turn, PINGPONG: gl.constexpr, CONSUMER: gl.constexpr):
+    """PINGPONG: my section's products are issued; the other consumer's may queue behind them."""
+    if PINGPONG:
+        mbarrier.arrive(turn.index(1 - CONSUMER), count=1)
+
+
+@gluon.jit
+def _pipelined_section(j, m_i, l_i, acc, p, q, k_smem, v_smem, kv_ready, kv_empty, turn, x_bad,
+                       bar_v, start_m, row0, seqlen_q, seqlen_k, causal: gl.constexpr,
+                       qk_scale, PINGPONG: gl.constexpr, OVERLAP: gl.constexpr,
+                       FIRST: gl.constexpr, CONSUMER: gl.constexpr):
+    """Section j < n_tiles of _fold_tiles_pipelined: issue S_j = Q K_j^T and (unless FIRST,
+    j = 0) P_{j-1} V_{j-1} onto acc, then the softmax of tile j. Returns m_i, l_i, acc (with
+    P_{j-1} V_{j-1} folded in and taken to tile j's max) and P_j as the next product's operand."""
+    BM: gl.constexpr = ROWS_PER_WARPGROUP
+    STAGES: gl.constexpr = k_smem.type.shape[0]
+    BLOCK_N: gl.constexpr = k_smem.type.shape[3]
+    HEAD_DIM: gl.constexpr = k_smem.type.shape[4]
+    s_layout: gl.constexpr = mma_layout(BLOCK_N)
+    o_layout: gl.constexpr = acc.type.layout
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    slot = j % STAGES
+    prev = (j + STAGES - 1) % STAGES
+    mbarrier.wait(kv_ready.index(slot), (j // STAGES) & 1)
+    sanitised, n_sanitised = _sanitise_if_masked(v_smem, slot, j, start_m, seqlen_q, seqlen_k,
+                                                 x_bad, bar_v, causal, 1, CONSUMER)
+    if causal:
+        if sanitised:  # before P_{j-1} V_{j-1} and P_j V_j are added (see the caller)
+            acc = _nan_where_seen(acc, x_bad, n_sanitised, row0, seqlen_k - seqlen_q, True,
+                                  CONSUMER)
+    k_t = k_smem.index(slot).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
+    v_prev = v_smem.index(prev).reshape([BLOCK_N, HEAD_DIM])
+    s_zero = gl.zeros([BM, BLOCK_N], gl.float32, s_layout)
+    _take_turn(turn, j, PINGPONG, CONSUMER)
+    if FIRST:
+        s = warpgroup_mma(q, k_t, s_zero, use_acc=False, is_async=True)
+        _pass_turn(turn, PINGPONG, CONSUMER)
+        s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
+    elif OVERLAP:  # S_j first: wgmma groups retire in order, so S_j is done before the product
+        s = warpgroup_mma(q, k_t, s_zero, use_acc=False, is_async=True)
+        acc = warpgroup_mma(p, v_prev, acc, is_async=True)
+        _pass_turn(turn, PINGPONG, CONSUMER)
+        s = warpgroup_mma_wait(num_outstanding=1, deps=(s,))
+    else:  # FA2's order: P_{j-1} V_{j-1}, then S_j, both done before the softmax
+        acc = warpgroup_mma(p, v_prev, acc, is_async=True)
+        s = warpgroup_mma(q, k_t, s_zero, use_acc=False, is_async=True)
+        _pass_turn(turn, PINGPONG, CONSUMER)
+        acc, s = warpgroup_mma_wait(num_outstanding=0, deps=(acc, s))
+        mbarrier.arrive(kv_empty.index(prev), count=1)  # K_{j-1}, V_{j-1}: read by my products
+    s = _masked_scores(s, j, row0, seqlen_q, seqlen_k, causal, BLOCK_N, 0)
+    m_new, p_j, l_tile, alpha = _exp_scores(s, m_i, gl.max(s, 1), qk_scale)
+    p_j = gl.convert_layout(p_j.to(k_smem.dtype), p_layout)  # half the registers of float32
+    if OVERLAP and not FIRST:  # the softmax above ran under P_{j-1} V_{j-1}
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+        mbarrier.arrive(kv_empty.index(prev), count=1)  # K_{j-1}, V_{j-1}: read by my products
+    acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
+    return m_new, alpha * l_i + l_tile, acc, p_j
+
+
+@gluon.jit
+def _fold_tiles_pipelined(q, k_smem, v_smem, kv_ready, kv_empty, turn, x_bad, bar_v, n_tiles,
+                          start_m, row0, seqlen_q, seqlen_k, causal: gl.constexpr, qk_scale,
+                          PINGPONG: gl.constexpr, OVERLAP: gl.constexpr,
+                          CONSUMER: gl.constexpr):
+    """FA2 (defer_norm, seq_parallel, split-Q) over the program's n_tiles K/V tiles with
+    FlashAttention-3's schedules (docs/decisions.md D59); returns my rows' (m_i, l_i, acc).
+    The products are issued asynchronously in n_tiles + 1 sections: section 0 issues S_0,
+    section j (0 < j < n_tiles) P_{j-1} V_{j-1} and S_j, section n_tiles P_{n-1} V_{n-1}.
+    - PINGPONG (FA3 section 3.1): a section is one turn at the tensor cores, the consumers'
+      turns alternating (_take_turn), so one consumer's softmax of tile j runs while the other's
+      P_{j-1} V_{j-1} and S_j run. Off: the consumers issue whenever they are ready.
+    - OVERLAP (FA3 section 3.2): section j issues S_j before P_{j-1} V_{j-1} and waits for S_j
+      only, so the softmax of tile j runs under P_{j-1} V_{j-1}; the cost is a register tile:
+      P_{j-1} stays live as the product's operand beside S_j and P_j. Off: both products are
+      done before the softmax (FA2's order of operations).
+    A slot of the K/V ring is released once my P V that reads it is done: tile j - 1's in
+    section j (its K was read in section j - 1), so a consumer holds two slots in section j
+    and 2 stages leave the producer no tile ahead there. V's sanitising (causal, D53) happens
+    at the start of section j, before either consumer's P_j V_j (in section j + 1) reads V_j,
+    and its NaN goes into acc right after, before P_{j-1} V_{j-1} and P_j V_j are added (NaN
+    is sticky: the same output as FA2's loop, which puts it back after P_j V_j; at that
+    point of this loop P_j is live as well, and d=128 causal spilled). Its x_bad buffer
+    (n % 2) is read before my next rendezvous, as in FA2's loop. Both consumers have the same
+    n_tiles, hence as many sections, turns and rendezvous."""
+    BM: gl.constexpr = ROWS_PER_WARPGROUP
+    STAGES: gl.constexpr = k_smem.type.shape[0]
+    BLOCK_N: gl.constexpr = k_smem.type.shape[3]
+    HEAD_DIM: gl.constexpr = k_smem.type.shape[4]
+    m_i = gl.full([BM], float("-inf"), gl.float32, gl.SliceLayout(1, mma_layout(BLOCK_N)))
+    l_i = gl.zeros([BM], gl.float32, gl.SliceLayout(1, mma_layout(BLOCK_N)))
+    acc = gl.zeros([BM, HEAD_DIM], gl.float32, mma_layout(HEAD_DIM))
+    if n_tiles > 0:
+        m_i, l_i, acc, p = _pipelined_section(
+            0, m_i, l_i, acc, acc, q, k_smem, v_smem, kv_ready, kv_empty, turn, x_bad, bar_v,
+            start_m, row0, seqlen_q, seqlen_k, causal, qk_scale, PINGPONG, OVERLAP, True,
+            CONSUMER)
+        for j in range(1, n_tiles):
+            m_i, l_i, acc, p = _pipelined_section(
+                j, m_i, l_i, acc, p, q, k_smem, v_smem, kv_ready, kv_empty, turn, x_bad, bar_v,
+                start_m, row0, seqlen_q, seqlen_k, causal, qk_scale, PINGPONG, OVERLAP, False,
+                CONSUMER)
+        last = (n_tiles - 1) % STAGES  # section n_tiles: P_{n-1} V_{n-1}
+        _take_turn(turn, n_tiles, PINGPONG, CONSUMER)
+        acc = warpgroup_mma(p, v_smem.index(last).reshape([BLOCK_N, HEAD_DIM]), acc,
+                            is_async=True)
+        _pass_turn(turn, PINGPONG, CONSUMER)
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+        mbarrier.arrive(kv_empty.index(last), count=1)
+    return m_i, l_i, acc
 
 
 @gluon.jit
@@ -551,7 +702,8 @@ def _consumer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
               seqlen_q, seqlen_k, heads_q, group_size, qk_scale, stride_ob, stride_oh,
               stride_om, stride_lb, stride_lh, state,
               DEFER_NORM: gl.constexpr, SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr,
-              causal: gl.constexpr, CONSUMER: gl.constexpr):
+              causal: gl.constexpr, CONSUMER: gl.constexpr, PINGPONG: gl.constexpr = False,
+              OVERLAP: gl.constexpr = False):
     BM: gl.constexpr = ROWS_PER_WARPGROUP
     Q_BOXES: gl.constexpr = 2 if SPLIT_Q else 1
     ROWS: gl.constexpr = Q_BOXES * BM
@@ -575,17 +727,23 @@ def _consumer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
         q = q_smem.index(MY_BOX).reshape([BM, HEAD_DIM])
         m_i, l_i, acc = m_0, l_0, acc_0
         mbarrier.wait(q_ready.index(0), 0)
-        for j in range(n_tiles):
-            slot = j % STAGES
-            mbarrier.wait(kv_ready.index(slot), (j // STAGES) & 1)
-            sanitised, n_sanitised = _sanitise_if_masked(
-                v_smem, slot, j, start_m, seqlen_q, seqlen_k, x_bad, bar_v, causal, V_PARTS,
-                CONSUMER)
-            m_i, l_i, acc = _fold_tile(m_i, l_i, acc, q, k_smem, v_smem, slot, j, j, row0,
-                                       seqlen_q, seqlen_k, causal, qk_scale, q_empty, x_max,
-                                       x_sum, x_out, bar_max, bar_out, x_bad, sanitised,
-                                       n_sanitised, DEFER_NORM, SPLIT_Q, SEQ_PARALLEL, CONSUMER)
-            mbarrier.arrive(kv_empty.index(slot), count=1)
+        if PINGPONG or OVERLAP:  # FA3's schedules on FA2 (D59); split-Q leaves bar_max free
+            m_i, l_i, acc = _fold_tiles_pipelined(q, k_smem, v_smem, kv_ready, kv_empty, bar_max,
+                                                  x_bad, bar_v, n_tiles, start_m, row0, seqlen_q,
+                                                  seqlen_k, causal, qk_scale, PINGPONG, OVERLAP,
+                                                  CONSUMER)
+        else:
+            for j in range(n_tiles):
+                slot = j % STAGES
+                mbarrier.wait(kv_ready.index(slot), (j // STAGES) & 1)
+                sanitised, n_sanitised = _sanitise_if_masked(
+                    v_smem, slot, j, start_m, seqlen_q, seqlen_k, x_bad, bar_v, causal, V_PARTS,
+                    CONSUMER)
+                m_i, l_i, acc = _fold_tile(m_i, l_i, acc, q, k_smem, v_smem, slot, j, j, row0,
+                                           seqlen_q, seqlen_k, causal, qk_scale, q_empty, x_max,
+                                           x_sum, x_out, bar_max, bar_out, x_bad, sanitised,
+                                           n_sanitised, DEFER_NORM, SPLIT_Q, SEQ_PARALLEL, CONSUMER)
+                mbarrier.arrive(kv_empty.index(slot), count=1)
         _store_outputs(m_i, l_i, acc, O, LSE, M, L, off_b, off_h, row0, seqlen_q, qk_scale,
                        stride_ob, stride_oh, stride_om, stride_lb, stride_lh, DEFER_NORM,
                        SPLIT_Q, CONSUMER)
@@ -643,9 +801,9 @@ def _consumer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
 @gluon.jit
 def _consumer_partition(args, DEFER_NORM: gl.constexpr, SPLIT_Q: gl.constexpr,
                         SEQ_PARALLEL: gl.constexpr, IS_CAUSAL: gl.constexpr,
-                        CONSUMER: gl.constexpr):
+                        CONSUMER: gl.constexpr, PINGPONG: gl.constexpr, OVERLAP: gl.constexpr):
     _consumer(*args, DEFER_NORM=DEFER_NORM, SPLIT_Q=SPLIT_Q, SEQ_PARALLEL=SEQ_PARALLEL,
-              causal=IS_CAUSAL, CONSUMER=CONSUMER)
+              causal=IS_CAUSAL, CONSUMER=CONSUMER, PINGPONG=PINGPONG, OVERLAP=OVERLAP)
 
 
 @gluon.jit
@@ -661,9 +819,13 @@ def _hopper_attn_fwd(q_desc, k_desc, v_desc, O, LSE, M, L, o_tmp_desc, stats_des
                      stride_om,
                      stride_lb, stride_lh, DEFER_NORM: gl.constexpr,
                      SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr, IS_CAUSAL: gl.constexpr,
-                     STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, Q_SLOTS: gl.constexpr):
+                     STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, Q_SLOTS: gl.constexpr,
+                     PINGPONG: gl.constexpr = False, OVERLAP: gl.constexpr = False):
     """Grid (row blocks, B * Hq) with seq_parallel, (1, B * Hq) without. Q_SLOTS: Q buffers
-    (1 with seq_parallel; FA1's schedule reloads Q every step: 2, or 1 where 2 do not fit)."""
+    (1 with seq_parallel; FA1's schedule reloads Q every step: 2, or 1 where 2 do not fit).
+    PINGPONG, OVERLAP: FlashAttention-3's schedules, on FA2 all on only (D59)."""
+    gl.static_assert(not (PINGPONG or OVERLAP) or (DEFER_NORM and SPLIT_Q and SEQ_PARALLEL),
+                     "PINGPONG and OVERLAP are built on FA2 (DEFER_NORM, SPLIT_Q, SEQ_PARALLEL)")
     BM: gl.constexpr = ROWS_PER_WARPGROUP
     Q_BOXES: gl.constexpr = 2 if SPLIT_Q else 1
     V_PARTS: gl.constexpr = 1 if SPLIT_Q else 2
@@ -725,9 +887,11 @@ def _hopper_attn_fwd(q_desc, k_desc, v_desc, O, LSE, M, L, o_tmp_desc, stats_des
             seqlen_q, seqlen_k, heads_q, group_size, qk_scale, stride_ob, stride_oh,
             stride_om, stride_lb, stride_lh, (st_acc, st_stats, st_ready, st_free, o_desc))
     gl.warp_specialize([(_consumer_partition,
-                         (args, DEFER_NORM, SPLIT_Q, SEQ_PARALLEL, IS_CAUSAL, 0)),
+                         (args, DEFER_NORM, SPLIT_Q, SEQ_PARALLEL, IS_CAUSAL, 0, PINGPONG,
+                          OVERLAP)),
                         (_consumer_partition,
-                         (args, DEFER_NORM, SPLIT_Q, SEQ_PARALLEL, IS_CAUSAL, 1)),
+                         (args, DEFER_NORM, SPLIT_Q, SEQ_PARALLEL, IS_CAUSAL, 1, PINGPONG,
+                          OVERLAP)),
                         (_load_warp, (args, DEFER_NORM, SPLIT_Q, SEQ_PARALLEL, IS_CAUSAL))],
                        [4, 1], [CONSUMER_REGS, 56])
 
@@ -876,6 +1040,7 @@ def hopper_attn_fwd(q, k, v, causal, softmax_scale, variant, config):
         stats[0].stride(0), stats[0].stride(1),
         DEFER_NORM=variant.defer_norm, SPLIT_Q=variant.split_q,
         SEQ_PARALLEL=variant.seq_parallel, IS_CAUSAL=bool(causal), STAGES=config.num_stages,
+        PINGPONG=variant.pingpong, OVERLAP=variant.overlap,
         CONSUMER_REGS=consumer_registers(variant.split_q),
         Q_SLOTS=q_buffers(head_dim, config.block_n, config.num_stages, variant.split_q,
                           variant.seq_parallel, bool(causal)), num_warps=4)
@@ -904,6 +1069,7 @@ def compile_for_sm90(variant, dtype="bfloat16", head_dim=128, block_n=128, stage
                      stride_om="i64", stride_lb="i32", stride_lh="i32")
     constexprs = {"DEFER_NORM": variant.defer_norm, "SPLIT_Q": variant.split_q,
                   "SEQ_PARALLEL": variant.seq_parallel, "IS_CAUSAL": causal, "STAGES": stages,
+                  "PINGPONG": variant.pingpong, "OVERLAP": variant.overlap,
                   "CONSUMER_REGS": consumer_registers(variant.split_q),
                   "Q_SLOTS": q_buffers(head_dim, block_n, stages, variant.split_q,
                                        variant.seq_parallel, causal)}

@@ -48,11 +48,16 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, variant=Varian
     (kernels.gluon_forward; CUDA only, float16/bfloat16); the backward is the Triton one.
     backend "hopper" computes it on Hopper's wgmma/TMA/warp-specialised chassis, where split-K
     splits the keys across consumer warpgroups (kernels.hopper_forward; sm_90, float16/bfloat16,
-    head_dim 64 or 128, every variant); the backward is the Triton one.
+    head_dim 64 or 128, every variant, and on FA2 the Hopper-era switches of
+    `Variant.hopper()`); the backward is the Triton one (of the variant's FA2 flags).
     """
     _check_inputs(q, k, v, causal, softmax_scale, variant)
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if variant.hopper_switches and backend != "hopper":
+        raise ValueError(f"{variant}: the Hopper-era switches "
+                         f"({', '.join(variant.hopper_switches)}) exist on backend 'hopper' "
+                         f"only, got backend {backend!r}")
     if backend in ("gluon", "hopper") and interpreting():
         raise ValueError(f"the {backend} backend needs a CUDA GPU: Triton's interpreter does not "
                          "run Gluon (its layouts can be compiled and read on the CPU: "
@@ -135,7 +140,7 @@ class _FlashAttention(torch.autograd.Function):
         if do is None:
             do = torch.zeros_like(o)
         dq, dk, dv = attn_bwd(q, k, v, o, stats, do, dlse, ctx.causal, ctx.softmax_scale,
-                              ctx.variant, ctx.config, o_res)
+                              ctx.variant.fa2, ctx.config, o_res)
         return dq, dk, dv, None, None, None, None, None, None
 
 

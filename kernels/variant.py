@@ -1,7 +1,10 @@
-"""`Variant`: which of FlashAttention-2's three implementation changes are switched on.
+"""`Variant`: which of FlashAttention-2's three implementation changes are switched on, and,
+on top of FA2 all on, which of the Hopper-era schedules that came after it (the Hopper chassis
+only, kernels/hopper_forward.py; docs/decisions.md D59).
 
 One `Variant` is the single source of truth for names: kernels, tests, the CLI and result files
-all use `str(variant)`, and `Variant.parse(str(v)) == v`.
+all use `str(variant)`, and `Variant.parse(str(v)) == v`. A Hopper switch at its default (off)
+adds nothing to the name, so the 8 FA2 names are those of the FA2 lattice alone.
 """
 from __future__ import annotations
 
@@ -9,6 +12,8 @@ import itertools
 from dataclasses import dataclass, fields
 
 _FLAG_NAMES = {"defer_norm": "defer", "seq_parallel": "seqpar", "split_q": "splitq"}
+# the second lattice's switches (off by default), named only when on: '+pingpong+overlap'
+_HOPPER_NAMES = {"pingpong": "pingpong", "overlap": "overlap"}
 
 
 @dataclass(frozen=True)
@@ -23,28 +28,60 @@ class Variant:
       the row blocks, whose partial outputs wait in HBM between tiles; kernels/forward.py).
     - split_q: each program's rows own their whole softmax (off: split-K, every K/V tile is cut
       into key slices whose partial max, sum and output are merged).
+
+    FlashAttention-3's schedules (arXiv 2407.08608), each on top of FA2 all on and only on the
+    Hopper chassis (off: its free-running consumer warpgroups, one product at a time):
+    - pingpong (FA3 section 3.1): the two consumer warpgroups take turns at the tensor cores,
+      one's softmax under the other's products.
+    - overlap (FA3 section 3.2): within a warpgroup, S_j = Q K_j^T is issued before
+      P_{j-1} V_{j-1}, so the softmax of tile j runs under the product of tile j - 1.
     """
 
     defer_norm: bool = True
     seq_parallel: bool = True
     split_q: bool = True
+    pingpong: bool = False
+    overlap: bool = False
 
     def __post_init__(self):
         for f in fields(self):
             if not isinstance(getattr(self, f.name), bool):
                 raise TypeError(f"Variant.{f.name} must be a bool, got {getattr(self, f.name)!r}")
+        if self.hopper_switches and not (self.defer_norm and self.seq_parallel and self.split_q):
+            raise ValueError(f"the Hopper-era switches ({', '.join(self.hopper_switches)}) are "
+                             f"built on FA2 with all three changes on, got {str(self.fa2)!r}")
 
     @classmethod
     def all(cls) -> list["Variant"]:
         """The 8 combinations, FA2 (all on) first and the FA1-style baseline (all off) last."""
         return [cls(*flags) for flags in itertools.product((True, False), repeat=3)]
 
+    @classmethod
+    def hopper(cls) -> list["Variant"]:
+        """The second lattice: FA2 all on with each combination of the Hopper-era switches,
+        FA2 (none) first and every switch on last."""
+        return [cls(**dict(zip(_HOPPER_NAMES, flags)))
+                for flags in itertools.product((False, True), repeat=len(_HOPPER_NAMES))]
+
+    @property
+    def hopper_switches(self) -> tuple[str, ...]:
+        """The Hopper-era switches that are on."""
+        return tuple(f for f in _HOPPER_NAMES if getattr(self, f))
+
+    @property
+    def fa2(self) -> "Variant":
+        """This variant with the Hopper-era switches off: its place in the FA2 lattice."""
+        return Variant(self.defer_norm, self.seq_parallel, self.split_q)
+
     def __str__(self) -> str:
-        return "".join(("+" if getattr(self, f) else "-") + short for f, short in _FLAG_NAMES.items())
+        fa2 = "".join(("+" if getattr(self, f) else "-") + short for f, short in _FLAG_NAMES.items())
+        return fa2 + "".join("+" + _HOPPER_NAMES[f] for f in self.hopper_switches)
 
     @classmethod
     def parse(cls, text: str) -> "Variant":
-        """Inverse of `str` ('+defer-seqpar+splitq'); also accepts the aliases 'fa2' (all on) and 'fa1' (all off)."""
+        """Inverse of `str` ('+defer-seqpar+splitq', '+defer+seqpar+splitq+pingpong'); also
+        accepts the aliases 'fa2' (all on) and 'fa1' (all off). The three FA2 flags are always
+        named; a Hopper-era switch only when given (off otherwise)."""
         text = text.strip()
         if text == "fa2":
             return cls()
@@ -53,17 +90,20 @@ class Variant:
         flags = {}
         for part in _split_signed(text):
             sign, short = part[:1], part[1:]
-            names = [f for f, s in _FLAG_NAMES.items() if s == short]
+            names = [f for f, s in {**_FLAG_NAMES, **_HOPPER_NAMES}.items() if s == short]
             if sign not in "+-" or len(names) != 1 or names[0] in flags:
                 raise ValueError(f"cannot parse variant {text!r}; expected e.g. {str(cls())!r}")
             flags[names[0]] = sign == "+"
-        if len(flags) != 3:
+        if not set(_FLAG_NAMES) <= set(flags):
             raise ValueError(f"cannot parse variant {text!r}; expected e.g. {str(cls())!r}")
         return cls(**flags)
 
     @property
     def label(self) -> str:
-        """Short human label: FA2, FA1-style, or the flags that differ from FA2."""
+        """Short human label: FA2, FA1-style, the flags that differ from FA2, or FA2 with the
+        Hopper-era switches that are on."""
+        if self.hopper_switches:
+            return "FA2 with " + ", ".join(self.hopper_switches)
         if self == Variant():
             return "FA2"
         if self == Variant(False, False, False):

@@ -1,0 +1,142 @@
+"""The Hopper-era switches (docs/decisions.md D59): FlashAttention-3's ping-pong and
+intra-warpgroup overlap as constexprs of the Hopper chassis, on top of FA2 all on.
+
+CPU: their names and lattice, the refusals, and the sm_90 compile of every combination (its
+PTX shows each switch: OVERLAP's wait for S_j that leaves P V in flight, PINGPONG's turns).
+GPU (marker gpu): every combination against the float64 oracle, and bit for bit against FA2's
+chassis (the same operations in the same order, only issued differently)."""
+import json
+import os
+import re
+import subprocess
+import sys
+from functools import partial
+
+import pytest
+import torch
+
+from compile_cli import ROOT
+from fa2check.core.checks import Reference
+from fa2check.core.problems import Problem
+from kernels import Variant, flash_attention
+
+FA2 = Variant()
+
+
+def test_hopper_lattice_names_round_trip_and_keep_the_fa2_names():
+    assert [str(v) for v in Variant.all()][0] == "+defer+seqpar+splitq"  # FA2's name unchanged
+    assert len(Variant.all()) == 8 and not any(v.hopper_switches for v in Variant.all())
+    names = [str(v) for v in Variant.hopper()]
+    assert names == ["+defer+seqpar+splitq", "+defer+seqpar+splitq+overlap",
+                     "+defer+seqpar+splitq+pingpong", "+defer+seqpar+splitq+pingpong+overlap"]
+    assert [Variant.parse(n) for n in names] == Variant.hopper()
+    assert Variant.parse("+defer+seqpar+splitq-pingpong") == FA2  # a switch named off
+    assert Variant(pingpong=True, overlap=True).fa2 == FA2
+    assert Variant(pingpong=True).label == "FA2 with pingpong"
+    with pytest.raises(ValueError, match="cannot parse"):
+        Variant.parse("+defer+splitq+pingpong")  # an FA2 flag missing
+    with pytest.raises(ValueError, match="cannot parse"):
+        Variant.parse("+defer+seqpar+splitq+pingpong+pingpong")
+
+
+@pytest.mark.parametrize("fa2_flags", [f for f in [(False, True, True), (True, False, True),
+                                                    (True, True, False)]])
+@pytest.mark.parametrize("switch", ["pingpong", "overlap"])
+def test_hopper_switches_are_refused_off_fa2(fa2_flags, switch):
+    with pytest.raises(ValueError, match="built on FA2 with all three changes on"):
+        Variant(*fa2_flags, **{switch: True})
+    with pytest.raises(ValueError, match="built on FA2"):
+        Variant.parse(str(Variant(*fa2_flags)) + "+" + switch)
+
+
+@pytest.mark.parametrize("backend", ["triton", "gluon"])
+def test_other_backends_refuse_the_hopper_switches(backend, device):
+    q = torch.randn(1, 2, 8, 16, device=device, dtype=torch.float16)
+    for variant in Variant.hopper()[1:]:
+        with pytest.raises(ValueError, match="on backend 'hopper' only"):
+            flash_attention(q, q, q, variant=variant, backend=backend)
+
+
+PROBE = """
+import json, re
+from fa2check.inspect.compile_gate import ptxas_usage, rerun_ptxas
+from kernels import Variant
+from kernels.hopper_forward import compile_for_sm90
+out = {}
+for v in Variant.hopper():
+    ptx = compile_for_sm90(v, head_dim=128, block_n=128, stages=2, causal=True).asm["ptx"]
+    out[str(v)] = dict(ptxas_usage(rerun_ptxas(ptx)), wgmma=ptx.count("wgmma.mma_async"),
+                       wait_1=len(re.findall(r"wgmma\\.wait_group\\.sync\\.aligned\\s+1;", ptx)),
+                       arrives=ptx.count("mbarrier.arrive"),
+                       waits=ptx.count("mbarrier.try_wait"))
+print(json.dumps(out))
+"""
+
+
+def test_every_hopper_combination_compiles_for_sm90_and_shows_its_switches():
+    """bf16, head_dim 128, causal (V's sanitising included), block_n 128, 2 stages: no spills,
+    wgmma not serialised by ptxas; OVERLAP waits for S_j with P V still in flight (wait_group
+    1), nothing else does; PINGPONG adds one wait and one arrive of a turn per section site
+    (first, loop, last) and consumer. (Ignoring either constexpr in the kernel fails.)"""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    proc = subprocess.run([sys.executable, "-c", PROBE], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    for name, usage in out.items():
+        assert usage["spill_stores"] == usage["spill_loads"] == 0, (name, usage)
+        assert not usage["wgmma_serialized"], (name, usage)
+        v = Variant.parse(name)
+        assert (usage["wait_1"] > 0) == v.overlap, (name, usage)
+    plain, pingpong = out[str(Variant(overlap=True))], out[str(Variant(pingpong=True,
+                                                                       overlap=True))]
+    assert pingpong["waits"] == plain["waits"] + 6, (plain, pingpong)
+    assert pingpong["arrives"] == plain["arrives"] + 6, (plain, pingpong)
+
+
+GPU_PROBLEMS = [
+    Problem(2, 4, 4, 1000, 1000, 128, "bfloat16", False, seed=1),
+    Problem(1, 8, 2, 777, 1500, 64, "float16", True, seed=2),  # GQA, q < k, ragged
+    Problem(2, 4, 1, 1031, 513, 128, "float16", True, seed=3),  # MQA, rows that see no key
+    Problem(1, 6, 3, 2048, 2048, 64, "bfloat16", True, seed=4),
+    Problem(1, 2, 2, 65, 300, 128, "bfloat16", False, seed=5),  # one row block, partial tile
+    Problem(1, 2, 1, 300, 100, 64, "bfloat16", False, seed=6),  # one K/V tile
+]
+
+
+def _same_bits(a, b):
+    """Equal, NaN where NaN (NaN's payload aside), inf where inf."""
+    nan = torch.isnan(a)
+    return torch.equal(nan, torch.isnan(b)) and torch.equal(a[~nan], b[~nan])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("problem", GPU_PROBLEMS, ids=str)
+def test_gpu_hopper_switches_pass_and_match_fa2_bit_for_bit(problem, device):
+    ref = Reference(problem, device, backward=False)
+    hopper = partial(flash_attention, backend="hopper")
+    fa2 = ref.run(hopper, FA2)
+    for variant in Variant.hopper()[1:]:
+        out = ref.run(hopper, variant)
+        failed = [str(c) for c in ref.judge(out) if not c.passed]
+        assert not failed, f"{variant} on {problem}: " + "; ".join(failed)
+        assert _same_bits(out.o, fa2.o) and _same_bits(out.lse, fa2.lse), (variant, problem)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_gpu_hopper_switches_keep_non_finite_values_where_fa2_does(dtype):
+    """Causal, non-finite V at keys some rows do not see (D53's sanitising and NaN put-back,
+    which the pipelined loop applies before P_j V_j rather than after): the same output as
+    FA2's chassis, NaN and inf included, and finite in the rows that see none of them."""
+    gen = torch.Generator(device="cuda").manual_seed(7)
+    q, k, v = (torch.randn(1, 2, 300, 128, device="cuda", dtype=dtype, generator=gen)
+               for _ in range(3))
+    v[:, :, 201, 3] = float("nan")
+    v[:, :, 150, 5] = float("inf")
+    fa2 = flash_attention(q, k, v, causal=True, backend="hopper")
+    assert torch.isfinite(fa2[:, :, :150]).all()
+    for variant in Variant.hopper()[1:]:
+        o = flash_attention(q, k, v, causal=True, variant=variant, backend="hopper")
+        assert _same_bits(o, fa2), variant
