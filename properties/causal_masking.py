@@ -27,7 +27,7 @@ from fa2check.core.checks import Reference
 from fa2check.core.problems import Problem
 
 from .base import Call, Case, Check, PropertyResult, bitwise, call, pass_rule, visible_counts
-from .full_shapes import GQA_BF16_D64, LONG_KEYS_FP16_D128, LONG_QUERIES_FP32_D32, like
+from .full_shapes import GQA_BF16_D64, LONG_KEYS_FP16_D128, LONG_QUERIES_FP32_D40, like
 
 NAME = "causal_masking"
 # check name -> (value written into hidden K, into hidden V); None: other random values
@@ -50,7 +50,7 @@ CASES = {
     "full": (
         Case("q<k", like(LONG_KEYS_FP16_D128, 300)),
         Case("q=k", like(GQA_BF16_D64, 301)),
-        Case("q>k", like(LONG_QUERIES_FP32_D32, 302)),
+        Case("q>k", like(LONG_QUERIES_FP32_D40, 302)),
     ),
 }
 

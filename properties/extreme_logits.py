@@ -55,7 +55,7 @@ from fa2check.core.passrule import rounding_floor
 from fa2check.core.problems import Problem
 
 from .base import Case, Check, PropertyResult, call, scores
-from .full_shapes import (GQA_BF16_D64, LONG_KEYS_FP16_D128, LONG_QUERIES_FP32_D32, NARROW_FP16_D16,
+from .full_shapes import (GQA_BF16_D64, LONG_KEYS_FP16_D128, LONG_QUERIES_FP32_D40, NARROW_FP16_D16,
                           WIDE_BF16_D256, like)
 
 NAME = "extreme_logits"
@@ -82,10 +82,10 @@ CASES = {
     "full": (
         Case("logits-1e5", like(LONG_KEYS_FP16_D128, 200), backward=False),
         Case("all-equal-133120", like(GQA_BF16_D64, 202, batch=1), backward=False),
-        Case("below-5e4", like(LONG_QUERIES_FP32_D32, 203), backward=False),
+        Case("below-5e4", like(LONG_QUERIES_FP32_D40, 203), backward=False),
         Case("dominant-last-key", like(WIDE_BF16_D256, 204), backward=False),
         Case("ties", like(NARROW_FP16_D16, 205, seqlen_q=2048, seqlen_k=2048), backward=False),
-        Case("lse-below-88.7", like(LONG_QUERIES_FP32_D32, 206, seqlen_q=4096)),
+        Case("lse-below-88.7", like(LONG_QUERIES_FP32_D40, 206, seqlen_q=4096)),
     ),
 }
 

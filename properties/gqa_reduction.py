@@ -27,7 +27,7 @@ from fa2check.core.problems import Problem
 
 from .base import (Call, Case, Check, PropertyResult, allowed_errors, call, nan_filled_allocations,
                    pass_rule, within)
-from .full_shapes import (GQA_BF16_D64, LONG_KEYS_FP16_D128, LONG_QUERIES_FP32_D32, NARROW_FP16_D16,
+from .full_shapes import (GQA_BF16_D64, LONG_KEYS_FP16_D128, LONG_QUERIES_FP32_D40, NARROW_FP16_D16,
                           like)
 
 NAME = "gqa_reduction"
@@ -47,7 +47,7 @@ CASES = {
         Case("group-2", like(GQA_BF16_D64, 401, heads_q=4, heads_kv=2)),
         Case("group-3", like(LONG_KEYS_FP16_D128, 402, heads_q=6, heads_kv=2, seqlen_k=4096)),
         Case("group-5", like(NARROW_FP16_D16, 403)),
-        Case("mqa", like(LONG_QUERIES_FP32_D32, 404, seqlen_q=4096)),
+        Case("mqa", like(LONG_QUERIES_FP32_D40, 404, seqlen_q=4096)),
         # DeepSeek's MLA widths: q and k 192, v 128 (a compile class of its own)
         Case("group-2-192/128", replace(GQA_BF16_D64, seed=405, heads_q=4, heads_kv=2,
                                         head_dim=192, head_dim_v=128)),

@@ -26,7 +26,7 @@ from fa2check.core.problems import Problem
 
 from .base import (Case, Check, PropertyResult, call, from_output_checks, scores, seeded_rows,
                    visible_counts)
-from .full_shapes import (GQA_BF16_D64, LONG_KEYS_FP16_D128, LONG_QUERIES_FP32_D32, NARROW_FP16_D16,
+from .full_shapes import (GQA_BF16_D64, LONG_KEYS_FP16_D128, LONG_QUERIES_FP32_D40, NARROW_FP16_D16,
                           WIDE_BF16_D256, like)
 
 NAME = "lse_bounds"
@@ -42,7 +42,7 @@ CASES = {
     "full": tuple(Case(kind, like(base, seed), backward=False) for kind, base, seed in (
         ("normal", GQA_BF16_D64, 100),
         ("normal", LONG_KEYS_FP16_D128, 101),
-        ("normal", LONG_QUERIES_FP32_D32, 102),
+        ("normal", LONG_QUERIES_FP32_D40, 102),
         ("peaked", WIDE_BF16_D256, 103),
         ("peaked", NARROW_FP16_D16, 104),
     )),

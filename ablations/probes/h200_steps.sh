@@ -9,7 +9,6 @@
 #   paper          the paper grid, forward and forward + backward, 3 sweeps
 #   verify-full    make verify's full tier (our Triton kernels and the Gluon forward)
 #   head-dims      the GPU tests of odd head dims and v's own head dim, then the head-dims probe
-#   d53            the Triton FA1 schedule's causal hidden-key case at q 16384 x k 1000, float32
 set -u
 OUT=${OUT:-out}; mkdir -p "$OUT"
 C=${COMMIT:+--commit $COMMIT}
@@ -29,7 +28,6 @@ for s in "$@"; do case $s in
   verify-full) step verify-full 300 python3 -m fa2check.verify --tier full --json "$OUT/verify-full.json" $C ;;
   head-dims) step head-dims-tests 200 python3 -m pytest -q -m gpu tests/test_head_dims.py -rf
              step head-dims-probe 130 python3 ablations/probes/head_dims.py --out "$OUT/head-dims" --budget-s 110 $C ;;
-  d53) step d53 120 python3 -m fa2check.verify --tier full --impl ours --variant=+defer-seqpar+splitq --variant=-defer-seqpar-splitq --case 'q>k-b1-h4/1-q16384-k1000-d32-float32-causal-s302' --json "$OUT/d53.json" $C ;;
   *) echo "unknown step $s"; exit 2 ;;
 esac; done
 # everything in one archive (the device returns a few files), then the table
