@@ -7,7 +7,8 @@ the longest). So the full tier uses five shape classes, one per (dtype, head_dim
 property that needs another shape changes only what keeps the specialization (batch, head counts
 other than 1 and multiples of 16, lengths with the same divisibility by 16). Between them the
 classes cover every dtype, head dims from 16 to 256 (40: not a tile width), both masks,
-seqlen_q below, equal to and above seqlen_k, MHA, GQA (groups 3, 4, 5) and MQA, and sequences of 16k queries and of 16k keys.
+seqlen_q below, equal to and above seqlen_k, MHA, GQA (groups 3, 4, 5) and MQA, and sequences
+of 16k queries and of 16k keys.
 """
 from dataclasses import replace
 
