@@ -41,6 +41,10 @@ SPLIT_K_COST = 15.0
 # the Hopper chassis (README, 2026-12-02): split-K took 1.48-1.65x FA2's time; FA2 itself ran
 # 324-546 TFLOP/s forward (bf16, 1k-8k), about "ours" below
 HOPPER_SPLIT_K_COST = 1.7
+# the backward's split-K (FA1's 16-row dQ key split on mma.sync, D50): the paper grid's fwd+bwd
+# on the H200 (20261202-133644-*) took 8.7x FA2's time without split_q, where the forward's
+# chassis split-K costs 1.56x; with the forward at 1.7x that puts the backward's at about 10x
+BWD_SPLIT_K_COST = 10.0
 DEFER_OFF_COST = 1.06
 # forward, backward TFLOP/s (non-causal, causal) measured for our FA2 and for SDPA
 RATES = {
@@ -63,8 +67,9 @@ def predicted_ms(cell, mode: str, name: str, variant=None) -> float:
             if not variant.seq_parallel:
                 programs = cell.batch * (cell.heads_q if part == "fwd" else cell.heads_kv)
                 rate *= min(1.0, programs / (SMS * PROGRAMS_PER_SM))
-            if part == "fwd" and not variant.split_q:
-                rate /= HOPPER_SPLIT_K_COST if name.startswith("hopper") else SPLIT_K_COST
+            if not variant.split_q:
+                rate /= (BWD_SPLIT_K_COST if part == "bwd" else HOPPER_SPLIT_K_COST
+                         if name.startswith("hopper") else SPLIT_K_COST)
             if not variant.defer_norm:
                 rate /= DEFER_OFF_COST
         total += cell.flops(part) / (rate * 1e12) * 1e3
