@@ -41,18 +41,18 @@ CHECKS = (dict(batch=1, heads_q=16, heads_kv=16, seqlen_q=1040, seqlen_k=1040, h
                causal=True))
 
 
-def cells():
+def cells(head_dims=HEAD_DIMS, seqlens=SEQLENS):
     from fa2check.ablate.grids import Cell, paper_batch, paper_heads
 
     return [Cell(paper_batch(n), paper_heads(d), paper_heads(d), n, d, "bfloat16", causal)
-            for d in HEAD_DIMS for causal in (False, True) for n in SEQLENS]
+            for d in head_dims for causal in (False, True) for n in seqlens]
 
 
 def cell_key(cell) -> str:
     return f"d{cell.head_dim} {'causal' if cell.causal else 'full'} {cell.seqlen // 1024}k"
 
 
-def worker(name: str) -> dict:
+def worker(name: str, grid: list) -> dict:
     """In the subprocess: `name` is a variant (its oracle checks, then its times) or 'sdpa'."""
     import torch
 
@@ -64,7 +64,7 @@ def worker(name: str) -> dict:
     out = {"name": name, "checks": [], "cells": {}}
     if name == "sdpa":
         out["matmul_tflops"] = matmul_tflops()
-        for cell in cells():
+        for cell in grid:
             q, k, v = cell_inputs(cell)
             for backend in SDPA:
                 with forced(backend):
@@ -84,7 +84,7 @@ def worker(name: str) -> dict:
                                   worst_ratio=max(c.ratio for c in verdicts)))
         print(f"{name} {problem}: {'pass' if out['checks'][-1]['passed'] else 'FAIL'}",
               flush=True)
-    for cell in cells():
+    for cell in grid:
         q, k, v = cell_inputs(cell)
         config = default_config(cell.head_dim, True, Variant(), "bfloat16", "hopper",
                                 causal=cell.causal, seqlen_q=cell.seqlen, seqlen_k=cell.seqlen)
@@ -96,9 +96,9 @@ def worker(name: str) -> dict:
     return out
 
 
-def run_worker(name: str, timeout: float) -> dict:
+def run_worker(name: str, timeout: float, grid_args: list) -> dict:
     """`name`'s worker in a subprocess; on a timeout or a crash, what went wrong."""
-    cmd = [sys.executable, __file__, "--worker", name]
+    cmd = [sys.executable, __file__, "--worker", name, *grid_args]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
                               cwd=Path(__file__).resolve().parents[2])
@@ -120,7 +120,7 @@ def shapley_factors(times: dict) -> dict:
     return {s: math.exp(phi) for s, phi in shapley(game(log_time, SWITCHES), SWITCHES).items()}
 
 
-def table(runs: dict) -> list[str]:
+def table(runs: dict, grid: list) -> list[str]:
     names = [str(v) for v in Variant.hopper()]
     short = {n: n[len(str(Variant())):] or "fa2" for n in names}
     head = (f"{'cell':16s}" + "".join(f"{b:>11s}" for b in SDPA)
@@ -128,7 +128,7 @@ def table(runs: dict) -> list[str]:
             + "".join(f"{'x ' + s:>11s}" for s in SWITCHES))
     lines = [head]
     ratios = {n: [] for n in names}
-    for cell in cells():
+    for cell in grid:
         key = cell_key(cell)
         sd = runs.get("sdpa", {}).get("cells", {}).get(key, {})
         ours = {n: runs.get(n, {}).get("cells", {}).get(key) for n in names}
@@ -158,10 +158,16 @@ def main(argv=None) -> int:
     p.add_argument("--timeout", type=float, default=60.0, help="seconds per subprocess")
     p.add_argument("--budget", type=float, default=235.0,
                    help="seconds for the whole run: later subprocesses are skipped past it")
+    p.add_argument("--head-dims", default=",".join(map(str, HEAD_DIMS)))
+    p.add_argument("--seqlens", default=",".join(map(str, SEQLENS)))
+    p.add_argument("--commit", help="the git commit to record")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    grid = cells(*(tuple(int(x) for x in text.split(",")) for text in (args.head_dims,
+                                                                       args.seqlens)))
+    grid_args = ["--head-dims", args.head_dims, "--seqlens", args.seqlens]
     if args.worker:
-        print(json.dumps(worker(args.worker)))
+        print(json.dumps(worker(args.worker, grid)))
         return 0
     if not args.out:
         p.error("--out is required")
@@ -173,17 +179,17 @@ def main(argv=None) -> int:
         if left < 20:
             runs[name] = dict(name=name, error="skipped: the run's budget is spent")
             continue
-        runs[name] = run_worker(name, min(args.timeout, left))
+        runs[name] = run_worker(name, min(args.timeout, left), grid_args)
         status = runs[name].get("error") or " ".join(
             "pass" if c["passed"] else "FAIL" for c in runs[name]["checks"]) or "timed"
         print(f"{name}: {status} ({time.monotonic() - start:.0f} s)", flush=True)
     os.makedirs(args.out, exist_ok=True)
     path = Path(args.out) / "hopper_switches.json"
-    data = dict(provenance=provenance(), matmul_tflops=runs["sdpa"].get("matmul_tflops"),
+    data = dict(provenance=provenance(args.commit), matmul_tflops=runs["sdpa"].get("matmul_tflops"),
                 runs=runs)
     path.write_text(json.dumps(data, indent=1))
     print(f"wrote {path}")
-    print("\n".join(table(runs)))
+    print("\n".join(table(runs, grid)))
     failed = [n for n, r in runs.items() if r.get("error")
               or not all(c["passed"] for c in r.get("checks", []))]
     if failed:
