@@ -882,12 +882,10 @@ def hopper_attn_fwd(q, k, v, causal, softmax_scale, variant, config):
     return o, stats
 
 
-def compile_for_sm90(variant, dtype="bfloat16", head_dim=128, block_n=128, stages=2,
-                     causal=False):
-    """triton.compile of the Hopper chassis for sm_90 without a GPU; returns the CompiledKernel."""
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon._runtime import GluonASTSource
-
+def sm90_signature(variant, dtype="bfloat16", head_dim=128, block_n=128, stages=2,
+                   causal=False):
+    """(signature, constexprs) of `_hopper_attn_fwd` as hopper_attn_fwd launches it, for
+    triton.compile through GluonASTSource (this module's compile_for_sm90, the compile gate)."""
     short = {"float16": "fp16", "bfloat16": "bf16"}[dtype]
     signature, boxes = {}, block_shapes(head_dim, block_n, variant.split_q)
     for name, box in zip(("q_desc", "k_desc", "v_desc"), boxes):
@@ -908,5 +906,15 @@ def compile_for_sm90(variant, dtype="bfloat16", head_dim=128, block_n=128, stage
                   "Q_SLOTS": q_buffers(head_dim, block_n, stages, variant.split_q,
                                        variant.seq_parallel, causal)}
     signature.update({name: "constexpr" for name in constexprs})
+    return signature, constexprs
+
+
+def compile_for_sm90(variant, dtype="bfloat16", head_dim=128, block_n=128, stages=2,
+                     causal=False):
+    """triton.compile of the Hopper chassis for sm_90 without a GPU; returns the CompiledKernel."""
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    signature, constexprs = sm90_signature(variant, dtype, head_dim, block_n, stages, causal)
     source = GluonASTSource(_hopper_attn_fwd, signature, constexprs, {})
     return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))
