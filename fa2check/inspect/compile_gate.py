@@ -373,13 +373,19 @@ def launch_warps(ptx: str, num_warps: int) -> int:
 
 
 def partition_registers(ptx: str, ttgir: str) -> tuple[int, ...]:
-    """A warp-specialized kernel's registers a thread per partition: the default partition's
-    (the first `setmaxnreg.dec` of the PTX, where its warps give back what the set-up held),
-    then each worker's as requested (TTGIR's requestedRegisters, which its setmaxnreg sets)."""
-    default = re.search(r"setmaxnreg\.dec\.sync\.aligned\.u32\s+(\d+)", ptx)
+    """A warp-specialized kernel's registers a thread per partition: the default partition's,
+    then each worker's as requested (TTGIR's requestedRegisters, which its setmaxnreg sets).
+    The default partition gets what the launch's registers (PTX .maxnreg a thread over
+    .reqntid threads) leave after the workers' warpgroups, at most 256, a multiple of 8
+    (Triton's allocation; in the chassis's PTX its warps' setmaxnreg.dec has that value, or
+    there is none where it is 256)."""
     workers = re.search(r"requestedRegisters = array<i32: ([\d, ]+)>", ttgir)
-    return ((int(default.group(1)),) if default else ()) + (
-        tuple(int(n) for n in workers.group(1).split(",")) if workers else ())
+    maxnreg, threads = re.search(r"\.maxnreg (\d+)", ptx), re.search(r"\.reqntid (\d+)", ptx)
+    if not (workers and maxnreg and threads):
+        return ()
+    regs = tuple(int(n) for n in workers.group(1).split(","))
+    left = int(maxnreg.group(1)) * int(threads.group(1)) // 128 - sum(regs)
+    return (min(256, left // 8 * 8),) + regs
 
 
 def rerun_ptxas(ptx: str) -> str:
