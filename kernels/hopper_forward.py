@@ -139,7 +139,9 @@ def _fa1_split(row_blocks, causal: gl.constexpr):
     row block and every splits-th before it, so that the programs launched first see the most
     tiles (longest first); otherwise program s takes row blocks s, s + splits, ... as in FA1.
     Returns (r, splits, my last row block)."""
-    splits = gl.num_programs(0)
+    # gl.num_programs(0), read in the partition (see _in_partition)
+    splits = gl.inline_asm_elementwise("mov.u32 $0, %nctaid.x;", "=r,r", [gl.to_tensor(0)],
+                                       dtype=gl.int32, is_pure=False, pack=1)
     r = gl.program_id(0)
     if causal:
         r = (row_blocks - 1 - r) % splits
@@ -361,7 +363,8 @@ def _fold_tile(m_i, l_i, acc, q, k_smem, v_smem, slot, j, t, row0, seqlen_q, seq
     """Fold K/V tile j (ring slot `slot`) into my rows' (m_i, l_i, acc); t counts this
     consumer's tiles so far (the rendezvous' phase and, in FA1's schedule, the Q ring's).
     Causal: `sanitised` says whether _sanitise_values cleaned this tile's V, the
-    n_sanitised-th so cleaned (x_bad's buffer)."""
+    n_sanitised-th so cleaned (x_bad's buffer). FA1's schedule: acc is my state ring buffer,
+    read where it is used (`_running_output`)."""
     BM: gl.constexpr = ROWS_PER_WARPGROUP
     STAGES: gl.constexpr = k_smem.type.shape[0]
     V_PARTS: gl.constexpr = v_smem.type.shape[0] // STAGES
@@ -404,6 +407,8 @@ def _fold_tile(m_i, l_i, acc, q, k_smem, v_smem, slot, j, t, row0, seqlen_q, seq
     p = gl.exp2((s - m_use[:, None]) * qk_scale)
     l_tile = gl.sum(p, 1)
     alpha = gl.exp2((m_i - m_use) * qk_scale)
+    if not SEQ_PARALLEL:  # FA1's schedule: acc is the state slot, read only now (D58)
+        acc = _running_output(acc, j, o_layout)
     if SPLIT_Q:
         l_new = alpha * l_i + l_tile
         alpha_o = gl.convert_layout(alpha, orow_layout)
@@ -445,6 +450,19 @@ def _fold_tile(m_i, l_i, acc, q, k_smem, v_smem, slot, j, t, row0, seqlen_q, seq
         if sanitised:  # after the update: the product and its accumulation are untouched
             acc = _nan_where_seen(acc, x_bad, n_sanitised, row0, diag, SPLIT_Q, CONSUMER)
     return m_new, l_new, acc
+
+
+@gluon.jit
+def _running_output(acc_buf, j, o_layout: gl.constexpr):
+    """FA1's schedule: my running output from its state ring buffer (loaded there by TMA), or
+    zeros at K/V tile 0. Read where it is first used, after the scores and P, so that it is
+    not live beside them (D58)."""
+    BM: gl.constexpr = ROWS_PER_WARPGROUP
+    COLS: gl.constexpr = o_layout.instr_shape[1]
+    acc = gl.zeros([BM, COLS], gl.float32, o_layout)
+    if j > 0:
+        acc = acc_buf.reshape([BM, COLS]).load(o_layout)
+    return acc
 
 
 @gluon.jit
@@ -657,11 +675,13 @@ def _consumer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
                                                BLOCK_N), row_blocks, splits):
                 row0 = i * ROWS + MY_BOX * BM
                 s = t % 2  # the state ring's slot (the Q ring's barriers use the same index)
+                # acc: what the last K/V tile left in HBM (FA1's o_tmp), prefetched by TMA into
+                # the state ring, read by _fold_tile where it is used
+                acc = st_acc.index(2 * s + CONSUMER)
                 if j == 0:
-                    m_i, l_i, acc = m_0, l_0, acc_0
-                else:  # what the last K/V tile left in HBM (FA1's o_tmp), prefetched by TMA
+                    m_i, l_i = m_0, l_0
+                else:
                     mbarrier.wait(st_ready.index(s), (t // 2) & 1)
-                    acc = st_acc.index(2 * s + CONSUMER).reshape([BM, COLS]).load(o_layout)
                     stats = _stats_rows(st_stats.index(2 * s + CONSUMER))
                     m_i = stats.index(0).load(row_layout)
                     l_i = stats.index(1).load(row_layout)
@@ -708,8 +728,7 @@ def _hopper_attn_fwd(q_desc, k_desc, v_desc, O, LSE, M, L, o_tmp_desc, stats_des
                      stride_om,
                      stride_lb, stride_lh, DEFER_NORM: gl.constexpr,
                      SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr, IS_CAUSAL: gl.constexpr,
-                     STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, Q_SLOTS: gl.constexpr,
-                     PRODUCER_REGS: gl.constexpr):
+                     STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, Q_SLOTS: gl.constexpr):
     """Grid (row blocks, B * Hq) with seq_parallel, (splits, B * Hq) without. Q_SLOTS: Q buffers
     (1 with seq_parallel; FA1's schedule reloads Q every step: 2, or 1 where 2 do not fit)."""
     BM: gl.constexpr = ROWS_PER_WARPGROUP
@@ -777,7 +796,7 @@ def _hopper_attn_fwd(q_desc, k_desc, v_desc, O, LSE, M, L, o_tmp_desc, stats_des
                         (_consumer_partition,
                          (args, DEFER_NORM, SPLIT_Q, SEQ_PARALLEL, IS_CAUSAL, 1)),
                         (_load_warp, (args, DEFER_NORM, SPLIT_Q, SEQ_PARALLEL, IS_CAUSAL))],
-                       [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
+                       [4, 1], [CONSUMER_REGS, 56])
 
 
 def _gl_dtype(dtype):
@@ -881,15 +900,10 @@ def check_hopper_call(q, k, v, variant, config, causal: bool = True):
 
 
 def consumer_registers(split_q: bool, seq_parallel: bool = True) -> int:
-    """setmaxnreg for the worker consumer warpgroup (the default partition, the other consumer,
-    gets what the launch's registers leave). FA1's schedule: 232 for both splits (D58)."""
+    """setmaxnreg for the worker consumer warpgroup (the producer warp keeps 56; the default
+    partition, the other consumer, gets what the launch's registers leave). FA1's schedule's
+    split-K: 232, where 200 spilled at head_dim 128 (D58)."""
     return 232 if split_q or not seq_parallel else 200
-
-
-def producer_registers(seq_parallel: bool) -> int:
-    """setmaxnreg for the producer warp's warpgroup. FA1's schedule: 32, which left the fewest
-    spills in the compile gate (D58)."""
-    return 56 if seq_parallel else 32
 
 
 # compile gate (D58): one CTA an SM in every variant; setmaxnreg shares out the SM's registers
@@ -953,7 +967,6 @@ def hopper_attn_fwd(q, k, v, causal, softmax_scale, variant, config):
         DEFER_NORM=variant.defer_norm, SPLIT_Q=variant.split_q,
         SEQ_PARALLEL=variant.seq_parallel, IS_CAUSAL=bool(causal), STAGES=config.num_stages,
         CONSUMER_REGS=consumer_registers(variant.split_q, variant.seq_parallel),
-        PRODUCER_REGS=producer_registers(variant.seq_parallel),
         Q_SLOTS=q_buffers(head_dim, config.block_n, config.num_stages, variant.split_q,
                           variant.seq_parallel, bool(causal)), num_warps=4)
     return o, stats
@@ -980,7 +993,6 @@ def sm90_signature(variant, dtype="bfloat16", head_dim=128, block_n=128, stages=
     constexprs = {"DEFER_NORM": variant.defer_norm, "SPLIT_Q": variant.split_q,
                   "SEQ_PARALLEL": variant.seq_parallel, "IS_CAUSAL": causal, "STAGES": stages,
                   "CONSUMER_REGS": consumer_registers(variant.split_q, variant.seq_parallel),
-                  "PRODUCER_REGS": producer_registers(variant.seq_parallel),
                   "Q_SLOTS": q_buffers(head_dim, block_n, stages, variant.split_q,
                                        variant.seq_parallel, causal)}
     signature.update({name: "constexpr" for name in constexprs})
