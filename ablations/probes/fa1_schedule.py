@@ -124,7 +124,8 @@ def main():
         rows.append(row)
         print(f"  timed {cell}", flush=True)
         del q, k, v
-        (out / f"fa1_schedule{'' if args.backend == 'triton' else '-' + args.backend}.json").write_text(json.dumps(  # after every cell: nothing lost
+        name = "fa1_schedule" + ("" if args.backend == "triton" else "-" + args.backend)
+        (out / f"{name}.json").write_text(json.dumps(  # after every cell: nothing lost
             dict(provenance=run_provenance, matmul_tflops=matmul, cells=rows), indent=1))
     names = list(rows[0]["ms"])
     print("\n% of matmul (bf16 forward, default tiles):")

@@ -10,8 +10,8 @@ bytes come from the `ptxas -v` log of Triton's own ptxas run (TRITON_DUMP_PTXAS_
 rerunning Triton's bundled ptxas on the PTX after a Triton cache hit. Shared memory is
 `metadata.shared`; wgmma is a search of the PTX. CTAs per SM is an occupancy bound from those
 facts and sm_90's limits (`ctas_per_sm`). Warp-specialized kernels (the Hopper chassis,
-`hopper_attn_fwd`) also show each partition's registers after setmaxnreg. A case fails if it does not compile or needs more
-shared memory than an sm_90 block may have.
+`hopper_attn_fwd`) also show each partition's registers after setmaxnreg. A case fails if it
+does not compile or needs more shared memory than an sm_90 block may have.
 
 New kernels join the gate by adding a `KernelSpec` to `SPECS` (e.g. a backward kernel).
 The kernels must be `triton.jit` functions: with TRITON_INTERPRET set they are interpreter
