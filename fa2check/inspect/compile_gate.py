@@ -377,8 +377,8 @@ def partition_registers(ptx: str, ttgir: str) -> tuple[int, ...]:
     then each worker's as requested (TTGIR's requestedRegisters, which its setmaxnreg sets).
     The default partition gets what the launch's registers (PTX .maxnreg a thread over
     .reqntid threads) leave after the workers' warpgroups, at most 256, a multiple of 8
-    (Triton's allocation; in the chassis's PTX its warps' setmaxnreg.dec has that value, or
-    there is none where it is 256)."""
+    (Triton's allocation; in the chassis's PTX the default partition's setmaxnreg.dec has
+    that value: 216 for split-Q, 248 for split-K with seq_parallel)."""
     workers = re.search(r"requestedRegisters = array<i32: ([\d, ]+)>", ttgir)
     maxnreg, threads = re.search(r"\.maxnreg (\d+)", ptx), re.search(r"\.reqntid (\d+)", ptx)
     if not (workers and maxnreg and threads):
