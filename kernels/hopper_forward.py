@@ -31,15 +31,18 @@ Everything but the split is the same code: producer, ring, stages, masking, epil
       in place (it is a partial sum over half the keys), which is the other cost of split-K.
 
 SEQ_PARALLEL (FA2, section 3.2): grid (row blocks, B * Hq), a row block's state in registers
-for every K/V tile. Off, FA1's schedule (fmha_fprop_kernel_1xN.h): grid (1, B * Hq), K/V tiles
-in the outer loop and the row blocks that see each tile inside; Q_i is loaded again for every
+for every K/V tile. Off, FA1's schedule (fmha_fprop_kernel_1xN.h): grid (splits, B * Hq), K/V
+tiles in the outer loop and the row blocks that see each tile inside; Q_i is loaded again for every
 tile (a two-slot ring; one slot for split-Q at head_dim 128), each row block's float32 output
 (the consumer's columns) and each consumer's copy of m, l go to scratch buffers in HBM and back
 between tiles (FA1's o_tmp), and the last tile a row block sees finalises it: about
 10 N^2 D / BN bytes of HBM traffic a head. Both directions are TMA (D55): the producer
 prefetches the next step's state into a two-slot state ring while the consumers compute, and
 the consumers write it back through the slot it arrived in (then O, at the last tile); the
-K/V ring may be one stage deep (a tile serves every row block).
+K/V ring may be one stage deep (a tile serves every row block). FA1's num_splits
+(fmha_fwd_launch_template.h, TileConfig.fa1_splits): program s of grid axis 0 takes every
+splits-th row block of its (batch, head) and walks the K/V tiles they see (D58); one split,
+one program per (batch, head), is the variant of record.
 
 DEFER_NORM, as in kernels/forward.py: O is rescaled by alpha only and divided by l once after
 the loop, L = m c + log2 l (in natural log) stored; off, FA1's recurrence: O is kept normalised
@@ -130,6 +133,31 @@ def _first_row_block(j, seqlen_q, seqlen_k, causal: gl.constexpr,
 
 
 @gluon.jit
+def _fa1_split(row_blocks, causal: gl.constexpr):
+    """FA1's schedule with num_splits (grid axis 0, FA1's blockIdx.z): this program takes the
+    row blocks i with i % splits == r, every splits-th one. Causal: program 0 takes the last
+    row block and every splits-th before it, so that the programs launched first see the most
+    tiles (longest first); otherwise program s takes row blocks s, s + splits, ... as in FA1.
+    Returns (r, splits, my last row block)."""
+    # gl.num_programs(0), read in the partition (see _in_partition)
+    splits = gl.inline_asm_elementwise("mov.u32 $0, %nctaid.x;", "=r,r", [gl.to_tensor(0)],
+                                       dtype=gl.int32, is_pure=False, pack=1)
+    r = gl.program_id(0)
+    if causal:
+        r = (row_blocks - 1 - r) % splits
+    return r, splits, row_blocks - 1 - (row_blocks - 1 - r) % splits
+
+
+@gluon.jit
+def _my_first_row_block(j, r, splits, seqlen_q, seqlen_k, causal: gl.constexpr,
+                        ROWS: gl.constexpr, BLOCK_N: gl.constexpr):
+    """FA1's schedule: the first of my row blocks (i % splits == r) that sees a key of K/V
+    tile j; row_blocks or more if none does."""
+    first = _first_row_block(j, seqlen_q, seqlen_k, causal, ROWS, BLOCK_N)
+    return first + (r + splits - first % splits) % splits
+
+
+@gluon.jit
 def _full_tiles(start_m, diag, seqlen_k, BLOCK_N: gl.constexpr):
     """Causal: the K/V tiles before this index hide no key from row start_m (query i sees key
     j iff j <= i + diag, diag = seqlen_k - seqlen_q)."""
@@ -172,8 +200,9 @@ def _sanitise_if_masked(v_smem, slot, j, start_m, seqlen_q, seqlen_k, x_bad, bar
     sanitised, and how many tiles were sanitised before it (those from the first that hides
     a key from row start_m: a row sees a prefix of the keys). seq_parallel: start_m is the
     program's first row. FA1's schedule: 0, since tile j hides a key from the first row of
-    the first row block that sees it iff it hides one from row 0. Both consumers decide
-    alike, so they meet alike."""
+    the first row block that sees it iff it hides one from row 0 (with num_splits, a tile may
+    then be sanitised where my row blocks see all of it: redundant, not wrong). Both consumers
+    decide alike, so they meet alike."""
     sanitised = False
     n = 0
     if causal:
@@ -212,11 +241,14 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
               DEFER_NORM: gl.constexpr, SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr,
               causal: gl.constexpr, CONSUMER: gl.constexpr):
     """One warp. seq_parallel: Q once, then K_j and V_j into the ring. FA1's schedule: for each
-    K/V tile j, K_j and V_j into the ring, then for every row block i that sees it Q_i into
+    K/V tile j my row blocks see, K_j and V_j into the ring, then for every row block i of mine
+    (`_fa1_split`) that sees it Q_i into
     the Q ring (Q is read again for every K/V tile, as FA1 read it) and, from the second tile
     on, the row block's partial state (fp32 output, m, l) from HBM into the state ring, so
     that the consumers find step t + 1's state in shared memory while they compute step t.
     Under split-K V arrives in column halves, one a consumer."""
+    if not SEQ_PARALLEL:
+        seqlen_q, seqlen_k = _in_partition(seqlen_q), _in_partition(seqlen_k)
     BM: gl.constexpr = ROWS_PER_WARPGROUP
     Q_BOXES: gl.constexpr = 2 if SPLIT_Q else 1
     ROWS: gl.constexpr = Q_BOXES * BM
@@ -230,8 +262,9 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
         _load_q(q_desc, q_smem, q_ready, q_empty, 0, off_b, off_h, start_m, Q_BOXES, 2)
     else:
         Q_SLOTS: gl.constexpr = q_smem.type.shape[0] // Q_BOXES
-        n_tiles = gl.cdiv(seqlen_k, BLOCK_N)
         row_blocks = gl.cdiv(seqlen_q, ROWS)
+        r, splits, last = _fa1_split(row_blocks, causal)
+        n_tiles = _tiles_seen(last * ROWS, seqlen_q, seqlen_k, causal, ROWS, BLOCK_N)
     t = 0  # (row block, K/V tile) steps so far: the Q ring's position
     for j in range(n_tiles):
         slot = j % STAGES
@@ -246,12 +279,13 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
             tma.async_copy_global_to_shared(v_desc, [off_b, off_hkv, j * BLOCK_N, part * V_COLS],
                                             ready, v_smem.index(slot * V_PARTS + part))
         if not SEQ_PARALLEL:
-            first = _first_row_block(j, seqlen_q, seqlen_k, causal, ROWS, BLOCK_N)
-            for i in range(first, row_blocks):
+            first = _my_first_row_block(j, r, splits, seqlen_q, seqlen_k, causal, ROWS, BLOCK_N)
+            for i in range(first, row_blocks, splits):
                 _load_q(q_desc, q_smem, q_ready, q_empty, t, off_b, off_h, i * ROWS, Q_BOXES,
                         Q_SLOTS)
-                # the step before (i, j) was (i, j - 1) iff tile j's only row block is the last
-                _load_partial_state(o_tmp_desc, stats_desc, state, t, j, i, first == row_blocks - 1,
+                # the step before (i, j) was (i, j - 1) iff tile j's only row block of mine is
+                # my last
+                _load_partial_state(o_tmp_desc, stats_desc, state, t, j, i, first == last,
                                     gl.program_id(1), ROWS, SPLIT_Q)
                 t += 1
 
@@ -367,7 +401,8 @@ def _fold_tile(m_i, l_i, acc, q, k_smem, v_smem, slot, j, t, row0, seqlen_q, seq
     """Fold K/V tile j (ring slot `slot`) into my rows' (m_i, l_i, acc); t counts this
     consumer's tiles so far (the rendezvous' phase and, in FA1's schedule, the Q ring's).
     Causal: `sanitised` says whether _sanitise_values cleaned this tile's V, the
-    n_sanitised-th so cleaned (x_bad's buffer)."""
+    n_sanitised-th so cleaned (x_bad's buffer). FA1's schedule: acc is my state ring buffer,
+    read where it is used (`_running_output`)."""
     BM: gl.constexpr = ROWS_PER_WARPGROUP
     STAGES: gl.constexpr = k_smem.type.shape[0]
     V_PARTS: gl.constexpr = v_smem.type.shape[0] // STAGES
@@ -396,6 +431,8 @@ def _fold_tile(m_i, l_i, acc, q, k_smem, v_smem, slot, j, t, row0, seqlen_q, seq
         _rendezvous(bar_max, t, CONSUMER)
         m_tile = gl.maximum(m_tile, x_max.index(1 - CONSUMER).load(row_layout))
     m_new, p, l_tile, alpha = _exp_scores(s, m_i, m_tile, qk_scale)
+    if not SEQ_PARALLEL:  # FA1's schedule: acc is the state slot, read only now (D58)
+        acc = _running_output(acc, j, o_layout)
     if SPLIT_Q:
         l_new = alpha * l_i + l_tile
         alpha_o = gl.convert_layout(alpha, orow_layout)
@@ -567,6 +604,19 @@ def _fold_tiles_pipelined(q, k_smem, v_smem, kv_ready, kv_empty, turn, x_bad, ba
 
 
 @gluon.jit
+def _running_output(acc_buf, j, o_layout: gl.constexpr):
+    """FA1's schedule: my running output from its state ring buffer (loaded there by TMA), or
+    zeros at K/V tile 0. Read where it is first used, after the scores and P, so that it is
+    not live beside them (D58)."""
+    BM: gl.constexpr = ROWS_PER_WARPGROUP
+    COLS: gl.constexpr = o_layout.instr_shape[1]
+    acc = gl.zeros([BM, COLS], gl.float32, o_layout)
+    if j > 0:
+        acc = acc_buf.reshape([BM, COLS]).load(o_layout)
+    return acc
+
+
+@gluon.jit
 def _store_outputs(m_i, l_i, acc, O, LSE, M, L, off_b, off_h, row0, seqlen_q, qk_scale,
                    stride_ob, stride_oh, stride_om, stride_lb, stride_lh,
                    DEFER_NORM: gl.constexpr, SPLIT_Q: gl.constexpr, CONSUMER: gl.constexpr):
@@ -696,6 +746,17 @@ def _bulk_stores_complete():
 
 
 @gluon.jit
+def _in_partition(x):
+    """x, through an instruction the compiler may not move (a non-pure `mov`): what is computed
+    from it stays in the partition that computes it. LLVM would otherwise hoist the partitions'
+    loop-invariant arithmetic out of the loop in which the worker warps wait for their
+    partition, to the kernel's entry, where it lives across every setmaxnreg and ptxas spills it
+    (D58: FA1's schedule's spills)."""
+    return gl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r", [x], dtype=gl.int32,
+                                     is_pure=False, pack=1)
+
+
+@gluon.jit
 def _consumer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, kv_ready,
               kv_empty, x_max, x_sum, x_out, bar_max, bar_out, x_bad, bar_v, O, LSE, M, L,
               o_tmp_desc, stats_desc,
@@ -704,6 +765,8 @@ def _consumer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
               DEFER_NORM: gl.constexpr, SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr,
               causal: gl.constexpr, CONSUMER: gl.constexpr, PINGPONG: gl.constexpr = False,
               OVERLAP: gl.constexpr = False):
+    if not SEQ_PARALLEL:
+        seqlen_q, seqlen_k = _in_partition(seqlen_q), _in_partition(seqlen_k)
     BM: gl.constexpr = ROWS_PER_WARPGROUP
     Q_BOXES: gl.constexpr = 2 if SPLIT_Q else 1
     ROWS: gl.constexpr = Q_BOXES * BM
@@ -750,29 +813,33 @@ def _consumer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
     else:  # FA1: K/V tiles outer, row blocks inner, each row block's state through HBM
         bh = gl.program_id(1)
         row_blocks = gl.cdiv(seqlen_q, ROWS)
+        r, splits, last = _fa1_split(row_blocks, causal)
         Q_SLOTS: gl.constexpr = q_smem.type.shape[0] // Q_BOXES
         st_acc, st_stats, st_ready, st_free, o_desc = state
-        # row blocks that see no key at all (causal, seqlen_q > seqlen_k): O = 0, L = -inf
-        for i in range(_first_row_block(0, seqlen_q, seqlen_k, causal, ROWS, BLOCK_N)):
+        # my row blocks that see no key at all (causal, seqlen_q > seqlen_k): O = 0, L = -inf
+        for i in range(r, _first_row_block(0, seqlen_q, seqlen_k, causal, ROWS, BLOCK_N),
+                       splits):
             _store_outputs(m_0, l_0, acc_0, O, LSE, M, L, off_b, off_h,
                            i * ROWS + MY_BOX * BM, seqlen_q, qk_scale, stride_ob, stride_oh,
                            stride_om, stride_lb, stride_lh, DEFER_NORM, SPLIT_Q, CONSUMER)
         t = 0
-        for j in range(gl.cdiv(seqlen_k, BLOCK_N)):
+        for j in range(_tiles_seen(last * ROWS, seqlen_q, seqlen_k, causal, ROWS, BLOCK_N)):
             slot = j % STAGES
             mbarrier.wait(kv_ready.index(slot), (j // STAGES) & 1)
             sanitised, n_sanitised = _sanitise_if_masked(
                 v_smem, slot, j, 0, seqlen_q, seqlen_k, x_bad, bar_v, causal, V_PARTS,
                 CONSUMER)
-            for i in range(_first_row_block(j, seqlen_q, seqlen_k, causal, ROWS, BLOCK_N),
-                           row_blocks):
+            for i in range(_my_first_row_block(j, r, splits, seqlen_q, seqlen_k, causal, ROWS,
+                                               BLOCK_N), row_blocks, splits):
                 row0 = i * ROWS + MY_BOX * BM
                 s = t % 2  # the state ring's slot (the Q ring's barriers use the same index)
+                # acc: what the last K/V tile left in HBM (FA1's o_tmp), prefetched by TMA into
+                # the state ring, read by _fold_tile where it is used
+                acc = st_acc.index(2 * s + CONSUMER)
                 if j == 0:
-                    m_i, l_i, acc = m_0, l_0, acc_0
-                else:  # what the last K/V tile left in HBM (FA1's o_tmp), prefetched by TMA
+                    m_i, l_i = m_0, l_0
+                else:
                     mbarrier.wait(st_ready.index(s), (t // 2) & 1)
-                    acc = st_acc.index(2 * s + CONSUMER).reshape([BM, COLS]).load(o_layout)
                     stats = _stats_rows(st_stats.index(2 * s + CONSUMER))
                     m_i = stats.index(0).load(row_layout)
                     l_i = stats.index(1).load(row_layout)
@@ -821,7 +888,7 @@ def _hopper_attn_fwd(q_desc, k_desc, v_desc, O, LSE, M, L, o_tmp_desc, stats_des
                      SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr, IS_CAUSAL: gl.constexpr,
                      STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, Q_SLOTS: gl.constexpr,
                      PINGPONG: gl.constexpr = False, OVERLAP: gl.constexpr = False):
-    """Grid (row blocks, B * Hq) with seq_parallel, (1, B * Hq) without. Q_SLOTS: Q buffers
+    """Grid (row blocks, B * Hq) with seq_parallel, (splits, B * Hq) without. Q_SLOTS: Q buffers
     (1 with seq_parallel; FA1's schedule reloads Q every step: 2, or 1 where 2 do not fit).
     PINGPONG, OVERLAP: FlashAttention-3's schedules, on FA2 all on only (D59)."""
     gl.static_assert(not (PINGPONG or OVERLAP) or (DEFER_NORM and SPLIT_Q and SEQ_PARALLEL),
@@ -996,17 +1063,39 @@ def check_hopper_call(q, k, v, variant, config, causal: bool = True):
         raise ValueError(why)
 
 
-def consumer_registers(split_q: bool) -> int:
-    """setmaxnreg for each consumer warpgroup (the producer warp keeps 24)."""
-    return 232 if split_q else 200
+def consumer_registers(split_q: bool, seq_parallel: bool = True) -> int:
+    """setmaxnreg for the worker consumer warpgroup (the producer warp keeps 56; the default
+    partition, the other consumer, gets what the launch's registers leave). FA1's schedule's
+    split-K: 232, where 200 spilled at head_dim 128 (D58)."""
+    return 232 if split_q or not seq_parallel else 200
+
+
+# compile gate (D58): one CTA an SM in every variant; setmaxnreg shares out the SM's registers
+CTAS_PER_SM = 1
+
+
+def fa1_splits(config, batch_heads: int, row_blocks: int, device) -> int:
+    """FA1's schedule's programs a (batch, head): config.fa1_splits, or with 0 FA1's
+    num_splits heuristic (kernels.forward.fa1_num_splits) for this GPU's SMs; at most one a
+    row block."""
+    import torch
+
+    from .forward import FA1_MAX_SPLITS, INTERPRETER_SMS, fa1_num_splits
+
+    splits = config.fa1_splits
+    if not splits:
+        sms = (torch.cuda.get_device_properties(device).multi_processor_count
+               if device.type == "cuda" else INTERPRETER_SMS)
+        splits = fa1_num_splits(batch_heads, sms, CTAS_PER_SM, min(FA1_MAX_SPLITS, row_blocks))
+    return min(splits, row_blocks)
 
 
 def hopper_attn_fwd(q, k, v, causal, softmax_scale, variant, config):
     """`kernels.forward.attn_fwd`'s contract (without the rounding residual), computed by the
     Hopper chassis. config: block_n (64 or 128) and num_stages are used; a row block is 128
     rows (split-Q) or 64 (split-K) by design. Without seq_parallel, FA1's schedule: one
-    program per (batch, head), its row blocks' fp32 partial outputs and statistics in
-    scratch buffers between K/V tiles."""
+    program per (batch, head) and split (config.fa1_splits, 0: FA1's heuristic), its row
+    blocks' fp32 partial outputs and statistics in scratch buffers between K/V tiles."""
     import torch
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
@@ -1025,7 +1114,8 @@ def hopper_attn_fwd(q, k, v, causal, softmax_scale, variant, config):
         o_tmp = torch.empty((1, rows_tmp, head_dim), device=q.device, dtype=torch.float32)
         stats_tmp = torch.empty((1, 4, rows_tmp), device=q.device, dtype=torch.float32)
     else:  # FA1's o_tmp, and m, l of each consumer
-        grid = (1, batch * heads_q)
+        grid = (fa1_splits(config, batch * heads_q, triton.cdiv(seqlen_q, rows), q.device),
+                batch * heads_q)
         rows_tmp = triton.cdiv(seqlen_q, rows) * rows  # whole row blocks: no masks
         o_tmp = torch.empty((batch * heads_q, rows_tmp, head_dim), device=q.device,
                             dtype=torch.float32)
@@ -1041,18 +1131,16 @@ def hopper_attn_fwd(q, k, v, causal, softmax_scale, variant, config):
         DEFER_NORM=variant.defer_norm, SPLIT_Q=variant.split_q,
         SEQ_PARALLEL=variant.seq_parallel, IS_CAUSAL=bool(causal), STAGES=config.num_stages,
         PINGPONG=variant.pingpong, OVERLAP=variant.overlap,
-        CONSUMER_REGS=consumer_registers(variant.split_q),
+        CONSUMER_REGS=consumer_registers(variant.split_q, variant.seq_parallel),
         Q_SLOTS=q_buffers(head_dim, config.block_n, config.num_stages, variant.split_q,
                           variant.seq_parallel, bool(causal)), num_warps=4)
     return o, stats
 
 
-def compile_for_sm90(variant, dtype="bfloat16", head_dim=128, block_n=128, stages=2,
-                     causal=False):
-    """triton.compile of the Hopper chassis for sm_90 without a GPU; returns the CompiledKernel."""
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon._runtime import GluonASTSource
-
+def sm90_signature(variant, dtype="bfloat16", head_dim=128, block_n=128, stages=2,
+                   causal=False):
+    """(signature, constexprs) of `_hopper_attn_fwd` as hopper_attn_fwd launches it, for
+    triton.compile through GluonASTSource (this module's compile_for_sm90, the compile gate)."""
     short = {"float16": "fp16", "bfloat16": "bf16"}[dtype]
     signature, boxes = {}, block_shapes(head_dim, block_n, variant.split_q)
     for name, box in zip(("q_desc", "k_desc", "v_desc"), boxes):
@@ -1070,9 +1158,19 @@ def compile_for_sm90(variant, dtype="bfloat16", head_dim=128, block_n=128, stage
     constexprs = {"DEFER_NORM": variant.defer_norm, "SPLIT_Q": variant.split_q,
                   "SEQ_PARALLEL": variant.seq_parallel, "IS_CAUSAL": causal, "STAGES": stages,
                   "PINGPONG": variant.pingpong, "OVERLAP": variant.overlap,
-                  "CONSUMER_REGS": consumer_registers(variant.split_q),
+                  "CONSUMER_REGS": consumer_registers(variant.split_q, variant.seq_parallel),
                   "Q_SLOTS": q_buffers(head_dim, block_n, stages, variant.split_q,
                                        variant.seq_parallel, causal)}
     signature.update({name: "constexpr" for name in constexprs})
+    return signature, constexprs
+
+
+def compile_for_sm90(variant, dtype="bfloat16", head_dim=128, block_n=128, stages=2,
+                     causal=False):
+    """triton.compile of the Hopper chassis for sm_90 without a GPU; returns the CompiledKernel."""
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    signature, constexprs = sm90_signature(variant, dtype, head_dim, block_n, stages, causal)
     source = GluonASTSource(_hopper_attn_fwd, signature, constexprs, {})
     return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))

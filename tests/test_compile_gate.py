@@ -13,7 +13,8 @@ import re
 import pytest
 
 from compile_cli import ROOT, run_cli
-from fa2check.inspect.compile_gate import _forward_specialization, make_case, ptxas_usage
+from fa2check.inspect.compile_gate import (SPECS, _forward_specialization, make_case,
+                                           partition_registers, ptxas_usage)
 from kernels import TILE_HEAD_DIMS, Variant
 from kernels.forward import _attn_fwd
 
@@ -31,7 +32,10 @@ def by_case(reports):
 
 @pytest.fixture(scope="module")
 def all_variants_bf16_d64(tmp_path_factory):
-    proc, reports = gate(tmp_path_factory.mktemp("gate"), "--dtype", "bfloat16", "--head-dim", "64")
+    # the Hopper chassis has a test of its own (test_hopper_chassis_in_the_gate)
+    kernels = [arg for name in SPECS if name != "hopper_attn_fwd" for arg in ("--kernel", name)]
+    proc, reports = gate(tmp_path_factory.mktemp("gate"), "--dtype", "bfloat16", "--head-dim", "64",
+                         *kernels)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return by_case(reports)
 
@@ -120,6 +124,32 @@ def test_the_launcher_passes_the_register_cap(monkeypatch):
         launches.clear()
         forward.attn_fwd(q, q, q, True, 0.25, Variant(), TileConfig(16, 16, max_registers=cap))
         assert [launch["maxnreg"] for launch in launches] == [expected, expected]
+
+
+def test_hopper_chassis_in_the_gate(tmp_path):
+    """The chassis's FA1 schedule (split-Q and split-K, causal, d=64 bf16) compiles in the gate
+    at heuristic_config's hopper tiles with wgmma, no spills (D58; split-Q spilled 76 bytes
+    here before), three partitions (the default consumer, the other consumer at 232 in both
+    splits, split-K's at 200 before, the producer) and one CTA an SM."""
+    proc, reports = gate(tmp_path, "--kernel", "hopper_attn_fwd", "--dtype", "bfloat16",
+                         "--head-dim", "64", "--causal", "--variant=+defer-seqpar+splitq",
+                         "--variant=+defer-seqpar-splitq")
+    assert proc.returncode == 0 and len(reports) == 2, proc.stdout + proc.stderr
+    for r in reports:
+        assert r["wgmma"] and r["spill_stores"] == r["spill_loads"] == 0, r
+        assert r["partition_registers"] == [216, 232, 56], r
+        assert r["launch_warps"] == 12 and r["ctas_per_sm"] == 1, r
+        assert r["block_n"] == 128 and r["num_stages"] == 1, r  # heuristic_config's FA1 tiles
+
+
+def test_partition_registers_share_the_launchs_registers():
+    """The default partition gets what the workers leave of .maxnreg over .reqntid threads,
+    at most 256 (the chassis's seq_parallel split-Q: 216; split-K: 248)."""
+    ptx = ".reqntid 384\n.maxnreg 168\n"
+    assert partition_registers(ptx, "requestedRegisters = array<i32: 232, 56>") == (216, 232, 56)
+    assert partition_registers(ptx, "requestedRegisters = array<i32: 200, 56>") == (248, 200, 56)
+    assert partition_registers(ptx, "requestedRegisters = array<i32: 200, 24>") == (256, 200, 24)
+    assert partition_registers(ptx, "no warp_specialize") == ()
 
 
 def test_ptxas_log_parsing():

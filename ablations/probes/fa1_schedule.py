@@ -12,7 +12,14 @@ even where the grid fills the GPU; the heuristic cannot help there (128 programs
 fill one wave). From 8k (16 programs) the grid leaves most SMs idle, and the heuristic's
 splits should recover a large part of that.
 
-    python3 ablations/probes/fa1_schedule.py --out DIR
+With --backend hopper the same rows for the Hopper chassis (kernels/hopper_forward.py), whose
+FA1 schedule takes FA1's num_splits since D58: `+h` is then the labelled reference of FA1
+with its splits, beside the variant of record (one program a (batch, head)). Prediction for
+it, written before the run: as above, no change where the grid already fills the SMs (d=128
+1k-2k: 256 and 128 programs, one CTA an SM), and the splits recover most of the idle SMs from
+8k on.
+
+    python3 ablations/probes/fa1_schedule.py --out DIR [--backend hopper]
     python3 ablations/probes/fa1_schedule.py --ncu-cell   # one launch, for Nsight Compute
 """
 import argparse
@@ -66,6 +73,8 @@ def main():
     p.add_argument("--commit", help="the git commit to record (the device's copy has a stale .git)")
     p.add_argument("--seqlens", default="1024,2048,8192")
     p.add_argument("--head-dims", default="128,64")
+    p.add_argument("--backend", choices=("triton", "hopper"), default="triton",
+                   help="whose kernels: Triton's, or the Hopper chassis's forward")
     p.add_argument("--ncu-cell", action="store_true", help="run the FA1-schedule forward of "
                    f"{NCU_CELL} once (profile it with ncu) and print its model bytes")
     p.add_argument("--render", metavar="JSON", help="print a saved run as markdown and exit")
@@ -95,15 +104,16 @@ def main():
         cell = Cell(paper_batch(n), paper_heads(d), paper_heads(d), n, d, "bfloat16", causal)
         q, k, v = cell_inputs(cell)
         row = dict(cell=cell.as_dict(), ms={}, configs={})
-        runs = [(str(var), var, default_config(d, True, var, torch.bfloat16))
+        prefix = "" if args.backend == "triton" else args.backend
+        runs = [(prefix + str(var), var, default_config(d, True, var, torch.bfloat16,
+                                                        args.backend, causal=causal))
                 for var in Variant.all()]
-        runs += [(str(var) + " fa1-heuristic-splits", var,
-                  replace(default_config(d, True, var, torch.bfloat16), fa1_splits=0))
-                 for var in Variant.all() if not var.seq_parallel]
+        runs += [(name + " fa1-heuristic-splits", var, replace(config, fa1_splits=0))
+                 for name, var, config in runs if not var.seq_parallel]
         for name, var, config in runs:
             try:
                 row["ms"][name] = time_ms(lambda: flash_attention(
-                    q, k, v, causal=causal, variant=var, config=config))
+                    q, k, v, causal=causal, variant=var, config=config, backend=args.backend))
                 row["configs"][name] = str(config)
             except Exception as e:  # noqa: BLE001 - a row that cannot run is reported
                 row["ms"][name] = None
@@ -114,7 +124,8 @@ def main():
         rows.append(row)
         print(f"  timed {cell}", flush=True)
         del q, k, v
-        (out / "fa1_schedule.json").write_text(json.dumps(  # after every cell: nothing lost
+        name = "fa1_schedule" + ("" if args.backend == "triton" else "-" + args.backend)
+        (out / f"{name}.json").write_text(json.dumps(  # after every cell: nothing lost
             dict(provenance=run_provenance, matmul_tflops=matmul, cells=rows), indent=1))
     names = list(rows[0]["ms"])
     print("\n% of matmul (bf16 forward, default tiles):")

@@ -9,8 +9,9 @@ would specialise a contiguous call (see `runtime_specialization`). The CompiledK
 bytes come from the `ptxas -v` log of Triton's own ptxas run (TRITON_DUMP_PTXAS_LOG), or from
 rerunning Triton's bundled ptxas on the PTX after a Triton cache hit. Shared memory is
 `metadata.shared`; wgmma is a search of the PTX. CTAs per SM is an occupancy bound from those
-facts and sm_90's limits (`ctas_per_sm`). A case fails if it does not compile or needs more
-shared memory than an sm_90 block may have.
+facts and sm_90's limits (`ctas_per_sm`). Warp-specialized kernels (the Hopper chassis,
+`hopper_attn_fwd`) also show each partition's registers after setmaxnreg. A case fails if it
+does not compile or needs more shared memory than an sm_90 block may have.
 
 New kernels join the gate by adding a `KernelSpec` to `SPECS` (e.g. a backward kernel).
 The kernels must be `triton.jit` functions: with TRITON_INTERPRET set they are interpreter
@@ -227,6 +228,26 @@ def _gluon_supports(dtype: str, head_dim: int) -> bool:
     return unsupported(dtype, head_dim) is None
 
 
+def _hopper_forward_kernel():
+    from kernels.hopper_forward import _hopper_attn_fwd
+    return _hopper_attn_fwd
+
+
+def _hopper_forward_specialization(fn, case: Case):
+    """Arguments of `kernels.hopper_forward.hopper_attn_fwd` (descriptors over q, k, v, the
+    FA1 schedule's scratch and o)."""
+    from kernels.hopper_forward import sm90_signature
+    cfg = case.config
+    signature, constexprs = sm90_signature(case.variant, case.dtype, case.head_dim, cfg.block_n,
+                                           cfg.num_stages, case.causal)
+    return signature, constexprs, {}
+
+
+def _hopper_supports(dtype: str, head_dim: int) -> bool:
+    from kernels.hopper_forward import unsupported
+    return unsupported(dtype, head_dim) is None
+
+
 SPECS = {spec.name: spec for spec in [
     KernelSpec("attn_fwd", _forward_kernel, _forward_specialization,
                _forward_tiles, register_cap=_forward_register_cap),
@@ -246,6 +267,11 @@ SPECS = {spec.name: spec for spec in [
     KernelSpec("gluon_attn_fwd", _gluon_forward_kernel, _gluon_forward_specialization,
                lambda c: dict(block_m=c.block_m, block_n=c.block_n, num_warps=c.num_warps,
                               num_stages=1), backend="gluon", supports=_gluon_supports),
+    # the Hopper chassis (warp-specialized: registers per partition from setmaxnreg)
+    KernelSpec("hopper_attn_fwd", _hopper_forward_kernel, _hopper_forward_specialization,
+               lambda c: dict(block_m=c.block_m, block_n=c.block_n, num_warps=c.num_warps,
+                              num_stages=c.num_stages), backend="hopper",
+               supports=_hopper_supports),
 ]}
 
 
@@ -280,9 +306,13 @@ class CompileReport:
     error: str | None = None
     head_dim_v: int | None = None  # v's own head dim; None: head_dim
     # occupancy bound: blocks one SM can hold by sm_90's limits (`ctas_per_sm`); None where
-    # the case failed, or the PTX has setmaxnreg (warp-specialized: ptxas's count is not what
-    # every warp holds)
+    # the case failed. Warp-specialized kernels (setmaxnreg): from ptxas's count over every
+    # warp of the launch (PTX .reqntid), the budget setmaxnreg shares out
     ctas_per_sm: int | None = None
+    # warp-specialized kernels: registers a thread of each partition holds after setmaxnreg,
+    # the default partition first, then the workers' (`partition_registers`)
+    partition_registers: tuple[int, ...] = ()
+    launch_warps: int | None = None  # every warp of the launch (PTX .reqntid / 32)
 
     @property
     def ok(self) -> bool:
@@ -301,9 +331,10 @@ def ctas_per_sm_limits(registers: int, num_warps: int, shared_bytes: int) -> dic
     - "threads": 2048 resident threads per SM.
     - "blocks": 32 resident blocks per SM.
     For a warp-specialized kernel (setmaxnreg moves registers between warpgroups) the register
-    limit is the launch's, from ptxas's count; the compile gate leaves such kernels at None.
-    The gate's Gluon forward (gluon_attn_fwd) is not warp-specialized: every warp runs the
-    same code with ptxas's count, as in the Triton kernels.
+    limit is the launch's: ptxas's count over every warp of the launch (num_warps: the PTX's
+    .reqntid / 32), the budget its setmaxnreg shares out (the Hopper chassis). The gate's
+    Gluon forward (gluon_attn_fwd) is not warp-specialized: every warp runs the same code with
+    ptxas's count, as in the Triton kernels.
     """
     warp_registers = -(-registers * 32 // SM90_REGISTER_UNIT) * SM90_REGISTER_UNIT
     by_registers = SM90_REGISTERS // max(warp_registers, 1) // num_warps
@@ -334,6 +365,29 @@ def ptxas_usage(log: str) -> dict:
                 wgmma_serialized="wgmma.mma_async instructions are serialized" in log)
 
 
+def launch_warps(ptx: str, num_warps: int) -> int:
+    """Warps of a launch: the PTX's .reqntid (a warp-specialized kernel's workers included),
+    or num_warps where it has none."""
+    found = re.search(r"\.reqntid (\d+)", ptx)
+    return int(found.group(1)) // 32 if found else num_warps
+
+
+def partition_registers(ptx: str, ttgir: str) -> tuple[int, ...]:
+    """A warp-specialized kernel's registers a thread per partition: the default partition's,
+    then each worker's as requested (TTGIR's requestedRegisters, which its setmaxnreg sets).
+    The default partition gets what the launch's registers (PTX .maxnreg a thread over
+    .reqntid threads) leave after the workers' warpgroups, at most 256, a multiple of 8
+    (Triton's allocation; in the chassis's PTX the default partition's setmaxnreg.dec has
+    that value: 216 for split-Q, 248 for split-K with seq_parallel)."""
+    workers = re.search(r"requestedRegisters = array<i32: ([\d, ]+)>", ttgir)
+    maxnreg, threads = re.search(r"\.maxnreg (\d+)", ptx), re.search(r"\.reqntid (\d+)", ptx)
+    if not (workers and maxnreg and threads):
+        return ()
+    regs = tuple(int(n) for n in workers.group(1).split(","))
+    left = int(maxnreg.group(1)) * int(threads.group(1)) // 128 - sum(regs)
+    return (min(256, left // 8 * 8),) + regs
+
+
 def rerun_ptxas(ptx: str) -> str:
     """The `ptxas -v` log for `ptx` (sm_90a, Triton's bundled ptxas), for Triton cache hits."""
     from triton.backends.nvidia.compiler import get_ptxas
@@ -352,7 +406,7 @@ def make_case(variant: Variant, dtype: str, head_dim: int, causal: bool,
     the default one is for the wider of q's and v's head dims, as flash_attention picks it."""
     widest = max(head_dim, head_dim_v or head_dim)
     config = config or default_config(widest, on_gpu=True, variant=variant, dtype=dtype,
-                                      backend=backend)
+                                      backend=backend, causal=causal)
     return Case(variant, dtype, head_dim, causal, config, tuple(length_one), head_dim_v)
 
 
@@ -387,8 +441,8 @@ def compile_kernel_for_sm90(spec_name: str, variant: Variant, dtype: str, head_d
     with knobs.nvidia.scope(), contextlib.redirect_stdout(io.StringIO()) as out:
         knobs.nvidia.dump_ptxas_log = True  # Triton prints its own `ptxas -v` log
         # Gluon's source also sets the module's num-warps, which its reductions need
-        source = (GluonASTSource if spec.backend == "gluon" else ASTSource)(fn, signature,
-                                                                           constexprs, attrs)
+        source = (ASTSource if spec.backend == "triton" else GluonASTSource)(fn, signature,
+                                                                            constexprs, attrs)
         compiled = triton.compile(source,
                                   target=GPUTarget("cuda", 90, 32),
                                   options=dict(num_warps=report.num_warps,
@@ -403,8 +457,11 @@ def compile_kernel_for_sm90(spec_name: str, variant: Variant, dtype: str, head_d
     report.atomics = ",".join(sorted(set(ATOMIC_ORDER.findall(compiled.asm["ptx"]))))
     for key, value in ptxas_usage(log).items():
         setattr(report, key, value)
-    if "setmaxnreg" not in compiled.asm["ptx"]:
-        report.ctas_per_sm = ctas_per_sm(report.registers, report.num_warps, report.shared_bytes)
+    report.launch_warps = launch_warps(compiled.asm["ptx"], report.num_warps)
+    report.ctas_per_sm = ctas_per_sm(report.registers, report.launch_warps, report.shared_bytes)
+    if "setmaxnreg" in compiled.asm["ptx"]:
+        report.partition_registers = partition_registers(compiled.asm["ptx"],
+                                                         compiled.asm["ttgir"])
     if report.shared_bytes > SM90_MAX_SHARED:
         report.error = (f"needs {report.shared_bytes} bytes of shared memory; "
                         f"an sm_90 block may have {SM90_MAX_SHARED}")
@@ -455,7 +512,7 @@ def gate_cases(variants, dtypes, head_dims, causals, specs=tuple(SPECS), overrid
         if SPECS[spec].backend != "triton" and head_dim_v != head_dim:
             continue  # the Gluon forward takes v of q's head dim only (D56)
         config = default_config(max(head_dim, head_dim_v), on_gpu=True, variant=variant,
-                                dtype=dtype, backend=SPECS[spec].backend)
+                                dtype=dtype, backend=SPECS[spec].backend, causal=causal)
         config = dataclasses.replace(config, **(overrides or {}))
         cases.append((spec, make_case(variant, dtype, head_dim, causal, config, length_one,
                                       head_dim_v=None if head_dim_v == head_dim else head_dim_v)))
@@ -512,10 +569,16 @@ def _table(reports):
         table.add_row(r.kernel, r.variant, r.dtype, head_dims_label(r.head_dim, r.head_dim_v),
                       "y" if r.causal else "n",
                       str(r.block_m), str(r.block_n), str(r.num_warps), str(r.num_stages),
-                      str(r.key_slices), r.choices, _dq(r), _s(r.registers),
+                      str(r.key_slices), r.choices, _dq(r), _registers(r),
                       spills, _s(r.shared_bytes), _ctas(r), _wgmma(r), _s(r.compile_s),
                       status)
     return table
+
+
+def _registers(r) -> str:
+    """ptxas's count, and a warp-specialized kernel's per partition: '168 (216/232/56)'."""
+    parts = "/".join(map(str, r.partition_registers))
+    return _s(r.registers) + (f" ({parts})" if parts else "")
 
 
 def _ctas(r) -> str:
@@ -523,7 +586,7 @@ def _ctas(r) -> str:
     blocks; see ctas_per_sm_limits)."""
     if r.ctas_per_sm is None:
         return ""
-    limiter = occupancy_limiter(r.registers, r.num_warps, r.shared_bytes)
+    limiter = occupancy_limiter(r.registers, r.launch_warps or r.num_warps, r.shared_bytes)
     return f"{r.ctas_per_sm} {LIMITER_LABEL[limiter]}"
 
 

@@ -16,7 +16,8 @@ import json
 import sys
 
 
-KERNEL_ORDER = ("attn_fwd", "attn_fwd_repair", "attn_fwd_grad", "attn_bwd", "gluon_attn_fwd")
+KERNEL_ORDER = ("attn_fwd", "attn_fwd_repair", "attn_fwd_grad", "attn_bwd", "gluon_attn_fwd",
+                "hopper_attn_fwd")
 
 
 def cell(report: dict | None) -> str:
