@@ -8,7 +8,10 @@
 #   api            the API against the table's FA2 row: --seqlen 8192 --head-dim 128, Triton kernels
 #   paper          the paper grid, forward and forward + backward, 3 sweeps
 #   verify-full    make verify's full tier (our Triton kernels and the Gluon forward)
-#   head-dims      the GPU tests of odd head dims and v's own head dim, then the head-dims probe
+#   head-dims      the GPU tests of odd head dims and v's own head dim (HEAD_DIMS_TESTS: a -k
+#                  filter), then the head-dims probe
+#   hopper         the chassis's num_splits GPU tests and fa2check.verify --impl hopper
+#   switches       ablations/probes/hopper_switches.py at d=128 8k (oracle checks, then times)
 set -u
 OUT=${OUT:-out}; mkdir -p "$OUT"
 C=${COMMIT:+--commit $COMMIT}
@@ -26,8 +29,11 @@ for s in "$@"; do case $s in
   api) step api 100 python3 -m fa2check.ablate --seqlen 8192 --head-dim 128 --mode fwd --kernels triton --backends sdpa-flash,api --rep-ms 100 --budget-s 85 $C --out "$OUT/api" --no-plots ;;
   paper) step paper 590 python3 -m fa2check.ablate --grid paper --mode fwd,fwd+bwd --budget-s 570 $C --out "$OUT/paper" ;;
   verify-full) step verify-full 300 python3 -m fa2check.verify --tier full --json "$OUT/verify-full.json" $C ;;
-  head-dims) step head-dims-tests 200 python3 -m pytest -q -m gpu tests/test_head_dims.py -rf
+  head-dims) step head-dims-tests 200 python3 -m pytest -q -m gpu tests/test_head_dims.py -rf -k "$HEAD_DIMS_TESTS"
              step head-dims-probe 130 python3 ablations/probes/head_dims.py --out "$OUT/head-dims" --budget-s 110 $C ;;
+  hopper) step hopper-splits-tests 90 python3 -m pytest -q -m gpu tests/test_hopper_splits.py -rf
+          step hopper-verify 150 python3 -m fa2check.verify --impl hopper --json "$OUT/verify-hopper.json" $C ;;
+  switches) step switches 150 python3 ablations/probes/hopper_switches.py --out "$OUT/switches" --head-dims 128 --seqlens 8192 --timeout 60 --budget 140 $C ;;
   *) echo "unknown step $s"; exit 2 ;;
 esac; done
 # everything in one archive (the device returns a few files), then the table

@@ -185,7 +185,8 @@ def main(argv=None) -> int:
         print(f"{name}: {status} ({time.monotonic() - start:.0f} s)", flush=True)
     os.makedirs(args.out, exist_ok=True)
     path = Path(args.out) / "hopper_switches.json"
-    data = dict(provenance=provenance(args.commit), matmul_tflops=runs["sdpa"].get("matmul_tflops"),
+    data = dict(provenance=provenance(args.commit),
+                matmul_tflops=runs["sdpa"].get("matmul_tflops"),
                 runs=runs)
     path.write_text(json.dumps(data, indent=1))
     print(f"wrote {path}")
