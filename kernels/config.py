@@ -14,6 +14,27 @@ def block_d(head_dim: int) -> int:
     return max(MIN_DOT_DIM, 1 << (head_dim - 1).bit_length())
 
 
+def head_chunks(head_dim: int) -> tuple[int, int]:
+    """The Triton forward's column chunks for a true head_dim (docs/decisions.md D60): (D0, D1),
+    the head dim computed as D0 + D1 columns, two tl.dot over D0 and over D1 (D1 padded and
+    masked as block_d pads). D0 is the largest power of two below head_dim and D1 =
+    block_d(head_dim - D0) where that carries fewer columns than one padded tile, block_d
+    (96 = 64 + 32, 192 = 128 + 64, 40 = 32 + 16 of 64); otherwise (block_d(head_dim), 0): a
+    tile width, or padding as cheap (112 = 64 + 64 or 128: one tile, one dot)."""
+    padded = block_d(head_dim)
+    d0 = padded // 2
+    if head_dim == padded or d0 < MIN_DOT_DIM:
+        return padded, 0
+    d1 = block_d(head_dim - d0)
+    return (d0, d1) if d0 + d1 < padded else (padded, 0)
+
+
+def tile_columns(head_dim: int) -> int:
+    """The head-dim columns a forward tile carries: D0 + D1 of head_chunks (block_d where the
+    head dim is padded into one tile)."""
+    return sum(head_chunks(head_dim))
+
+
 def tma_fits(*head_dims: int) -> bool:
     """Whether a tensor descriptor can carry K and V of these head dims: its box is the tile's
     head dimension, so each must be a tile width (the kernels pad other widths in registers)."""
