@@ -120,7 +120,9 @@ def heuristic_config(head_dim: int, on_gpu: bool, variant=None, dtype=None,
     spills, 8 bytes, only for split-Q without seq_parallel at head_dim 32);
     the backward fields stay the Triton backward's, which every backend's gradients use.
     The tiles follow the tile's head dimension, block_d(head_dim): registers and shared memory
-    are those of the padded tile (head_dim 96 gets head_dim 128's tiles)."""
+    are those of the padded tile (head_dim 96 gets head_dim 128's tiles); the Triton forward's
+    tiles at 129-192 columns in chunks (tile_columns, D60: 160, 192) get tiles of their own."""
+    columns = tile_columns(head_dim)
     head_dim = block_d(head_dim)
     if backend == "hopper":  # kernels/hopper_forward.py: 64 rows a consumer warpgroup
         from .hopper_forward import SHARED_LIMIT, shared_bytes
@@ -162,6 +164,13 @@ def heuristic_config(head_dim: int, on_gpu: bool, variant=None, dtype=None,
         config = TileConfig(block_m=64, block_n=32, num_warps=4, num_stages=2,
                             bwd_block_m=32, bwd_block_n=32, bwd_num_warps=8, bwd_num_stages=1,
                             bwd_dq_pass=True)
+        if columns <= 192 and str(dtype).removeprefix("torch.") != "float32":
+            # the forward's chunks (D60) carry 160 or 192 columns, not 256: head_dim 128's
+            # forward tiles. sm_90 compile gate, FA2, bf16 and fp16, full and causal, 160, 192
+            # and 192/128: 186-250 registers and no spills (the REPAIR launch: 96-200 bytes at
+            # 160 and 192), 164-197 KB of shared memory; 128-key tiles need 240 KB at 192.
+            # float32 keeps head_dim 256's: on these its REPAIR launch needs 238-279 KB
+            config = replace(config, block_m=128, block_n=64, num_warps=8, num_stages=3)
     if on_gpu and str(dtype).removeprefix("torch.") == "float32":
         if head_dim >= 128:
             # 3 stages of float32 K/V tiles need 213-230 KB of the 227 KB an sm_90 block may
