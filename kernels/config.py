@@ -14,6 +14,27 @@ def block_d(head_dim: int) -> int:
     return max(MIN_DOT_DIM, 1 << (head_dim - 1).bit_length())
 
 
+def head_chunks(head_dim: int) -> tuple[int, int]:
+    """The Triton forward's column chunks for a true head_dim (docs/decisions.md D60): (D0, D1),
+    the head dim computed as D0 + D1 columns, two tl.dot over D0 and over D1 (D1 padded and
+    masked as block_d pads). D0 is the largest power of two below head_dim and D1 =
+    block_d(head_dim - D0) where that carries fewer columns than one padded tile, block_d
+    (96 = 64 + 32, 192 = 128 + 64, 40 = 32 + 16 of 64); otherwise (block_d(head_dim), 0): a
+    tile width, or padding as cheap (112 = 64 + 64 or 128: one tile, one dot)."""
+    padded = block_d(head_dim)
+    d0 = padded // 2
+    if head_dim == padded or d0 < MIN_DOT_DIM:
+        return padded, 0
+    d1 = block_d(head_dim - d0)
+    return (d0, d1) if d0 + d1 < padded else (padded, 0)
+
+
+def tile_columns(head_dim: int) -> int:
+    """The head-dim columns a forward tile carries: D0 + D1 of head_chunks (block_d where the
+    head dim is padded into one tile)."""
+    return sum(head_chunks(head_dim))
+
+
 def tma_fits(*head_dims: int) -> bool:
     """Whether a tensor descriptor can carry K and V of these head dims: its box is the tile's
     head dimension, so each must be a tile width (the kernels pad other widths in registers)."""
@@ -99,7 +120,9 @@ def heuristic_config(head_dim: int, on_gpu: bool, variant=None, dtype=None,
     spills, 8 bytes, only for split-Q without seq_parallel at head_dim 32);
     the backward fields stay the Triton backward's, which every backend's gradients use.
     The tiles follow the tile's head dimension, block_d(head_dim): registers and shared memory
-    are those of the padded tile (head_dim 96 gets head_dim 128's tiles)."""
+    are those of the padded tile (head_dim 96 gets head_dim 128's tiles); the Triton forward's
+    tiles at 129-192 columns in chunks (tile_columns, D60: 160, 192) get tiles of their own."""
+    columns = tile_columns(head_dim)
     head_dim = block_d(head_dim)
     if backend == "hopper":  # kernels/hopper_forward.py: 64 rows a consumer warpgroup
         from .hopper_forward import SHARED_LIMIT, shared_bytes
@@ -141,6 +164,13 @@ def heuristic_config(head_dim: int, on_gpu: bool, variant=None, dtype=None,
         config = TileConfig(block_m=64, block_n=32, num_warps=4, num_stages=2,
                             bwd_block_m=32, bwd_block_n=32, bwd_num_warps=8, bwd_num_stages=1,
                             bwd_dq_pass=True)
+        if columns <= 192 and str(dtype).removeprefix("torch.") != "float32":
+            # the forward's chunks (D60) carry 160 or 192 columns, not 256: head_dim 128's
+            # forward tiles. sm_90 compile gate, FA2, bf16 and fp16, full and causal, 160, 192
+            # and 192/128: 186-250 registers and no spills (the REPAIR launch: 96-200 bytes at
+            # 160 and 192), 164-197 KB of shared memory; 128-key tiles need 240 KB at 192.
+            # float32 keeps head_dim 256's: on these its REPAIR launch needs 238-279 KB
+            config = replace(config, block_m=128, block_n=64, num_warps=8, num_stages=3)
     if on_gpu and str(dtype).removeprefix("torch.") == "float32":
         if head_dim >= 128:
             # 3 stages of float32 K/V tiles need 213-230 KB of the 227 KB an sm_90 block may

@@ -62,6 +62,18 @@ end of the keys (FA1's schedule: the keys' last tile, whole or not) compute a ma
 ones the causal compare alone (it hides every key past seqlen_k too). Masked scores are -inf.
 A row that sees no key gets O = 0 and L = -inf.
 
+Head dims that are not tile widths (D49, D60): a tile's head dimension is a power of two
+(tl.arange, tl.dot). A head_dim that is not one is carried either padded to one tile of
+BLOCK_D = block_d(head_dim) columns (the padding loaded as 0, adding exactly 0 to every dot
+over D, never stored), or, where that wastes more columns, in two column chunks of BLOCK_D and
+BLOCK_D1 columns (kernels.config.head_chunks: BLOCK_D the largest power of two below head_dim,
+BLOCK_D1 the rest's tile, padded as before): 96 = 64 + 32, 192 = 128 + 64.
+    S_ij = Q_i[:, :D0] K_j[:, :D0]^T + Q_i[:, D0:] K_j[:, D0:]^T     (the second dot accumulates
+                                                                      into the first's result)
+and v's head dim likewise (BLOCK_DV, BLOCK_DV1): O_i = [O_0 | O_1], two accumulators acc and
+acc1 folded with the same P (P_ij V_j[:, :D0] and P_ij V_j[:, D0:]). BLOCK_D1 == 0 (a tile
+width, or padding as cheap) compiles today's one-tile code.
+
 TMA (a tile choice, `TileConfig.tma`, not one of FA2's changes): K and V tiles are loaded
 through tensor descriptors (Hopper's TMA unit; KD, VD) instead of pointer arithmetic; keys past
 seqlen_k arrive as zeros. The math is the same code, in both schedules. The REPAIR launch
@@ -89,7 +101,7 @@ import math
 import triton
 import triton.language as tl
 
-from .config import block_d
+from .config import head_chunks
 from .launch_cache import CachedLaunch, _argument_key
 from .launch_order import LONGEST_FIRST_MIN_KEYS, heaviest_first
 from .tma import row_descriptors
@@ -122,8 +134,9 @@ def _head_cols(mask, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, D_AXIS: tl.c
     """`mask` (a 2-D tile's, or a broadcastable part of one) and, where the tile's head
     dimension is padded (BLOCK_D > HEAD_DIM), the real columns: offs_d < HEAD_DIM along axis
     D_AXIS. Padded columns are loaded as 0 (so they add exactly 0 to every dot over D) and never
-    stored; a head_dim that needs no padding compiles without the column mask."""
-    if BLOCK_D != HEAD_DIM:
+    stored; a head_dim that needs no padding compiles without the column mask. A second column
+    chunk (D60) passes its own columns: HEAD_DIM - BLOCK_D of BLOCK_D1."""
+    if BLOCK_D > HEAD_DIM:
         d_ok = tl.arange(0, BLOCK_D) < HEAD_DIM
         if D_AXIS == 0:
             mask = mask & d_ok[:, None]
@@ -142,7 +155,7 @@ def _tile_keys(K_tile_ptrs, KD, off_b, off_hkv, start_n, offs_n, seqlen_k,
     elif MASK:
         kT = tl.load(K_tile_ptrs, other=0.0, mask=_head_cols(
             (start_n + offs_n < seqlen_k)[None, :], HEAD_DIM, BLOCK_D, 0))
-    elif BLOCK_D != HEAD_DIM:
+    elif BLOCK_D > HEAD_DIM:
         kT = tl.load(K_tile_ptrs, mask=(tl.arange(0, BLOCK_D) < HEAD_DIM)[:, None], other=0.0)
     else:
         kT = tl.load(K_tile_ptrs)
@@ -150,11 +163,14 @@ def _tile_keys(K_tile_ptrs, KD, off_b, off_hkv, start_n, offs_n, seqlen_k,
 
 
 @triton.jit
-def _tile_scores(q, kT, start_n, offs_m, offs_n, seqlen_q, seqlen_k,
-                 MASK: tl.constexpr, IS_CAUSAL: tl.constexpr, INPUT_PRECISION: tl.constexpr):
-    """S_ij = Q_i K_j^T, raw (unscaled); with MASK, -inf where a key is past seqlen_k or
-    (causal) hidden from the row."""
+def _tile_scores(q, kT, q1, kT1, start_n, offs_m, offs_n, seqlen_q, seqlen_k,
+                 MASK: tl.constexpr, IS_CAUSAL: tl.constexpr, BLOCK_D1: tl.constexpr,
+                 INPUT_PRECISION: tl.constexpr):
+    """S_ij = Q_i K_j^T, raw (unscaled), over both column chunks (q1, kT1: the second, if
+    BLOCK_D1); with MASK, -inf where a key is past seqlen_k or (causal) hidden from the row."""
     s = tl.dot(q, kT, input_precision=INPUT_PRECISION)  # (BLOCK_M, BLOCK_N)
+    if BLOCK_D1 > 0:
+        s = tl.dot(q1, kT1, s, input_precision=INPUT_PRECISION)
     if MASK:
         keys = start_n + offs_n
         if IS_CAUSAL:
@@ -177,11 +193,31 @@ def _tile_values(V_tile_ptrs, VD, off_b, off_hkv, start_n, offs_n, seqlen_k,
     elif MASK:
         v = tl.load(V_tile_ptrs, other=0.0, mask=_head_cols(
             (start_n + offs_n < seqlen_k)[:, None], HEAD_DIM_V, BLOCK_DV, 1))
-    elif BLOCK_DV != HEAD_DIM_V:
+    elif BLOCK_DV > HEAD_DIM_V:
         v = tl.load(V_tile_ptrs, mask=(tl.arange(0, BLOCK_DV) < HEAD_DIM_V)[None, :], other=0.0)
     else:
         v = tl.load(V_tile_ptrs)
     return v
+
+
+@triton.jit
+def _second_chunk_tiles(K1_tile_ptrs, V1_tile_ptrs, start_n, offs_n, seqlen_k,
+                        MASK: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
+                        BLOCK_D: tl.constexpr, BLOCK_D1: tl.constexpr,
+                        HEAD_DIM_V: tl.constexpr, BLOCK_DV: tl.constexpr,
+                        BLOCK_DV1: tl.constexpr):
+    """(K1_j^T, V1_j): a K/V tile's second column chunks (D60), from column BLOCK_D of K and
+    BLOCK_DV of V, through pointers (TMA carries tile widths only); 0 for a chunk that does
+    not exist."""
+    kT1 = 0
+    v1 = 0
+    if BLOCK_D1 > 0:
+        kT1 = _tile_keys(K1_tile_ptrs, None, 0, 0, start_n, offs_n, seqlen_k, MASK, BLOCK_N,
+                         HEAD_DIM - BLOCK_D, BLOCK_D1, False)
+    if BLOCK_DV1 > 0:
+        v1 = _tile_values(V1_tile_ptrs, None, 0, 0, start_n, offs_n, seqlen_k, MASK, BLOCK_N,
+                          HEAD_DIM_V - BLOCK_DV, BLOCK_DV1, False)
+    return kT1, v1
 
 
 @triton.jit
@@ -203,13 +239,27 @@ def _nan_where_seen(acc, first_bad_key, offs_m, seqlen_q, seqlen_k):
 
 
 @triton.jit
-def _fold_tile(m_i, l_i, acc, s, v, start_n, offs_m, offs_n, seqlen_q, seqlen_k, qk_scale,
-               DEFER_NORM: tl.constexpr, SPLIT_Q: tl.constexpr, KEY_SLICES: tl.constexpr,
-               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM_V: tl.constexpr,
-               BLOCK_DV: tl.constexpr,
+def _slice_outputs(p3, v, KEY_SLICES: tl.constexpr, SLICE: tl.constexpr, BLOCK_DV: tl.constexpr,
+                   INPUT_PRECISION: tl.constexpr):
+    """Split-K: each key slice's partial output O_s = P_s V_s, (KEY_SLICES, BLOCK_M, BLOCK_DV)."""
+    v3 = tl.reshape(v, (KEY_SLICES, SLICE, BLOCK_DV))
+    return tl.dot(tl.permute(p3, (1, 0, 2)).to(v.dtype), v3, input_precision=INPUT_PRECISION)
+
+
+@triton.jit
+def _merge_slices(o_s, w):
+    """Split-K: the slices' partial outputs weighted by w (BLOCK_M, KEY_SLICES) and summed."""
+    return tl.sum(o_s * tl.permute(w, (1, 0))[:, :, None], 0)
+
+
+@triton.jit
+def _fold_tile(m_i, l_i, acc, acc1, s, v, v1, start_n, offs_m, offs_n, seqlen_q, seqlen_k,
+               qk_scale, DEFER_NORM: tl.constexpr, SPLIT_Q: tl.constexpr,
+               KEY_SLICES: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+               BLOCK_DV: tl.constexpr, BLOCK_DV1: tl.constexpr,
                INPUT_PRECISION: tl.constexpr, SANITIZE_V: tl.constexpr):
-    """Fold one tile's raw scores S_ij and values V_j (BLOCK_N, BLOCK_DV) into the running
-    (m_i, l_i, acc).
+    """Fold one tile's raw scores S_ij and values V_j (BLOCK_N, BLOCK_DV; with BLOCK_DV1, v1 the
+    next BLOCK_DV1 columns, into acc1) into the running (m_i, l_i, acc, acc1).
 
     The max is taken in raw units and the scale applied after the subtraction, so exp2's
     argument is exact where it matters (s == m gives exp2(0) = 1). Scaling first lets the
@@ -218,6 +268,8 @@ def _fold_tile(m_i, l_i, acc, s, v, start_n, offs_m, offs_n, seqlen_q, seqlen_k,
     overflow exp2 (seen on the H200 with all-equal bfloat16 inputs of 133120)."""
     if SANITIZE_V:
         v, first_bad_key = _sanitized_values(v, start_n, offs_n, seqlen_k)
+        if BLOCK_DV1 > 0:
+            v1, first_bad_key1 = _sanitized_values(v1, start_n, offs_n, seqlen_k)
 
     if SPLIT_Q:
         m_new = tl.maximum(m_i, tl.max(s, 1))
@@ -226,6 +278,8 @@ def _fold_tile(m_i, l_i, acc, s, v, start_n, offs_m, offs_n, seqlen_q, seqlen_k,
         l_tile = tl.sum(p, 1)
         if DEFER_NORM:
             pv = tl.dot(p.to(v.dtype), v, input_precision=INPUT_PRECISION)  # (BLOCK_M, Dv)
+            if BLOCK_DV1 > 0:
+                pv1 = tl.dot(p.to(v.dtype), v1, input_precision=INPUT_PRECISION)
     else:
         SLICE: tl.constexpr = BLOCK_N // KEY_SLICES
         s3 = tl.reshape(s, (BLOCK_M, KEY_SLICES, SLICE))
@@ -233,76 +287,111 @@ def _fold_tile(m_i, l_i, acc, s, v, start_n, offs_m, offs_n, seqlen_q, seqlen_k,
         m_s_use = tl.where(m_s == float("-inf"), 0.0, m_s)
         p3 = tl.math.exp2((s3 - m_s_use[:, :, None]) * qk_scale)
         l_s = tl.sum(p3, 2)  # each slice's own sum
-        v3 = tl.reshape(v, (KEY_SLICES, SLICE, BLOCK_DV))
-        o_s = tl.dot(tl.permute(p3, (1, 0, 2)).to(v.dtype), v3,
-                     input_precision=INPUT_PRECISION)  # (KEY_SLICES, BLOCK_M, Dv) partial outputs
+        o_s = _slice_outputs(p3, v, KEY_SLICES, SLICE, BLOCK_DV, INPUT_PRECISION)
+        if BLOCK_DV1 > 0:
+            o_s1 = _slice_outputs(p3, v1, KEY_SLICES, SLICE, BLOCK_DV1, INPUT_PRECISION)
         # merge the slices: the split-K communication
         m_new = tl.maximum(m_i, tl.max(m_s, 1))
         m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
         w = tl.math.exp2((m_s - m_use[:, None]) * qk_scale)  # (BLOCK_M, KEY_SLICES)
         l_tile = tl.sum(w * l_s, 1)
         if DEFER_NORM:
-            pv = tl.sum(o_s * tl.permute(w, (1, 0))[:, :, None], 0)
+            pv = _merge_slices(o_s, w)
+            if BLOCK_DV1 > 0:
+                pv1 = _merge_slices(o_s1, w)
 
     alpha = tl.math.exp2((m_i - m_use) * qk_scale)
     l_new = alpha * l_i + l_tile
     if DEFER_NORM:
         acc = acc * alpha[:, None] + pv
+        if BLOCK_DV1 > 0:
+            acc1 = acc1 * alpha[:, None] + pv1
     else:
         # acc = (l_i * alpha * acc + P_ij V_j) / l_new, with 1/l_new applied to P (split-K: to
         # the slice weights) before the product, so that the rescaled acc is the dot's
         # accumulator (wgmma accumulates in place) rather than a second tile added to it.
         # A row with l_new == 0 has seen nothing: its P is 0 and acc stays 0.
         inv_l_new = 1.0 / tl.where(l_new == 0.0, 1.0, l_new)
-        acc = acc * (l_i * alpha * inv_l_new)[:, None]
+        rescale = l_i * alpha * inv_l_new
+        acc = acc * rescale[:, None]
+        if BLOCK_DV1 > 0:
+            acc1 = acc1 * rescale[:, None]
         if SPLIT_Q:
             p_n = p * inv_l_new[:, None]  # P_ij / l_new, in [0, 1]
             acc = tl.dot(p_n.to(v.dtype), v, acc, input_precision=INPUT_PRECISION)
+            if BLOCK_DV1 > 0:
+                acc1 = tl.dot(p_n.to(v.dtype), v1, acc1, input_precision=INPUT_PRECISION)
         else:
             w_n = w * inv_l_new[:, None]  # the slice weights over l_new
-            acc += tl.sum(o_s * tl.permute(w_n, (1, 0))[:, :, None], 0)
+            acc += _merge_slices(o_s, w_n)
+            if BLOCK_DV1 > 0:
+                acc1 += _merge_slices(o_s1, w_n)
     if SANITIZE_V:
         # after the update, so the product and its accumulation are the main launch's own
         # code and a row that sees no non-finite V gets the same bits as there
         acc = _nan_where_seen(acc, first_bad_key, offs_m, seqlen_q, seqlen_k)
-    return m_new, l_new, acc
+        if BLOCK_DV1 > 0:
+            acc1 = _nan_where_seen(acc1, first_bad_key1, offs_m, seqlen_q, seqlen_k)
+    return m_new, l_new, acc, acc1
 
 
 @triton.jit
-def _online_softmax_step(m_i, l_i, acc, q, K_tile_ptrs, V_tile_ptrs, KD, VD, off_b, off_hkv,
+def _online_softmax_step(m_i, l_i, acc, acc1, q, q1, K_tile_ptrs, V_tile_ptrs, K1_tile_ptrs,
+                         V1_tile_ptrs, KD, VD, off_b, off_hkv,
                          start_n, offs_m, offs_n, seqlen_q, seqlen_k, qk_scale,
                          MASK: tl.constexpr, IS_CAUSAL: tl.constexpr, DEFER_NORM: tl.constexpr,
                          SPLIT_Q: tl.constexpr, KEY_SLICES: tl.constexpr,
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
-                         BLOCK_D: tl.constexpr, HEAD_DIM_V: tl.constexpr, BLOCK_DV: tl.constexpr,
+                         BLOCK_D: tl.constexpr, BLOCK_D1: tl.constexpr,
+                         HEAD_DIM_V: tl.constexpr, BLOCK_DV: tl.constexpr,
+                         BLOCK_DV1: tl.constexpr,
                          INPUT_PRECISION: tl.constexpr, SANITIZE_V: tl.constexpr,
                          TMA: tl.constexpr):
-    """Fold one K/V tile (keys start_n .. start_n + BLOCK_N) into the running (m_i, l_i, acc)."""
+    """Fold one K/V tile (keys start_n .. start_n + BLOCK_N) into the running (m_i, l_i, acc,
+    acc1); the second column chunks' tiles (K1, V1) where BLOCK_D1, BLOCK_DV1 > 0."""
     kT = _tile_keys(K_tile_ptrs, KD, off_b, off_hkv, start_n, offs_n, seqlen_k, MASK, BLOCK_N,
                     HEAD_DIM, BLOCK_D, TMA)
     v = _tile_values(V_tile_ptrs, VD, off_b, off_hkv, start_n, offs_n, seqlen_k, MASK, BLOCK_N,
                      HEAD_DIM_V, BLOCK_DV, TMA)
-    s = _tile_scores(q, kT, start_n, offs_m, offs_n, seqlen_q, seqlen_k, MASK, IS_CAUSAL,
-                     INPUT_PRECISION)
-    return _fold_tile(m_i, l_i, acc, s, v, start_n, offs_m, offs_n, seqlen_q, seqlen_k,
-                      qk_scale, DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM_V,
-                      BLOCK_DV, INPUT_PRECISION, SANITIZE_V)
+    kT1, v1 = _second_chunk_tiles(K1_tile_ptrs, V1_tile_ptrs, start_n, offs_n, seqlen_k, MASK,
+                                  BLOCK_N, HEAD_DIM, BLOCK_D, BLOCK_D1, HEAD_DIM_V, BLOCK_DV,
+                                  BLOCK_DV1)
+    s = _tile_scores(q, kT, q1, kT1, start_n, offs_m, offs_n, seqlen_q, seqlen_k, MASK,
+                     IS_CAUSAL, BLOCK_D1, INPUT_PRECISION)
+    return _fold_tile(m_i, l_i, acc, acc1, s, v, v1, start_n, offs_m, offs_n, seqlen_q,
+                      seqlen_k, qk_scale, DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_M, BLOCK_N,
+                      BLOCK_DV, BLOCK_DV1, INPUT_PRECISION, SANITIZE_V)
 
 
 @triton.jit
-def _store_row_block(O, O_RES, LSE, M, L, FLAGS, acc, m_i, l_i, block_index, offs_m, row_ok,
-                     off_b, off_h, stride_ob, stride_oh, stride_om, stride_od, stride_lb,
-                     stride_lh, qk_scale, IS_CAUSAL: tl.constexpr, DEFER_NORM: tl.constexpr,
-                     HEAD_DIM_V: tl.constexpr, BLOCK_DV: tl.constexpr, REPAIR: tl.constexpr,
-                     STORE_O_RES: tl.constexpr,
-                     NAN_FLAGS: tl.constexpr):
+def _store_o(O, O_RES, o_head, acc, offs_m, row_ok, stride_om, stride_od, COL0: tl.constexpr,
+             HEAD_DIM_V: tl.constexpr, BLOCK_DV: tl.constexpr, STORE_O_RES: tl.constexpr):
+    """O's columns COL0 .. COL0 + BLOCK_DV (HEAD_DIM_V of them real) from acc, and with
+    STORE_O_RES their rounding residual."""
+    offs_d = COL0 + tl.arange(0, BLOCK_DV)
+    o_rows = o_head + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od
+    o = acc.to(O.dtype.element_ty)
+    o_ok = _head_cols(row_ok[:, None], HEAD_DIM_V, BLOCK_DV, 1)  # padded columns never stored
+    tl.store(O + o_rows, o, mask=o_ok)
+    if STORE_O_RES:
+        tl.store(O_RES + o_rows, (acc - o.to(tl.float32)).to(O.dtype.element_ty), mask=o_ok)
+
+
+@triton.jit
+def _store_row_block(O, O_RES, LSE, M, L, FLAGS, acc, acc1, m_i, l_i, block_index, offs_m,
+                     row_ok, off_b, off_h, stride_ob, stride_oh, stride_om, stride_od,
+                     stride_lb, stride_lh, qk_scale, IS_CAUSAL: tl.constexpr,
+                     DEFER_NORM: tl.constexpr, HEAD_DIM_V: tl.constexpr,
+                     BLOCK_DV: tl.constexpr, BLOCK_DV1: tl.constexpr, REPAIR: tl.constexpr,
+                     STORE_O_RES: tl.constexpr, NAN_FLAGS: tl.constexpr):
     """A row block's epilogue, after its last K/V tile: O (DEFER_NORM: acc / l_i) and L_i, or
     (not DEFER_NORM) O = acc, m_i and l_i; its NaN flag; O's rounding residual. O has V's
-    head dimension."""
-    offs_d = tl.arange(0, BLOCK_DV)
+    head dimension, its columns from BLOCK_DV on in acc1 where BLOCK_DV1 > 0."""
     sees_a_key = l_i > 0.0
     if DEFER_NORM:
         acc = acc / tl.where(sees_a_key, l_i, 1.0)[:, None]  # the one deferred division
+        if BLOCK_DV1 > 0:
+            acc1 = acc1 / tl.where(sees_a_key, l_i, 1.0)[:, None]
         log2_l = tl.math.log2(tl.where(sees_a_key, l_i, 1.0))
         lse = tl.where(sees_a_key, (m_i * qk_scale + log2_l) * 0.6931471805599453,  # ln 2
                        float("-inf"))
@@ -312,14 +401,45 @@ def _store_row_block(O, O_RES, LSE, M, L, FLAGS, acc, m_i, l_i, block_index, off
         tl.store(M + stat, m_i * qk_scale * 0.6931471805599453, mask=row_ok)  # natural-log units
         tl.store(L + stat, l_i, mask=row_ok)
     if IS_CAUSAL and not REPAIR and NAN_FLAGS:  # a NaN may be a hidden key's 0 * NaN
-        tl.store(FLAGS + block_index, tl.max((acc != acc).to(tl.int32)))
-    o_rows = (off_b.to(tl.int64) * stride_ob + off_h.to(tl.int64) * stride_oh
-              + offs_m[:, None] * stride_om + offs_d[None, :] * stride_od)
-    o = acc.to(O.dtype.element_ty)
-    o_ok = _head_cols(row_ok[:, None], HEAD_DIM_V, BLOCK_DV, 1)  # padded columns never stored
-    tl.store(O + o_rows, o, mask=o_ok)
-    if STORE_O_RES:
-        tl.store(O_RES + o_rows, (acc - o.to(tl.float32)).to(O.dtype.element_ty), mask=o_ok)
+        flag = FLAGS + block_index
+        has_nan = tl.max((acc != acc).to(tl.int32))
+        if BLOCK_DV1 > 0:
+            has_nan = tl.maximum(has_nan, tl.max((acc1 != acc1).to(tl.int32)))
+        tl.store(flag, has_nan)
+    o_head = off_b.to(tl.int64) * stride_ob + off_h.to(tl.int64) * stride_oh
+    _store_o(O, O_RES, o_head, acc, offs_m, row_ok, stride_om, stride_od, 0, HEAD_DIM_V,
+             BLOCK_DV, STORE_O_RES)
+    if BLOCK_DV1 > 0:
+        _store_o(O, O_RES, o_head, acc1, offs_m, row_ok, stride_om, stride_od, BLOCK_DV,
+                 HEAD_DIM_V - BLOCK_DV, BLOCK_DV1, STORE_O_RES)
+
+
+@triton.jit
+def _row_tile(rows, rows_ok, stride_d, COL0: tl.constexpr, COLS: tl.constexpr,
+              BLOCK: tl.constexpr):
+    """Columns COL0 .. COL0 + BLOCK of the rows that start at the pointers `rows`, (rows,
+    BLOCK); rows not rows_ok and columns past COLS of the BLOCK (padding) are 0."""
+    offs_d = COL0 + tl.arange(0, BLOCK)
+    return tl.load(rows[:, None] + offs_d[None, :] * stride_d,
+                   mask=_head_cols(rows_ok[:, None], COLS, BLOCK, 1), other=0.0)
+
+
+@triton.jit
+def _second_chunk_ptrs(k_base, v_base, offs_n, stride_kn, stride_kd, stride_vn, stride_vd,
+                       BLOCK_D: tl.constexpr, BLOCK_D1: tl.constexpr, BLOCK_DV: tl.constexpr,
+                       BLOCK_DV1: tl.constexpr):
+    """Pointers to the first K/V tile's second column chunks (D60): K1^T (BLOCK_D1, BLOCK_N)
+    from column BLOCK_D, V1 (BLOCK_N, BLOCK_DV1) from column BLOCK_DV; 0 for a chunk that does
+    not exist."""
+    K1_ptrs = 0
+    V1_ptrs = 0
+    if BLOCK_D1 > 0:
+        offs_d1 = BLOCK_D + tl.arange(0, BLOCK_D1)
+        K1_ptrs = k_base + offs_n[None, :] * stride_kn + offs_d1[:, None] * stride_kd
+    if BLOCK_DV1 > 0:
+        offs_dv1 = BLOCK_DV + tl.arange(0, BLOCK_DV1)
+        V1_ptrs = v_base + offs_n[:, None] * stride_vn + offs_dv1[None, :] * stride_vd
+    return K1_ptrs, V1_ptrs
 
 
 @triton.jit
@@ -333,8 +453,9 @@ def _attn_fwd_row_block(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, block_index
                         seqlen_q, seqlen_k, qk_scale,
                         IS_CAUSAL: tl.constexpr, DEFER_NORM: tl.constexpr, SPLIT_Q: tl.constexpr,
                         KEY_SLICES: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                        HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, HEAD_DIM_V: tl.constexpr,
-                        BLOCK_DV: tl.constexpr, INPUT_PRECISION: tl.constexpr,
+                        HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_D1: tl.constexpr,
+                        HEAD_DIM_V: tl.constexpr, BLOCK_DV: tl.constexpr,
+                        BLOCK_DV1: tl.constexpr, INPUT_PRECISION: tl.constexpr,
                         REPAIR: tl.constexpr, TMA: tl.constexpr, STORE_O_RES: tl.constexpr,
                         NAN_FLAGS: tl.constexpr):
     """Attention for query rows start_m .. start_m + BLOCK_M of one (batch, head).
@@ -360,25 +481,40 @@ def _attn_fwd_row_block(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, block_index
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_DV], tl.float32)
+    q1 = 0  # the second column chunks (D60), where there are
+    acc1 = 0
+    if BLOCK_D1 > 0:
+        q1 = _row_tile(q_base + offs_m * stride_qm, row_ok, stride_qd, BLOCK_D,
+                       HEAD_DIM - BLOCK_D, BLOCK_D1)  # (BLOCK_M, BLOCK_D1)
+    if BLOCK_DV1 > 0:
+        acc1 = tl.zeros([BLOCK_M, BLOCK_DV1], tl.float32)
+    K1_ptrs, V1_ptrs = _second_chunk_ptrs(k_base, v_base, offs_n, stride_kn, stride_kd,
+                                          stride_vn, stride_vd, BLOCK_D, BLOCK_D1, BLOCK_DV,
+                                          BLOCK_DV1)
 
     full_end, hi = _visible_key_range(start_m, seqlen_q, seqlen_k, BLOCK_M, BLOCK_N, IS_CAUSAL)
     for start_n in range(0, full_end, BLOCK_N):
-        m_i, l_i, acc = _online_softmax_step(
-            m_i, l_i, acc, q, K_ptrs + start_n * stride_kn, V_ptrs + start_n * stride_vn,
+        m_i, l_i, acc, acc1 = _online_softmax_step(
+            m_i, l_i, acc, acc1, q, q1, K_ptrs + start_n * stride_kn,
+            V_ptrs + start_n * stride_vn, K1_ptrs + start_n * stride_kn,
+            V1_ptrs + start_n * stride_vn,
             KD, VD, off_b, off_hkv, start_n, offs_m, offs_n, seqlen_q, seqlen_k, qk_scale,
             False, IS_CAUSAL, DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM,
-            BLOCK_D, HEAD_DIM_V, BLOCK_DV, INPUT_PRECISION, False, TMA)
+            BLOCK_D, BLOCK_D1, HEAD_DIM_V, BLOCK_DV, BLOCK_DV1, INPUT_PRECISION, False, TMA)
     for start_n in range(full_end, hi, BLOCK_N):
-        m_i, l_i, acc = _online_softmax_step(
-            m_i, l_i, acc, q, K_ptrs + start_n * stride_kn, V_ptrs + start_n * stride_vn,
+        m_i, l_i, acc, acc1 = _online_softmax_step(
+            m_i, l_i, acc, acc1, q, q1, K_ptrs + start_n * stride_kn,
+            V_ptrs + start_n * stride_vn, K1_ptrs + start_n * stride_kn,
+            V1_ptrs + start_n * stride_vn,
             KD, VD, off_b, off_hkv, start_n, offs_m, offs_n, seqlen_q, seqlen_k, qk_scale,
             True, IS_CAUSAL, DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM,
-            BLOCK_D, HEAD_DIM_V, BLOCK_DV, INPUT_PRECISION, IS_CAUSAL and REPAIR, TMA)
+            BLOCK_D, BLOCK_D1, HEAD_DIM_V, BLOCK_DV, BLOCK_DV1, INPUT_PRECISION,
+            IS_CAUSAL and REPAIR, TMA)
 
-    _store_row_block(O, O_RES, LSE, M, L, FLAGS, acc, m_i, l_i, block_index, offs_m, row_ok,
-                     off_b, off_h, stride_ob, stride_oh, stride_om, stride_od, stride_lb,
-                     stride_lh, qk_scale, IS_CAUSAL, DEFER_NORM, HEAD_DIM_V, BLOCK_DV, REPAIR,
-                     STORE_O_RES, NAN_FLAGS)
+    _store_row_block(O, O_RES, LSE, M, L, FLAGS, acc, acc1, m_i, l_i, block_index, offs_m,
+                     row_ok, off_b, off_h, stride_ob, stride_oh, stride_om, stride_od,
+                     stride_lb, stride_lh, qk_scale, IS_CAUSAL, DEFER_NORM, HEAD_DIM_V, BLOCK_DV,
+                     BLOCK_DV1, REPAIR, STORE_O_RES, NAN_FLAGS)
 
 
 @triton.jit
@@ -410,17 +546,20 @@ def _first_of_split(row_block, split, n_splits):
 
 @triton.jit
 def _fold_kv_block(Q, O, O_RES, LSE, M, L, FLAGS, ACC_TMP, M_TMP, L_TMP, kT, v, first_bad_key,
-                   start_n, rb_lo, rb_hi, split, n_splits, first_block, off_b, off_h,
+                   kT1, v1, first_bad_key1, start_n, rb_lo, rb_hi, split, n_splits,
+                   first_block, off_b, off_h,
                    stride_qb, stride_qh, stride_qm, stride_qd,
                    stride_ob, stride_oh, stride_om, stride_od, stride_lb, stride_lh,
                    seqlen_q, seqlen_k, qk_scale,
                    MASK: tl.constexpr, LAST: tl.constexpr, IS_CAUSAL: tl.constexpr,
                    DEFER_NORM: tl.constexpr, SPLIT_Q: tl.constexpr, KEY_SLICES: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
-                   BLOCK_D: tl.constexpr, HEAD_DIM_V: tl.constexpr, BLOCK_DV: tl.constexpr,
+                   BLOCK_D: tl.constexpr, BLOCK_D1: tl.constexpr, HEAD_DIM_V: tl.constexpr,
+                   BLOCK_DV: tl.constexpr, BLOCK_DV1: tl.constexpr,
                    INPUT_PRECISION: tl.constexpr, STORE_O_RES: tl.constexpr,
                    SANITIZED_V: tl.constexpr):
-    """FA1's inner loop: fold the K/V tile (kT, v) at keys start_n .. start_n + BLOCK_N into
+    """FA1's inner loop: fold the K/V tile (kT, v; the second column chunks kT1, v1 and
+    first_bad_key1 where BLOCK_D1, BLOCK_DV1 > 0) at keys start_n .. start_n + BLOCK_N into
     each of this split's row blocks in [rb_lo, rb_hi), every one of which sees some of its
     keys. SANITIZED_V: v is _sanitized_values' (causal masked tiles), and NaN goes back into
     the columns where a row sees a non-finite V (first_bad_key); otherwise first_bad_key is
@@ -450,20 +589,35 @@ def _fold_kv_block(Q, O, O_RES, LSE, M, L, FLAGS, ACC_TMP, M_TMP, L_TMP, kT, v, 
                       other=0.0)  # (BLOCK_M, BLOCK_DV) float32
         m_i = tl.load(M_TMP + stat_head + offs_m, mask=resumed, other=float("-inf"))
         l_i = tl.load(L_TMP + stat_head + offs_m, mask=resumed, other=0.0)
-        s = _tile_scores(q, kT, start_n, offs_m, offs_n, seqlen_q, seqlen_k, MASK, IS_CAUSAL,
-                         INPUT_PRECISION)
-        m_i, l_i, acc = _fold_tile(m_i, l_i, acc, s, v, start_n, offs_m, offs_n, seqlen_q,
-                                   seqlen_k, qk_scale, DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_M,
-                                   BLOCK_N, HEAD_DIM_V, BLOCK_DV, INPUT_PRECISION, False)
+        q1 = 0  # the second column chunks (D60), where there are
+        acc1 = 0
+        if BLOCK_D1 > 0:
+            q1 = _row_tile(q_head + offs_m * stride_qm, row_ok, stride_qd, BLOCK_D,
+                           HEAD_DIM - BLOCK_D, BLOCK_D1)
+        if BLOCK_DV1 > 0:
+            acc1 = _row_tile(ACC_TMP + o_head + offs_m * stride_om, resumed, stride_od,
+                             BLOCK_DV, HEAD_DIM_V - BLOCK_DV, BLOCK_DV1)
+        s = _tile_scores(q, kT, q1, kT1, start_n, offs_m, offs_n, seqlen_q, seqlen_k, MASK,
+                         IS_CAUSAL, BLOCK_D1, INPUT_PRECISION)
+        m_i, l_i, acc, acc1 = _fold_tile(m_i, l_i, acc, acc1, s, v, v1, start_n, offs_m, offs_n,
+                                         seqlen_q, seqlen_k, qk_scale, DEFER_NORM, SPLIT_Q,
+                                         KEY_SLICES, BLOCK_M, BLOCK_N, BLOCK_DV, BLOCK_DV1,
+                                         INPUT_PRECISION, False)
         if SANITIZED_V:
             acc = _nan_where_seen(acc, first_bad_key, offs_m, seqlen_q, seqlen_k)
+            if BLOCK_DV1 > 0:
+                acc1 = _nan_where_seen(acc1, first_bad_key1, offs_m, seqlen_q, seqlen_k)
         if LAST:  # no NaN flags: nothing hidden leaks here, and REPAIR does not run
-            _store_row_block(O, O_RES, LSE, M, L, FLAGS, acc, m_i, l_i, first_block + row_block,
-                             offs_m, row_ok, off_b, off_h, stride_ob, stride_oh, stride_om,
-                             stride_od, stride_lb, stride_lh, qk_scale, IS_CAUSAL, DEFER_NORM,
-                             HEAD_DIM_V, BLOCK_DV, False, STORE_O_RES, False)
+            _store_row_block(O, O_RES, LSE, M, L, FLAGS, acc, acc1, m_i, l_i,
+                             first_block + row_block, offs_m, row_ok, off_b, off_h, stride_ob,
+                             stride_oh, stride_om, stride_od, stride_lb, stride_lh, qk_scale,
+                             IS_CAUSAL, DEFER_NORM, HEAD_DIM_V, BLOCK_DV, BLOCK_DV1, False,
+                             STORE_O_RES, False)
         else:
             tl.store(acc_ptrs, acc, mask=_head_cols(row_ok[:, None], HEAD_DIM_V, BLOCK_DV, 1))
+            if BLOCK_DV1 > 0:  # float32 into float32: the rounding residual is not stored
+                _store_o(ACC_TMP, ACC_TMP, o_head, acc1, offs_m, row_ok, stride_om, stride_od,
+                         BLOCK_DV, HEAD_DIM_V - BLOCK_DV, BLOCK_DV1, False)
             tl.store(M_TMP + stat_head + offs_m, m_i, mask=row_ok)
             tl.store(L_TMP + stat_head + offs_m, l_i, mask=row_ok)
 
@@ -480,7 +634,8 @@ def _attn_fwd_kv_outer(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, ACC_TMP, M_T
                        IS_CAUSAL: tl.constexpr, DEFER_NORM: tl.constexpr,
                        SPLIT_Q: tl.constexpr, KEY_SLICES: tl.constexpr, BLOCK_M: tl.constexpr,
                        BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
-                       HEAD_DIM_V: tl.constexpr, BLOCK_DV: tl.constexpr,
+                       BLOCK_D1: tl.constexpr, HEAD_DIM_V: tl.constexpr,
+                       BLOCK_DV: tl.constexpr, BLOCK_DV1: tl.constexpr,
                        INPUT_PRECISION: tl.constexpr, TMA: tl.constexpr,
                        STORE_O_RES: tl.constexpr):
     """FA1's schedule for one (batch, head) and one split of its row blocks: K/V tiles outer,
@@ -497,6 +652,12 @@ def _attn_fwd_kv_outer(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, ACC_TMP, M_T
     v_base = V + off_b.to(tl.int64) * stride_vb + off_hkv.to(tl.int64) * stride_vh
     K_ptrs = k_base + offs_n[None, :] * stride_kn + offs_d[:, None] * stride_kd  # (D, BLOCK_N)
     V_ptrs = v_base + offs_n[:, None] * stride_vn + offs_dv[None, :] * stride_vd  # (BLOCK_N, Dv)
+    K1_ptrs, V1_ptrs = _second_chunk_ptrs(k_base, v_base, offs_n, stride_kn, stride_kd,
+                                          stride_vn, stride_vd, BLOCK_D, BLOCK_D1, BLOCK_DV,
+                                          BLOCK_DV1)
+    acc1_none = 0  # a blind row block's second output chunk
+    if BLOCK_DV1 > 0:
+        acc1_none = tl.zeros([BLOCK_M, BLOCK_DV1], tl.float32)
 
     # causal with seqlen_q > seqlen_k: row blocks below the first that sees key 0 see no key
     # at all and no tile visits them; they get O = 0 and L = -inf (m = -inf, l = 0)
@@ -504,11 +665,11 @@ def _attn_fwd_kv_outer(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, ACC_TMP, M_T
     for row_block in range(split, blind, n_splits):
         offs_m = row_block * BLOCK_M + tl.arange(0, BLOCK_M)
         _store_row_block(O, O_RES, LSE, M, L, FLAGS, tl.zeros([BLOCK_M, BLOCK_DV], tl.float32),
-                         tl.full([BLOCK_M], float("-inf"), tl.float32),
+                         acc1_none, tl.full([BLOCK_M], float("-inf"), tl.float32),
                          tl.zeros([BLOCK_M], tl.float32), first_block + row_block, offs_m,
                          offs_m < seqlen_q, off_b, off_h, stride_ob, stride_oh, stride_om,
                          stride_od, stride_lb, stride_lh, qk_scale, IS_CAUSAL, DEFER_NORM,
-                         HEAD_DIM_V, BLOCK_DV, False, STORE_O_RES, False)
+                         HEAD_DIM_V, BLOCK_DV, BLOCK_DV1, False, STORE_O_RES, False)
 
     final_start = (seqlen_k - 1) // BLOCK_N * BLOCK_N  # the keys' last tile
     for start_n in range(0, final_start, BLOCK_N):  # whole tiles, none the keys' last
@@ -516,6 +677,10 @@ def _attn_fwd_kv_outer(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, ACC_TMP, M_T
                         seqlen_k, False, BLOCK_N, HEAD_DIM, BLOCK_D, TMA)
         v = _tile_values(V_ptrs + start_n * stride_vn, VD, off_b, off_hkv, start_n, offs_n,
                          seqlen_k, False, BLOCK_N, HEAD_DIM_V, BLOCK_DV, TMA)
+        kT1, v1 = _second_chunk_tiles(K1_ptrs + start_n * stride_kn,
+                                      V1_ptrs + start_n * stride_vn,
+                                      start_n, offs_n, seqlen_k, False, BLOCK_N, HEAD_DIM,
+                                      BLOCK_D, BLOCK_D1, HEAD_DIM_V, BLOCK_DV, BLOCK_DV1)
         # the scratch is stored and read back in different thread layouts (and read ahead by
         # the pipeliner): a CTA barrier orders the last tile's stores before this tile's loads
         tl.debug_barrier()
@@ -523,55 +688,68 @@ def _attn_fwd_kv_outer(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, ACC_TMP, M_T
                                                    BLOCK_N, IS_CAUSAL)
         if IS_CAUSAL:  # the row blocks the diagonal crosses: ending here, then going on
             v_ok, first_bad_key = _sanitized_values(v, start_n, offs_n, seqlen_k)
+            v1_ok = v1
+            first_bad_key1 = 0
+            if BLOCK_DV1 > 0:
+                v1_ok, first_bad_key1 = _sanitized_values(v1, start_n, offs_n, seqlen_k)
             _fold_kv_block(Q, O, O_RES, LSE, M, L, FLAGS, ACC_TMP, M_TMP, L_TMP, kT, v_ok,
-                           first_bad_key, start_n, first, tl.minimum(ends, row_blocks), split,
-                           n_splits, first_block, off_b, off_h, stride_qb, stride_qh, stride_qm,
-                           stride_qd, stride_ob, stride_oh, stride_om, stride_od, stride_lb,
-                           stride_lh, seqlen_q, seqlen_k, qk_scale, True, True, IS_CAUSAL,
-                           DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM, BLOCK_D,
-                           HEAD_DIM_V, BLOCK_DV, INPUT_PRECISION, STORE_O_RES, True)
+                           first_bad_key, kT1, v1_ok, first_bad_key1, start_n, first,
+                           tl.minimum(ends, row_blocks), split, n_splits, first_block, off_b,
+                           off_h, stride_qb, stride_qh, stride_qm, stride_qd, stride_ob,
+                           stride_oh, stride_om, stride_od, stride_lb, stride_lh, seqlen_q,
+                           seqlen_k, qk_scale, True, True, IS_CAUSAL, DEFER_NORM, SPLIT_Q,
+                           KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM, BLOCK_D, BLOCK_D1,
+                           HEAD_DIM_V, BLOCK_DV, BLOCK_DV1, INPUT_PRECISION, STORE_O_RES, True)
             _fold_kv_block(Q, O, O_RES, LSE, M, L, FLAGS, ACC_TMP, M_TMP, L_TMP, kT, v_ok,
-                           first_bad_key, start_n, ends, tl.minimum(unmasked, row_blocks), split,
-                           n_splits, first_block, off_b, off_h, stride_qb, stride_qh, stride_qm,
-                           stride_qd, stride_ob, stride_oh, stride_om, stride_od, stride_lb,
-                           stride_lh, seqlen_q, seqlen_k, qk_scale, True, False, IS_CAUSAL,
-                           DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM, BLOCK_D,
-                           HEAD_DIM_V, BLOCK_DV, INPUT_PRECISION, STORE_O_RES, True)
-        _fold_kv_block(Q, O, O_RES, LSE, M, L, FLAGS, ACC_TMP, M_TMP, L_TMP, kT, v, 0, start_n,
-                       unmasked, row_blocks, split, n_splits, first_block, off_b, off_h,
-                       stride_qb, stride_qh, stride_qm, stride_qd, stride_ob, stride_oh,
+                           first_bad_key, kT1, v1_ok, first_bad_key1, start_n, ends,
+                           tl.minimum(unmasked, row_blocks), split, n_splits, first_block,
+                           off_b, off_h, stride_qb, stride_qh, stride_qm, stride_qd, stride_ob,
+                           stride_oh, stride_om, stride_od, stride_lb, stride_lh, seqlen_q,
+                           seqlen_k, qk_scale, True, False, IS_CAUSAL, DEFER_NORM, SPLIT_Q,
+                           KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM, BLOCK_D, BLOCK_D1,
+                           HEAD_DIM_V, BLOCK_DV, BLOCK_DV1, INPUT_PRECISION, STORE_O_RES, True)
+        _fold_kv_block(Q, O, O_RES, LSE, M, L, FLAGS, ACC_TMP, M_TMP, L_TMP, kT, v, 0, kT1, v1,
+                       0, start_n, unmasked, row_blocks, split, n_splits, first_block, off_b,
+                       off_h, stride_qb, stride_qh, stride_qm, stride_qd, stride_ob, stride_oh,
                        stride_om, stride_od, stride_lb, stride_lh, seqlen_q, seqlen_k, qk_scale,
                        False, False, IS_CAUSAL, DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_M,
-                       BLOCK_N, HEAD_DIM, BLOCK_D, HEAD_DIM_V, BLOCK_DV, INPUT_PRECISION,
-                       STORE_O_RES, False)
+                       BLOCK_N, HEAD_DIM, BLOCK_D, BLOCK_D1, HEAD_DIM_V, BLOCK_DV, BLOCK_DV1,
+                       INPUT_PRECISION, STORE_O_RES, False)
     # the keys' last tile, whole or not: masked, and the last of every row block that sees it
     kT = _tile_keys(K_ptrs + final_start * stride_kn, KD, off_b, off_hkv, final_start, offs_n,
                     seqlen_k, True, BLOCK_N, HEAD_DIM, BLOCK_D, TMA)
     v = _tile_values(V_ptrs + final_start * stride_vn, VD, off_b, off_hkv, final_start, offs_n,
                      seqlen_k, True, BLOCK_N, HEAD_DIM_V, BLOCK_DV, TMA)
+    kT1, v1 = _second_chunk_tiles(K1_ptrs + final_start * stride_kn,
+                                  V1_ptrs + final_start * stride_vn, final_start, offs_n,
+                                  seqlen_k, True, BLOCK_N, HEAD_DIM, BLOCK_D, BLOCK_D1,
+                                  HEAD_DIM_V, BLOCK_DV, BLOCK_DV1)
     tl.debug_barrier()
     first, _, _ = _row_blocks_seeing(final_start, seqlen_q, seqlen_k, BLOCK_M, BLOCK_N,
                                      IS_CAUSAL)
     first_bad_key = 0  # not read without causal: no key of a tile is hidden from a row
+    first_bad_key1 = 0
     if IS_CAUSAL:
         v, first_bad_key = _sanitized_values(v, final_start, offs_n, seqlen_k)
+        if BLOCK_DV1 > 0:
+            v1, first_bad_key1 = _sanitized_values(v1, final_start, offs_n, seqlen_k)
     _fold_kv_block(Q, O, O_RES, LSE, M, L, FLAGS, ACC_TMP, M_TMP, L_TMP, kT, v, first_bad_key,
-                   final_start, first, row_blocks, split, n_splits, first_block, off_b, off_h,
-                   stride_qb, stride_qh, stride_qm, stride_qd, stride_ob, stride_oh,
-                   stride_om, stride_od, stride_lb, stride_lh, seqlen_q, seqlen_k, qk_scale,
-                   True, True, IS_CAUSAL, DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_M, BLOCK_N,
-                   HEAD_DIM, BLOCK_D, HEAD_DIM_V, BLOCK_DV, INPUT_PRECISION, STORE_O_RES,
-                   IS_CAUSAL)
+                   kT1, v1, first_bad_key1, final_start, first, row_blocks, split, n_splits,
+                   first_block, off_b, off_h, stride_qb, stride_qh, stride_qm, stride_qd,
+                   stride_ob, stride_oh, stride_om, stride_od, stride_lb, stride_lh, seqlen_q,
+                   seqlen_k, qk_scale, True, True, IS_CAUSAL, DEFER_NORM, SPLIT_Q, KEY_SLICES,
+                   BLOCK_M, BLOCK_N, HEAD_DIM, BLOCK_D, BLOCK_D1, HEAD_DIM_V, BLOCK_DV,
+                   BLOCK_DV1, INPUT_PRECISION, STORE_O_RES, IS_CAUSAL)
 
 
 @triton.jit
 def _needs_repair(O, FLAGS, blocks, row_blocks, heads_q, n_blocks, stride_ob, stride_oh,
                   stride_om, stride_od, BLOCK_M: tl.constexpr, HEAD_DIM_V: tl.constexpr,
-                  BLOCK_DV: tl.constexpr,
+                  BLOCK_DV: tl.constexpr, BLOCK_DV1: tl.constexpr,
                   NAN_FLAGS: tl.constexpr):
     """For each row block in `blocks` (numbered (batch, head, row block) in order), 1 if it may
     hold a leaked NaN: its flag, or (not NAN_FLAGS) a NaN in its first output row (V's head
-    dimension wide)."""
+    dimension wide: both column chunks)."""
     in_range = blocks < n_blocks
     if NAN_FLAGS:
         return tl.load(FLAGS + blocks, mask=in_range, other=0)
@@ -583,7 +761,12 @@ def _needs_repair(O, FLAGS, blocks, row_blocks, heads_q, n_blocks, stride_ob, st
     o = tl.load(first_rows[:, None] + offs_d[None, :] * stride_od,
                 mask=_head_cols(in_range[:, None], HEAD_DIM_V, BLOCK_DV, 1),
                 other=0.0).to(tl.float32)  # float32: the interpreter keeps bf16 as raw bits
-    return tl.max((o != o).to(tl.int32), 1)
+    has_nan = tl.max((o != o).to(tl.int32), 1)
+    if BLOCK_DV1 > 0:
+        o1 = _row_tile(first_rows, in_range, stride_od, BLOCK_DV, HEAD_DIM_V - BLOCK_DV,
+                       BLOCK_DV1).to(tl.float32)
+        has_nan = tl.maximum(has_nan, tl.max((o1 != o1).to(tl.int32), 1))
+    return has_nan
 
 
 @triton.jit
@@ -597,9 +780,12 @@ def _attn_fwd(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, ACC_TMP, M_TMP, L_TMP
               IS_CAUSAL: tl.constexpr, DEFER_NORM: tl.constexpr, SEQ_PARALLEL: tl.constexpr,
               SPLIT_Q: tl.constexpr, KEY_SLICES: tl.constexpr, BLOCK_M: tl.constexpr,
               BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
-              HEAD_DIM_V: tl.constexpr, BLOCK_DV: tl.constexpr, INPUT_PRECISION: tl.constexpr,
-              REPAIR: tl.constexpr, REPAIR_CHUNK: tl.constexpr, TMA: tl.constexpr,
+              BLOCK_D1: tl.constexpr, HEAD_DIM_V: tl.constexpr, BLOCK_DV: tl.constexpr,
+              BLOCK_DV1: tl.constexpr, INPUT_PRECISION: tl.constexpr, REPAIR: tl.constexpr,
+              REPAIR_CHUNK: tl.constexpr, TMA: tl.constexpr,
               STORE_O_RES: tl.constexpr, NAN_FLAGS: tl.constexpr):
+    # tensor descriptors carry tile widths only (kernels.config.tma_fits): one chunk each
+    tl.static_assert(not TMA or (BLOCK_D1 == 0 and BLOCK_DV1 == 0))
     row_blocks = tl.cdiv(seqlen_q, BLOCK_M)  # FLAGS: one per (batch, head, row block)
     if REPAIR:
         # A few programs, each checking REPAIR_CHUNK row blocks at once; one that finds a
@@ -608,7 +794,7 @@ def _attn_fwd(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, ACC_TMP, M_TMP, L_TMP
         chunk = tl.arange(0, REPAIR_CHUNK)
         needs = _needs_repair(O, FLAGS, first + chunk, row_blocks, heads_q, n_blocks, stride_ob,
                               stride_oh, stride_om, stride_od, BLOCK_M, HEAD_DIM_V, BLOCK_DV,
-                              NAN_FLAGS)
+                              BLOCK_DV1, NAN_FLAGS)
         if tl.max(needs) != 0:
             for block in range(first, tl.minimum(first + REPAIR_CHUNK, n_blocks)):
                 off_bh = block // row_blocks
@@ -623,8 +809,8 @@ def _attn_fwd(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, ACC_TMP, M_TMP, L_TMP
                                         stride_ob, stride_oh, stride_om, stride_od, stride_lb,
                                         stride_lh, seqlen_q, seqlen_k, qk_scale, IS_CAUSAL,
                                         DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_M, BLOCK_N,
-                                        HEAD_DIM, BLOCK_D, HEAD_DIM_V, BLOCK_DV,
-                                        INPUT_PRECISION, True, TMA,
+                                        HEAD_DIM, BLOCK_D, BLOCK_D1, HEAD_DIM_V, BLOCK_DV,
+                                        BLOCK_DV1, INPUT_PRECISION, True, TMA,
                                         STORE_O_RES, NAN_FLAGS)
         return
     if SEQ_PARALLEL:
@@ -647,8 +833,8 @@ def _attn_fwd(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, ACC_TMP, M_TMP, L_TMP
                             stride_vb, stride_vh, stride_vn, stride_vd,
                             stride_ob, stride_oh, stride_om, stride_od, stride_lb, stride_lh,
                             seqlen_q, seqlen_k, qk_scale, IS_CAUSAL, DEFER_NORM, SPLIT_Q,
-                            KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM, BLOCK_D, HEAD_DIM_V,
-                            BLOCK_DV, INPUT_PRECISION, False, TMA,
+                            KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM, BLOCK_D, BLOCK_D1,
+                            HEAD_DIM_V, BLOCK_DV, BLOCK_DV1, INPUT_PRECISION, False, TMA,
                             STORE_O_RES, NAN_FLAGS)
     else:  # grid (batch * heads, splits): this program owns every n_splits-th row block
         _attn_fwd_kv_outer(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, ACC_TMP, M_TMP, L_TMP,
@@ -659,8 +845,8 @@ def _attn_fwd(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, ACC_TMP, M_TMP, L_TMP
                            stride_vb, stride_vh, stride_vn, stride_vd,
                            stride_ob, stride_oh, stride_om, stride_od, stride_lb, stride_lh,
                            seqlen_q, seqlen_k, qk_scale, IS_CAUSAL, DEFER_NORM, SPLIT_Q,
-                           KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM, BLOCK_D, HEAD_DIM_V,
-                           BLOCK_DV, INPUT_PRECISION, TMA, STORE_O_RES)
+                           KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM, BLOCK_D, BLOCK_D1,
+                           HEAD_DIM_V, BLOCK_DV, BLOCK_DV1, INPUT_PRECISION, TMA, STORE_O_RES)
 
 
 _ATTN_FWD = CachedLaunch(_attn_fwd)  # host time: kernels/launch_cache.py
@@ -716,6 +902,13 @@ def _sms_and_ctas_per_sm(device, args, kwargs) -> tuple[int, int]:
         by_threads = getattr(props, "max_threads_per_multi_processor", 2048) // (warps * 32)
         _CTAS_PER_SM[key] = max(1, min(by_regs, by_smem, by_threads, 32))  # 32 blocks an SM
     return props.multi_processor_count, _CTAS_PER_SM[key]
+
+
+def chunk_constexprs(head_dim: int, head_dim_v: int) -> dict:
+    """The kernel's column chunks of q/k's and of v's head dims (kernels.config.head_chunks):
+    BLOCK_D, BLOCK_D1, BLOCK_DV, BLOCK_DV1."""
+    (d0, d1), (dv0, dv1) = head_chunks(head_dim), head_chunks(head_dim_v)
+    return dict(BLOCK_D=d0, BLOCK_D1=d1, BLOCK_DV=dv0, BLOCK_DV1=dv1)
 
 
 def empty_outputs(q, defer_norm: bool, head_dim_v: int | None = None):
@@ -778,8 +971,8 @@ def attn_fwd(q, k, v, causal, softmax_scale, variant, config, o_residual=False):
         kwargs = dict(
             IS_CAUSAL=causal, DEFER_NORM=variant.defer_norm, SEQ_PARALLEL=variant.seq_parallel,
             SPLIT_Q=variant.split_q, KEY_SLICES=config.key_slices, BLOCK_M=config.block_m,
-            BLOCK_N=config.block_n, HEAD_DIM=head_dim, BLOCK_D=block_d(head_dim),
-            HEAD_DIM_V=head_dim_v, BLOCK_DV=block_d(head_dim_v),
+            BLOCK_N=config.block_n, HEAD_DIM=head_dim, HEAD_DIM_V=head_dim_v,
+            **chunk_constexprs(head_dim, head_dim_v),
             INPUT_PRECISION=config.input_precision,
             REPAIR=repair, REPAIR_CHUNK=REPAIR_CHUNK, TMA=tma, STORE_O_RES=o_res is not None,
             NAN_FLAGS=config.nan_flags,

@@ -1,5 +1,6 @@
 """Any head_dim from 1 to 256: the tiles pad it to block_d(head_dim) columns and mask the rest
-(kernels/forward.py, kernels/backward.py). Every variant, forward and backward, against the
+(kernels/forward.py, kernels/backward.py), or (the forward, D60) carry it in two column chunks
+of tile widths (kernels.config.head_chunks). Every variant, forward and backward, against the
 float64 oracle at head dims that are not tile widths, with small lengths (the interpreter).
 v may have a head dimension of its own (head_dim_v, o's too): decisions D56."""
 from dataclasses import replace
@@ -10,7 +11,7 @@ import torch
 from fa2check.core.checks import Reference
 from fa2check.core.problems import Problem
 from kernels import TILE_HEAD_DIMS, TileConfig, Variant, default_config, flash_attention
-from kernels.config import block_d
+from kernels.config import MIN_DOT_DIM, block_d, head_chunks, tile_columns
 from lattice import DTYPES, SHAPES
 
 ODD_HEAD_DIMS = (1, 40, 59, 80, 96, 111, 160)
@@ -37,6 +38,39 @@ def test_block_d_pads_to_a_tile_width():
     assert [block_d(d) for d in (1, 15, 16, 17, 40, 64, 65, 96, 160, 255, 256)] == \
         [16, 16, 16, 32, 64, 64, 128, 128, 256, 256, 256]
     assert {block_d(d) for d in range(1, 257)} == set(TILE_HEAD_DIMS)
+
+
+def test_head_chunks_are_tile_widths_that_waste_fewest_columns():
+    assert {d: head_chunks(d) for d in (1, 17, 40, 80, 96, 112, 160, 192, 200)} == {
+        1: (16, 0), 17: (32, 0), 40: (32, 16), 80: (64, 16), 96: (64, 32), 112: (128, 0),
+        160: (128, 32), 192: (128, 64), 200: (256, 0)}
+    for d in range(1, 257):
+        d0, d1 = head_chunks(d)
+        assert d0 in TILE_HEAD_DIMS and d1 in (0, *TILE_HEAD_DIMS)
+        assert d0 + d1 >= d and (d1 == 0) == (d0 >= d)  # a second chunk only past a first
+        assert d1 == 0 or d0 < d <= d0 + d1 < block_d(d)  # chunks only where they save columns
+        # the fewest columns of either layout (ties: one padded tile, one dot)
+        first = 1 << (d.bit_length() - 1)  # the largest power of two <= d
+        split = first + block_d(d - first) if MIN_DOT_DIM <= first < d else block_d(d)
+        assert tile_columns(d) == min(block_d(d), split)
+
+
+# every variant at a chunked head dim, and v's own chunks (192/128: q's chunks, v's one tile)
+CHUNKED_HEAD_DIMS = ((96, 96), (192, 128), (40, 80))
+
+
+@pytest.mark.parametrize("head_dim, head_dim_v", CHUNKED_HEAD_DIMS,
+                         ids=[f"d{d}-dv{dv}" for d, dv in CHUNKED_HEAD_DIMS])
+def test_every_variant_at_chunked_head_dims(head_dim, head_dim_v, device):
+    """The forward's two column chunks against the oracle, all 8 variants, forward and
+    backward (padded), several K/V tiles and row blocks, both masks (D60)."""
+    assert head_chunks(head_dim)[1] > 0
+    for i, variant in enumerate(Variant.all()):
+        problem = Problem(1, 2, 1, 21, 35, head_dim, DTYPES[i % len(DTYPES)], i % 2 == 1,
+                          seed=head_dim + i, head_dim_v=head_dim_v)
+        config = TileConfig(16, 16, num_stages=1, bwd_block_m=16, bwd_block_n=16,
+                            bwd_num_stages=1)
+        _assert_passes(problem, variant, device, config)
 
 
 @pytest.mark.parametrize("head_dim", ODD_HEAD_DIMS)

@@ -43,7 +43,7 @@ from rich.text import Text
 
 from kernels import TILE_HEAD_DIMS, TileConfig, Variant, default_config
 from kernels.config import block_d
-from kernels.forward import REPAIR_CHUNK
+from kernels.forward import REPAIR_CHUNK, chunk_constexprs
 
 DTYPES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}  # torch name -> Triton type
 SM90_MAX_SHARED = 232448  # bytes of shared memory one block may opt in to on H100/H200 (227 KiB)
@@ -146,9 +146,9 @@ def _forward_specialization(fn, case: Case, repair: bool = False, o_residual: bo
     tma = cfg.tma and not repair  # as attn_fwd: REPAIR loads through pointers
     constexprs = dict(IS_CAUSAL=case.causal, DEFER_NORM=v.defer_norm, SEQ_PARALLEL=v.seq_parallel,
                       SPLIT_Q=v.split_q, KEY_SLICES=cfg.key_slices, BLOCK_M=cfg.block_m,
-                      BLOCK_N=cfg.block_n, HEAD_DIM=case.head_dim,
-                      BLOCK_D=block_d(case.head_dim), HEAD_DIM_V=case.v_dim,
-                      BLOCK_DV=block_d(case.v_dim), INPUT_PRECISION=cfg.input_precision,
+                      BLOCK_N=cfg.block_n, HEAD_DIM=case.head_dim, HEAD_DIM_V=case.v_dim,
+                      **chunk_constexprs(case.head_dim, case.v_dim),
+                      INPUT_PRECISION=cfg.input_precision,
                       REPAIR=repair,
                       REPAIR_CHUNK=REPAIR_CHUNK, TMA=tma, STORE_O_RES=o_residual,
                       NAN_FLAGS=cfg.nan_flags)
