@@ -164,12 +164,16 @@ def heuristic_config(head_dim: int, on_gpu: bool, variant=None, dtype=None,
         config = TileConfig(block_m=64, block_n=32, num_warps=4, num_stages=2,
                             bwd_block_m=32, bwd_block_n=32, bwd_num_warps=8, bwd_num_stages=1,
                             bwd_dq_pass=True)
-        if columns <= 192 and str(dtype).removeprefix("torch.") != "float32":
+        split_q_seq_parallel = variant is None or (variant.split_q and variant.seq_parallel)
+        if (columns <= 192 and str(dtype).removeprefix("torch.") != "float32"
+                and split_q_seq_parallel):
             # the forward's chunks (D60) carry 160 or 192 columns, not 256: head_dim 128's
-            # forward tiles. sm_90 compile gate, FA2, bf16 and fp16, full and causal, 160, 192
-            # and 192/128: 186-250 registers and no spills (the REPAIR launch: 96-200 bytes at
-            # 160 and 192), 164-197 KB of shared memory; 128-key tiles need 240 KB at 192.
-            # float32 keeps head_dim 256's: on these its REPAIR launch needs 238-279 KB
+            # forward tiles. sm_90 compile gate, bf16 and fp16, full and causal, 160, 192
+            # and 192/128: split-Q with seq_parallel (both defer_norm) 173-250 registers and no
+            # spills (the REPAIR launch: 96-200 bytes at 160 and 192), 164-197 KB of shared
+            # memory; 128-key tiles need 240 KB at 192. Not for FA1's schedule (231-289 KB of
+            # shared memory on these) or split-K (5-14 KB of spills), nor float32 (its REPAIR
+            # launch needs 238-279 KB): those keep head_dim 256's
             config = replace(config, block_m=128, block_n=64, num_warps=8, num_stages=3)
     if on_gpu and str(dtype).removeprefix("torch.") == "float32":
         if head_dim >= 128:

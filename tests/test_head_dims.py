@@ -171,3 +171,18 @@ def test_gpu_value_head_dim_of_its_own(problem, device):
     the float64 oracle by the pass rule, compiled, with head_dim_v != head_dim."""
     for variant in (Variant(), Variant(seq_parallel=False)):
         _assert_passes(problem, variant, device)
+
+
+def test_chunked_tiles_only_where_they_fit():
+    """head_dim 128's forward tiles at 160 and 192 columns in chunks (D60) are for split-Q with
+    seq_parallel only: FA1's schedule needs more shared memory than sm_90 has on them, split-K
+    spills; those, and float32, keep head_dim 256's."""
+    from kernels.config import heuristic_config
+
+    def block_m(variant, dtype="bfloat16", head_dim=192):
+        return heuristic_config(head_dim, True, variant, dtype).block_m
+
+    assert block_m(Variant()) == block_m(Variant(defer_norm=False)) == 128
+    assert block_m(Variant(), head_dim=160) == 128
+    assert block_m(Variant(seq_parallel=False)) == block_m(Variant(split_q=False)) == 64
+    assert block_m(Variant(), "float32") == 64 and block_m(Variant(), head_dim=256) == 64
