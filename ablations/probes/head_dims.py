@@ -19,7 +19,6 @@ one small call each), then the cells are timed in order until --budget-s is spen
 recorded as not timed); the JSON is written after every cell.
 """
 import argparse
-from dataclasses import replace
 import itertools
 import json
 import os
@@ -156,20 +155,14 @@ def render(path) -> str:
 # ----------------------------------------------------------------------------- the run
 
 def contender(name: str, cell: Cell):
-    """fa2: FA2 on the tiles flash_attention picks for the call (as interface.py: the wider of
-    q's and v's head dims)."""
-    import torch
-
+    """fa2: FA2 on the tiles the ablation gives the cell, which are flash_attention's for the
+    call (fa2check.ablate.sweep.Configs)."""
     from fa2check.ablate import contenders
-    from kernels import Variant, default_config
-    from kernels.config import tma_fits
+    from fa2check.ablate.sweep import Configs
+    from kernels import Variant
 
     if name == "fa2":
-        config = default_config(max(cell.head_dim, cell.dv), True, Variant(), torch.bfloat16,
-                                causal=cell.causal, seqlen_q=cell.seqlen, seqlen_k=cell.seqlen)
-        # as flash_attention: a tuned tile's TMA only where the descriptors' box fits
-        return contenders.ours(Variant(), replace(config, tma=config.tma and tma_fits(
-            cell.head_dim, cell.dv)))
+        return contenders.ours(Variant(), Configs({}, on_gpu=True).config(Variant(), cell))
     return contenders.backend(name)
 
 

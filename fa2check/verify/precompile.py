@@ -57,11 +57,16 @@ def _tiles(column: Column, p) -> object:
                           seqlen_q=p.seqlen_q, seqlen_k=p.seqlen_k)
 
 
-def _cost(job: list[tuple[Column, Call]]) -> float:
-    """A rough order: split-K forwards compile slowest, then wide heads, then the backward."""
-    column, call = job[0]
+def compile_cost(column: Column, head_dim: int) -> float:
+    """A rough order of compile times: split-K forwards slowest, then wide heads."""
     split_k = column.ours and "-splitq" in column.variant
-    return (100 if split_k else 0) + call.problem.head_dim / 4 + 10 * call.backward
+    return (100 if split_k else 0) + head_dim / 4
+
+
+def _cost(job: list[tuple[Column, Call]]) -> float:
+    """compile_cost, then the backward (one kernel more)."""
+    column, call = job[0]
+    return compile_cost(column, call.problem.head_dim) + 10 * call.backward
 
 
 def jobs(tasks) -> list[list[tuple[Column, Call]]]:

@@ -116,11 +116,11 @@ def groups(tasks: list[Task], device: str) -> list[list[list[Task]]]:
 
 
 def _cost(group: list[Task]) -> float:
-    """A rough order: split-K forwards compile slowest, then large head_dim, then size."""
+    """A rough order: the compile cost of the group's column and head dim, then size."""
     task = group[0]
     p = task.case.problem
-    split_k = task.column.ours and "-splitq" in task.column.variant
-    return (100 if split_k else 0) + p.head_dim / 4 + len(group) + p.seqlen_q * p.seqlen_k * 1e-7
+    return (precompile.compile_cost(task.column, p.head_dim) + len(group)
+            + p.seqlen_q * p.seqlen_k * 1e-7)
 
 
 def execute(tasks: list[Task], device: str, jobs: int, on_record) -> list[dict]:
