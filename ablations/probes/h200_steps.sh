@@ -13,6 +13,7 @@
 #                  filter), then the head-dims probe
 #   hopper         the chassis's num_splits GPU tests and fa2check.verify --impl hopper
 #   switches       ablations/probes/hopper_switches.py at d=128 8k (oracle checks, then times)
+#   gpu-tests      pytest -m gpu over GPU_TESTS (files and options, e.g. "tests/a.py -k float32")
 set -u
 OUT=${OUT:-out}; mkdir -p "$OUT"
 W=$(mktemp -d)  # the steps write here; $OUT gets one archive of it after every step, so a run
@@ -38,6 +39,7 @@ for s in "$@"; do case $s in
   hopper) step hopper-splits-tests 60 python3 -m pytest -q -m gpu tests/test_hopper_splits.py -rf
           step hopper-verify 90 python3 -m fa2check.verify --impl hopper --json "$W/verify-hopper.json" $C ;;
   switches) step switches 110 python3 ablations/probes/hopper_switches.py --out "$W/switches" --head-dims 128 --seqlens 8192 --timeout 50 --budget 100 $C ;;
+  gpu-tests) step gpu-tests 240 python3 -m pytest -q -m gpu -rf ${GPU_TESTS:-tests} ;;
   *) echo "unknown step $s"; exit 2 ;;
 esac; done
 echo; printf "%-18s %4s %8s\n" step rc wall_s
