@@ -162,3 +162,36 @@ def test_sharded_run_keeps_every_cell_in_grid_order(tmp_path, device, monkeypatc
         assert all(runs for runs in entry["modes"]["fwd"]["samples"].values())
     # where the tiles came from is on disk before any cell is measured: a run cut later keeps it
     assert saved[0]["tile_sources"] and not saved[0]["cells"]
+
+
+@pytest.mark.parametrize("call_ms, slow", [(3.0, False), (10.0, True), (400.0, True)])
+def test_a_slow_call_is_timed_in_three_calls_not_eight(call_ms, slow):
+    """timing.cuda_samples with a fake clock: a call of at least rep/2 ms is timed by bench
+    itself (1 untimed + SLOW_SAMPLES timed calls, its first timed sample kept), a faster one
+    by do_bench; the plan charges each what it costs. With is_slow always False the slow
+    cases fail (do_bench is called); with the first sample dropped, the sample count fails."""
+    from fa2check.ablate import plan
+    from fa2check.ablate.timing import SLOW_SAMPLES, cuda_samples
+
+    calls, benched = [], []
+
+    def fn():
+        calls.append(1)
+
+    def timed_call(f):
+        f()
+        return call_ms
+
+    def do_bench(f, warmup, rep, return_mode):
+        benched.append((warmup, rep))
+        return [call_ms] * 3
+
+    samples = cuda_samples(fn, 5.0, 20.0, timed_call, do_bench)
+    if slow:
+        assert not benched and samples == [call_ms] * SLOW_SAMPLES
+        assert len(calls) == 1 + SLOW_SAMPLES
+        assert plan.measurement_s(call_ms, 5.0, 20.0) == pytest.approx(
+            (len(calls) * call_ms + plan.OVERHEAD_MS) / 1e3)
+    else:
+        assert benched == [(5.0, 20.0)] and samples == [call_ms] * 3
+        assert plan.measurement_s(call_ms, 5.0, 20.0) > (5.0 + 20.0) / 1e3

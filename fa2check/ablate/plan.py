@@ -5,8 +5,10 @@ The model is deliberately simple and is written down so that a run can be compar
   on the development machine with the compile gate: 0.6-1.0 s for split-Q forwards, 6-9.5 s for
   split-K forwards, whose default tiles spill), spread over the worker processes, plus
   WORKER_START_S for each of the two precompile phases;
-- one timed measurement: do_bench's first call and 5-call estimate, its warm-up and its repeat
-  time: warmup_ms + rep_ms + 7 * t, where t is the call's predicted time;
+- one timed measurement (fa2check.ablate.timing.bench): two calls that decide whether the call
+  is slow, then do_bench's first call and 5-call estimate, its warm-up and its repeat time:
+  warmup_ms + rep_ms + 9 * t, where t is the call's predicted time; a slow call (t >= rep_ms / 2)
+  is timed by `bench` itself in 1 + SLOW_SAMPLES calls;
 - t from the paper's FLOP count over a predicted rate: SDPA's backends at the rates measured on
   this H200 (shared/anchors: bf16 medians over the paper grid); our FA2 at about sdpa-flash's
   rate; seq_parallel off divides the rate by the fraction of the 132 SMs that batch * heads
@@ -17,6 +19,7 @@ physical predictions that the measurements are compared with are in docs/decisio
 """
 from __future__ import annotations
 
+from .timing import SLOW_SAMPLES, is_slow
 from .tuning import FINAL_ROUNDS, FINALISTS
 
 SMS = 132
@@ -77,7 +80,9 @@ def predicted_ms(cell, mode: str, name: str, variant=None) -> float:
 
 
 def measurement_s(ms: float, warmup_ms: float, rep_ms: float) -> float:
-    return (warmup_ms + rep_ms + 7 * ms + OVERHEAD_MS) / 1e3
+    if is_slow(ms, rep_ms):
+        return ((1 + SLOW_SAMPLES) * ms + OVERHEAD_MS) / 1e3
+    return (warmup_ms + rep_ms + 9 * ms + OVERHEAD_MS) / 1e3
 
 
 def cell_cost_s(cell, modes, contenders_for, settings) -> tuple[float, float]:
