@@ -114,17 +114,21 @@ class _WithoutRepair:
 HIDDEN_V_PROBLEM = Problem(1, 2, 1, 1000, 200, 32, "float32", True, seed=302)
 
 
+# FA1's schedule, and float32 split-K on the row-block schedule (kernels.forward.sanitises_masked_tiles)
+MAIN_LAUNCH_SANITISES = VARIANTS + [Variant(defer, True, False) for defer in (True, False)]
+
+
 @pytest.mark.filterwarnings("ignore:All-NaN slice:RuntimeWarning")  # the interpreter's row max
-@pytest.mark.parametrize("variant", VARIANTS, ids=str)
-def test_fa1_schedule_keeps_hidden_non_finite_values_out_in_its_own_launch(variant, device,
-                                                                            monkeypatch):
+@pytest.mark.parametrize("variant", MAIN_LAUNCH_SANITISES, ids=str)
+def test_the_main_launch_keeps_hidden_non_finite_values_out(variant, device, monkeypatch):
     """With K and V from a key c on set to NaN, or V to +inf, the rows that cannot see c come
-    out bitwise as without, from the FA1 schedule's main launch alone (REPAIR dropped), on the
-    GPU's default tiles (128-row blocks: the block holding the first row that sees c holds
-    rows that do not). REPAIR recomputed such a block with a kernel of its own, whose float32
-    split-K bits the H200 compiled 1 ulp apart from the main launch's (decisions D53); the
-    masked tiles now sanitise V in the main launch, so one compiled code serves both calls.
-    Rows that see c get NaN."""
+    out bitwise as without, from the main launch alone (REPAIR dropped), on the GPU's default
+    tiles (128-row blocks: the block holding the first row that sees c holds rows that do not).
+    REPAIR recomputed such a block with a kernel of its own, whose float32 split-K bits the
+    H200 compiled 1 ulp apart from the main launch's (decisions D53 for FA1's schedule, D64 for
+    the row-block schedule); the masked tiles now sanitise V in the main launch, so one
+    compiled code serves both calls. Rows that see c get NaN. With the row-block schedule's
+    REPAIR launch back for float32 split-K, its two cases fail (leaked NaN, 1 REPAIR)."""
     problem = HIDDEN_V_PROBLEM
     config = default_config(problem.head_dim, True, variant, problem.dtype)
     launcher = _WithoutRepair(kernels.forward._ATTN_FWD)

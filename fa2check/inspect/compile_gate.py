@@ -43,7 +43,7 @@ from rich.text import Text
 
 from kernels import TILE_HEAD_DIMS, TileConfig, Variant, default_config
 from kernels.config import block_d
-from kernels.forward import REPAIR_CHUNK, chunk_constexprs
+from kernels.forward import REPAIR_CHUNK, chunk_constexprs, sanitises_masked_tiles
 
 DTYPES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}  # torch name -> Triton type
 SM90_MAX_SHARED = 232448  # bytes of shared memory one block may opt in to on H100/H200 (227 KiB)
@@ -151,7 +151,8 @@ def _forward_specialization(fn, case: Case, repair: bool = False, o_residual: bo
                       INPUT_PRECISION=cfg.input_precision,
                       REPAIR=repair,
                       REPAIR_CHUNK=REPAIR_CHUNK, TMA=tma, STORE_O_RES=o_residual,
-                      NAN_FLAGS=cfg.nan_flags)
+                      NAN_FLAGS=cfg.nan_flags,
+                      SANITISE_MASKED=sanitises_masked_tiles(v, case.dtype == "float32"))
     box_k = _row_box(io, cfg.block_n, case.head_dim) if tma else None
     box_v = _row_box(io, cfg.block_n, case.v_dim) if tma else None
     return runtime_specialization(fn, pointers, constexprs, floats=("qk_scale",), unit=unit,
