@@ -140,7 +140,8 @@ def heuristic_config(head_dim: int, on_gpu: bool, variant=None, dtype=None,
         return replace(heuristic_config(head_dim, on_gpu, variant, dtype), block_m=64,
                        block_n=block_n, num_warps=4, num_stages=stages, tma=False)
     if backend == "gluon":
-        config = heuristic_config(head_dim, on_gpu, None, dtype)
+        # the backward fields are the Triton backward's for this variant (its gradients)
+        config = heuristic_config(head_dim, on_gpu, variant, dtype)
         if variant is not None and not variant.split_q:  # FA1: 16 rows, 16 keys per warp
             return replace(config, block_m=16, block_n=64, num_warps=4, num_stages=1)
         return replace(config, block_m=64, block_n=32, num_warps=4, num_stages=1)

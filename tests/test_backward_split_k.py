@@ -140,3 +140,21 @@ def test_split_k_changes_only_the_order_of_dq_sums(causal, dq_pass, device):
     assert torch.equal(dk_on, dk_off) and torch.equal(dv_on, dv_off)
     assert (dq_on - dq_off).abs().max() <= 1e-5 * dq_on.abs().max()
     assert not torch.equal(dq_on, dq_off), "split_q=False did not reach the backward"
+
+
+@pytest.mark.parametrize("backend", ["gluon", "hopper"])
+def test_every_backend_takes_the_triton_backwards_tiles(backend):
+    """The gluon and hopper backends' gradients come from the Triton backward, so their configs
+    carry its backward tiles for the variant: FA1's split-K tiles (D50) for split_q off. The
+    gluon backend once took the variant-free tiles there (dQ pass, 4 key slices of 8 keys):
+    refused at d=64 and out of shared memory at d=128 on the H200 (verify, D64's run)."""
+    from kernels.config import heuristic_config
+
+    bwd = [f.name for f in dataclasses.fields(TileConfig) if f.name.startswith("bwd_")]
+    for variant in Variant.all():
+        for head_dim in (64, 128):
+            for dtype in ("bfloat16", "float16"):
+                ours = heuristic_config(head_dim, True, variant, dtype, backend)
+                triton = heuristic_config(head_dim, True, variant, dtype)
+                assert [getattr(ours, f) for f in bwd] == [getattr(triton, f) for f in bwd], (
+                    backend, str(variant), head_dim, dtype)
