@@ -78,7 +78,7 @@ def main(argv=None) -> int:
     tasks = runner.plan(tier, columns, names, args.case, args.seed, args.forward_only)
     jobs = args.jobs or min(os.cpu_count() or 1, 16)
 
-    started, records = time.time(), []
+    started, records, timeline = time.time(), [], {}
     signal.signal(signal.SIGTERM, _interrupt)  # `timeout` and job schedulers send SIGTERM
     interrupted = False
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -91,7 +91,7 @@ def main(argv=None) -> int:
             progress.advance(bar)
 
         try:
-            runner.execute(tasks, device, jobs, advance)
+            runner.execute(tasks, device, jobs, advance, timeline)
         except KeyboardInterrupt:
             interrupted = True
     elapsed = time.time() - started
@@ -109,13 +109,17 @@ def main(argv=None) -> int:
     counts = {status: sum(r["status"] == status for r in records)
               for status in ("pass", "fail", "error", "unsupported")}
     console.print(", ".join(f"{n} {s}" for s, n in counts.items() if n) + f" ({elapsed:.0f} s)")
+    if timeline.get("precompile_jobs"):
+        console.print(f"precompile: {timeline['precompile_jobs']} jobs in "
+                      f"{timeline['precompile_s']:.0f} s; then the cases: "
+                      + ", ".join(f"{s:.0f} s" for s in timeline["phases_s"]))
     if args.json_path:
         write_json(args.json_path, {
             "environment": describe_environment(device, commit=args.commit), "tier": tier,
             "seed": args.seed,
             "command": " ".join([os.path.basename(sys.executable), "-m", "fa2check.verify",
                                  *(sys.argv[1:] if argv is None else argv)]),
-            "jobs": jobs, "seconds": elapsed, "columns": [c.__dict__ for c in columns],
+            "jobs": jobs, "seconds": elapsed, "timeline": timeline, "columns": [c.__dict__ for c in columns],
             "properties": names, "counts": counts, "interrupted": interrupted,
             "results": records})
         console.print(f"wrote {args.json_path}")

@@ -123,9 +123,11 @@ def _cost(group: list[Task]) -> float:
             + p.seqlen_q * p.seqlen_k * 1e-7)
 
 
-def execute(tasks: list[Task], device: str, jobs: int, on_record) -> list[dict]:
-    """Run every task; `on_record(record)` is called as each finishes (progress)."""
+def execute(tasks: list[Task], device: str, jobs: int, on_record, timeline=None) -> list[dict]:
+    """Run every task; `on_record(record)` is called as each finishes (progress). `timeline`
+    (a dict) gets the precompile pass's job count and seconds and each phase's seconds."""
     records = []
+    timeline = {} if timeline is None else timeline
 
     def collect(record):
         records.append(record)
@@ -133,18 +135,21 @@ def execute(tasks: list[Task], device: str, jobs: int, on_record) -> list[dict]:
 
     phases = groups(tasks, device)
     compiles = precompile.jobs(tasks) if device == "cuda" else []
+    timeline.update(precompile_jobs=len(compiles), precompile_s=0.0, phases_s=[])
     jobs = min(jobs, max([len(compiles)] + [len(phase) for phase in phases]))
     if jobs <= 1:
         for phase in phases:
+            start = time.perf_counter()
             for group in phase:
                 for task in group:
                     collect(run_task(task, device))
+            timeline["phases_s"].append(time.perf_counter() - start)
     else:
-        _execute_in_workers(compiles, phases, device, jobs, collect)
+        _execute_in_workers(compiles, phases, device, jobs, collect, timeline)
     return records
 
 
-def _execute_in_workers(compiles, phases, device, jobs, collect):
+def _execute_in_workers(compiles, phases, device, jobs, collect, timeline):
     """One pool for the compile jobs and all phases; a phase starts when the previous one has
     finished."""
     context = multiprocessing.get_context("spawn")  # CUDA and Triton need a fresh process
@@ -153,11 +158,14 @@ def _execute_in_workers(compiles, phases, device, jobs, collect):
     pool = ProcessPoolExecutor(jobs, mp_context=context, initializer=_init_worker,
                                initargs=(results, threads))
     try:
+        start = time.perf_counter()
         done, _ = wait([pool.submit(precompile.compile_job, job, device) for job in compiles],
                        return_when=FIRST_EXCEPTION)
         for future in done:
             future.result()  # a worker that died (compile_job itself raises nothing)
+        timeline["precompile_s"] = time.perf_counter() - start
         for phase in phases:
+            start = time.perf_counter()
             futures = [pool.submit(_run_group, group, device) for group in phase]
             expected, received = sum(len(group) for group in phase), 0
             while received < expected:
@@ -168,6 +176,7 @@ def _execute_in_workers(compiles, phases, device, jobs, collect):
                     for future in futures:
                         if future.done() and future.exception() is not None:
                             raise future.exception()
+            timeline["phases_s"].append(time.perf_counter() - start)
     except BaseException:  # interrupted (or a worker died): stop the workers, keep the records
         for process in list(getattr(pool, "_processes", {}).values()):
             process.terminate()
