@@ -50,3 +50,17 @@ def test_pass_rule_rejects_tf32_for_float32_inputs():
     ref = Reference(problem, "cpu")
     assert all(c.passed for c in ref.check(double("none"), None))
     assert not all(c.passed for c in ref.check(double("tf32"), None))
+
+
+@pytest.mark.parametrize("dtype", ("float16", "bfloat16", "float32"))
+def test_mpmath_rows_take_the_products_exactly(dtype):
+    """mp_reference_rows forms q.k's products in float64 (exact for these dtypes) and sums them
+    in mpmath: the same lse, to the last of its 50 digits, as products formed in mpmath (the
+    float64 inputs' path). With products rounded to float32 the lse differs."""
+    import mpmath
+
+    q, k, v, _ = Problem(1, 1, 1, 3, 40, 64, dtype, False, seed=7).inputs(scale=5.0)
+    fast = mp_reference_rows(q, k, v, range(3))
+    slow = mp_reference_rows(q.double(), k.double(), v.double(), range(3))
+    with mpmath.workdps(50):
+        assert [lse for _, lse in fast] == [lse for _, lse in slow]
