@@ -4,9 +4,10 @@ kernels and `python -m fa2check.ablate --backends ...,flex` times it beside SDPA
 
     impl(q, k, v, *, causal=False, softmax_scale=None, variant=None, return_lse=False, config=None)
 
-- `flex` is what a user of flex_attention runs: `torch.compile(flex_attention, dynamic=False)`,
-  one compiled graph per shape, dtype and mask (dynamo's guards pick it); `flex_eager` is the
-  uncompiled function, which materialises the scores (the semantics, not the kernel).
+- `flex` is what a user of flex_attention runs: `torch.compile(flex_attention, dynamic=False,
+  fullgraph=True)`, one compiled graph per shape, dtype and mask (dynamo's guards pick it),
+  never run uncompiled behind its name; `flex_eager` is the uncompiled function, which
+  materialises the scores (the semantics, not the kernel).
 - Causal is bottom-right aligned: a block mask of `q_idx + (Sk - Sq) >= kv_idx`, built once per
   (Sq, Sk, device) and reused. No mask: no block mask.
 - GQA through `enable_gqa=True`; v may have a head dim of its own (o takes v's).
@@ -19,6 +20,7 @@ kernels and `python -m fa2check.ablate --backends ...,flex` times it beside SDPA
 from __future__ import annotations
 
 import functools
+import re
 import warnings
 
 import torch
@@ -50,9 +52,12 @@ def causal_block_mask(seqlen_q: int, seqlen_k: int, device: str):
 
 @functools.lru_cache(maxsize=None)
 def compiled_flex_attention():
-    """`torch.compile(flex_attention, dynamic=False)`, made once; dynamo keeps one graph per
-    shape, dtype and mask under it."""
-    return torch.compile(_flex_module().flex_attention, dynamic=False)
+    """`torch.compile(flex_attention, dynamic=False, fullgraph=True)`, made once; dynamo keeps
+    one graph per shape, dtype and mask under it. fullgraph: without it, after one call that
+    raised while dynamo traced it (a CPU input that requires grad), later calls ran flex_attention
+    uncompiled, unseen: a compiled CPU call asking for lse, which inductor refuses, returned one
+    (D63)."""
+    return torch.compile(_flex_module().flex_attention, dynamic=False, fullgraph=True)
 
 
 def flex_call(q, k, v, causal: bool, scale: float | None = None, return_lse: bool = False,
@@ -91,17 +96,20 @@ def flex_call(q, k, v, causal: bool, scale: float | None = None, return_lse: boo
     return o, aux.lse
 
 
+_NOT_IMPLEMENTED = re.compile(r"NotImplementedError(?:: ([^\n]+)|\(['\"](.+?)['\"]\))")
+
+
 def _not_implemented(error: BaseException) -> str | None:
-    """torch's reason when `error` is, or wraps (inductor's lowering errors), a
-    NotImplementedError; else None."""
+    """torch's reason when `error` is, or wraps, a NotImplementedError; else None. Inductor
+    puts it in its message ("NotImplementedError: why"), dynamo in a cause of its own
+    ("raised exception NotImplementedError('why')")."""
     seen = error
     while seen is not None:
         if isinstance(seen, NotImplementedError):
             return str(seen).strip().splitlines()[0]
+        if found := _NOT_IMPLEMENTED.search(str(seen)):
+            return found.group(1) or found.group(2)
         seen = seen.__cause__ or seen.__context__
-    text = str(error)
-    if "NotImplementedError: " in text:  # inductor wraps it in its message, not as a cause
-        return text.split("NotImplementedError: ", 1)[1].strip().splitlines()[0]
     return None
 
 
