@@ -2,9 +2,10 @@
 ablation's opt-in peer `flex`.
 
 On the CPU (torch 2.11) flex_attention has no backward, and compiled it runs inference only,
-without lse (its first compile of a tiny shape took about 18 s here): the CPU tests judge the
+without lse (its first compile of a tiny shape took 11-18 s here): the CPU tests judge the
 adapter's semantics through its eager path (`flex_eager`, the same mask, GQA, scale and lse
-code), forward only; the compiled path is judged by the `gpu` tests.
+code), forward only, and the compiled path's refusals; its numbers are judged by the `gpu`
+tests.
 
 Shown to fail (each edit made by hand, then restored): with the block mask top-left aligned
 (`offset = 0` in `causal_block_mask`), test_flex_eager_passes_the_oracle fails its 4 causal
@@ -46,8 +47,8 @@ PROBLEMS = [  # bottom-right causal both ways (q > k: rows that see no key), GQA
 
 @pytest.mark.parametrize("problem", PROBLEMS, ids=str)
 def test_flex_eager_passes_the_oracle(problem):
-    """o and lse (float32, natural log) within the pass rule; -inf lse and zero o exactly
-    where a row sees no key (the pass rule's NaN/Inf placement)."""
+    """o and lse (float32, natural log) within the pass rule; lse -inf exactly where a row sees
+    no key (the pass rule's NaN/Inf placement), and o there within the rule of the oracle's 0."""
     reference = Reference(problem, "cpu", backward=False)
     failed = [str(c) for c in reference.check(flex_eager, None) if not c.passed]
     assert failed == []
@@ -55,10 +56,11 @@ def test_flex_eager_passes_the_oracle(problem):
 
 def test_flex_eager_is_judged_by_the_properties():
     """Two properties' quick cases (causal_masking's q < k and q > k), forward only (no backward
-    on the CPU), as the verify runner runs them (PROPERTIES[name].run). lse_bounds passes; causal_masking's oracle check (the
-    bottom-right alignment) and rows_without_keys pass. Its invisible_* checks are flex's own
-    verdict, not the adapter's, and are not asserted: eager flex_attention lets non-finite V of
-    hidden keys into its rows (0 * inf in P @ V), and `--impl flex` reports that as a failure."""
+    on the CPU), as the verify runner runs them (PROPERTIES[name].run). lse_bounds passes;
+    causal_masking's oracle check (the bottom-right alignment) and rows_without_keys pass. Its
+    invisible_* checks are flex's own verdict, not the adapter's, and are not asserted: eager
+    flex_attention lets non-finite V of hidden keys into its rows (0 * inf in P @ V), and
+    `--impl flex` reports that as a failure."""
     for case in PROPERTIES["lse_bounds"].CASES["quick"]:
         result = PROPERTIES["lse_bounds"].run(flex_eager, None, case, "cpu")
         assert result.status == "pass", f"{case.id}: {result.message}"
