@@ -14,6 +14,11 @@
 #   hopper         the chassis's num_splits GPU tests and fa2check.verify --impl hopper
 #   switches       ablations/probes/hopper_switches.py at d=128 8k (oracle checks, then times)
 #   gpu-tests      pytest -m gpu over GPU_TESTS (files and options, e.g. "tests/a.py -k float32")
+#   flex           torch's compiled flex_attention (D63): fa2check.verify --impl flex (every
+#                  property, the full tier; cut at 70 s its JSON keeps the cases that finished),
+#                  then its forward beside sdpa-flash, sdpa-cudnn and our Triton kernels at 8k
+#                  d=128, full and causal (about 160 s in all); its GPU tests:
+#                  GPU_TESTS=tests/test_flex.py ... gpu-tests
 set -u
 OUT=${OUT:-out}; mkdir -p "$OUT"
 W=$(mktemp -d)  # the steps write here; $OUT gets one archive of it after every step, so a run
@@ -40,6 +45,8 @@ for s in "$@"; do case $s in
           step hopper-verify 90 python3 -m fa2check.verify --impl hopper --json "$W/verify-hopper.json" $C ;;
   switches) step switches 110 python3 ablations/probes/hopper_switches.py --out "$W/switches" --head-dims 128 --seqlens 8192 --timeout 50 --budget 100 $C ;;
   gpu-tests) step gpu-tests 240 python3 -m pytest -q -m gpu -rf ${GPU_TESTS:-tests} ;;
+  flex) step flex-verify 70 python3 -m fa2check.verify --impl flex --json "$W/verify-flex.json" $C
+        step flex-time 90 python3 -m fa2check.ablate --seqlen 8192 --head-dim 128 --mode fwd --kernels triton --backends sdpa-flash,sdpa-cudnn,flex --rep-ms 100 --budget-s 80 $C --out "$W/flex" --no-plots ;;
   *) echo "unknown step $s"; exit 2 ;;
 esac; done
 echo; printf "%-18s %4s %8s\n" step rc wall_s

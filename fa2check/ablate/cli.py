@@ -42,7 +42,7 @@ from . import report
 from . import results as results_io
 from . import tuning
 from .analysis import analyse_results
-from .contenders import PEERS
+from .contenders import DEFAULT_PEERS, PEERS
 from .grids import GRID_MODES, GRIDS, MODES, custom_grid, filter_grid, parse_modes
 from .merge import MergeError, merge_runs
 from .plots import contributions_plot, tflops_plot
@@ -93,10 +93,12 @@ def parse_args(argv):
                    help="reuse the configs recorded in an earlier results JSON")
     t.add_argument("--tune-seqlen", type=int, default=4096)
     t.add_argument("--tune-rep-ms", type=float, default=10.0)
-    t.add_argument("--backends", default=",".join(PEERS),
+    t.add_argument("--backends", default=",".join(DEFAULT_PEERS),
                    help="peers timed beside our variants (comma separated; '' for none): "
                         "SDPA's backends, and api, flash_attention(q, k, v) with its defaults "
-                        "(backend, variant, tiles: what a user's call runs)")
+                        "(backend, variant, tiles: what a user's call runs); opt-in: flex, "
+                        "torch's flex_attention under torch.compile (one compile per cell, in "
+                        f"its gate). Default: {','.join(DEFAULT_PEERS)}")
     t.add_argument("--gluon", action="store_true",
                    help="fwd mode: also time the Gluon forward of every variant (kernels."
                         "gluon_forward: warp partitioning stated), with its own contributions")

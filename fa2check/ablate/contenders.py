@@ -1,5 +1,6 @@
-"""What the ablation times: our kernels (one per variant, each with its own config) and torch
-SDPA's backends, and the calls that are timed for each mode.
+"""What the ablation times: our kernels (one per variant, each with its own config), torch
+SDPA's backends and the opt-in peer `flex` (torch's flex_attention under torch.compile), and
+the calls that are timed for each mode.
 
 - fwd: the forward call (`flash_attention`, or SDPA under one forced backend).
 - bwd: only the backward. The forward runs once outside the timed region with inputs that
@@ -16,13 +17,16 @@ from dataclasses import dataclass
 
 import torch
 
+from ..core.flex import flex_call
 from ..core.sdpa_backends import BACKENDS, forced, sdpa
 
 GLUON = "gluon"  # the prefix of the Gluon forward's names: "gluon+defer+seqpar+splitq"
 HOPPER = "hopper"  # the Hopper chassis's forward (its backward is Triton's): "hopper+defer..."
 PREFIXED = (GLUON, HOPPER)  # kernel backends whose names carry a prefix; Triton's do not
 API = "api"  # `flash_attention(q, k, v, causal=...)` with nothing else: what a user's call runs
-PEERS = (*BACKENDS, API)  # what is timed beside our variants (--backends)
+FLEX = "flex"  # torch's flex_attention, compiled once per shape, dtype and mask (fa2check.core.flex)
+PEERS = (*BACKENDS, API, FLEX)  # what may be timed beside our variants (--backends)
+DEFAULT_PEERS = (*BACKENDS, API)  # --backends' default: flex compiles a graph per cell (D63)
 
 
 def kernel_name(variant, kernel_backend: str = "triton") -> str:
@@ -59,9 +63,12 @@ class Contender:
         return forced(self.backend) if self.backend else contextlib.nullcontext()
 
     def forward(self, q, k, v, causal: bool, return_lse: bool = False):
-        """o, or (o, lse) for ours with return_lse (SDPA returns no lse: (o, None))."""
+        """o, or (o, lse) for ours and flex with return_lse (SDPA returns no lse: (o, None))."""
         from kernels import flash_attention
 
+        if self.name == FLEX:  # its lse always, as our forward stores lse: one graph a cell
+            o, lse = flex_call(q, k, v, causal, return_lse=True)  # compiled at the gate's call
+            return (o, lse) if return_lse else o
         if self.name == API:  # the API's defaults: backend, variant and tiles
             return flash_attention(q, k, v, causal=causal, return_lse=return_lse)
         if self.ours:
@@ -78,7 +85,7 @@ def ours(variant, config, kernel_backend: str = "triton") -> Contender:
 
 
 def backend(name: str) -> Contender:
-    """A peer: one of SDPA's backends, or API."""
+    """A peer: one of SDPA's backends, API or FLEX."""
     if name not in PEERS:
         raise ValueError(f"unknown peer {name!r}; expected one of {', '.join(PEERS)}")
     return Contender(name, backend=name if name in BACKENDS else None)

@@ -39,6 +39,9 @@ COMPILE_S = {"split_q": 3.2, "split_k": 15.0, "bwd": 4.0,
 # a job predicted 94 s; with both counted, 160 jobs were planned at 203 s and took 194 s.
 CAUSAL_FWD_KERNELS = 2
 WORKER_START_S = 15.0
+# flex (torch's flex_attention) compiles in its gate call, once per cell and grad mode: a
+# prediction (D63), not yet timed on the GPU; its rate is taken as ours (RATES)
+FLEX_COMPILE_S = 20.0
 OVERHEAD_MS = 3.0  # host work around each measurement
 SPLIT_K_COST = 15.0
 # the Hopper chassis (README, 2026-12-02): split-K took 1.48-1.65x FA2's time; FA2 itself ran
@@ -60,7 +63,7 @@ RATES = {
 
 
 def predicted_ms(cell, mode: str, name: str, variant=None) -> float:
-    rates = RATES.get("ours" if variant is not None else name, RATES["ours"])  # api: ours
+    rates = RATES.get("ours" if variant is not None else name, RATES["ours"])  # api, flex: ours
     total = 0.0
     for part in ("fwd", "bwd"):
         if part not in mode.split("+"):
@@ -94,6 +97,7 @@ def cell_cost_s(cell, modes, contenders_for, settings) -> tuple[float, float]:
             sweep += measurement_s(ms, settings.warmup_ms, settings.rep_ms)
             slowest[name] = max(slowest.get(name, 0.0), predicted_ms(cell, "fwd+bwd", name, variant))
     gate = sum(2 * ms for ms in slowest.values()) / 1e3 + 0.5  # first call, check, oracle
+    gate += FLEX_COMPILE_S * ("flex" in slowest)
     return sweep, gate
 
 

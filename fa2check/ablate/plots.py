@@ -11,7 +11,7 @@ from .report import BACKEND_LABELS, names
 
 BACKEND_STYLE = {"sdpa-flash": ("tab:gray", "-"), "sdpa-cudnn": ("black", "-"),
                  "sdpa-efficient": ("tab:gray", "--"), "sdpa-math": ("tab:gray", ":"),
-                 "api": ("tab:cyan", "-.")}
+                 "api": ("tab:cyan", "-."), "flex": ("tab:gray", "-.")}
 VARIANT_COLOURS = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown",
                    "tab:pink", "tab:olive"]  # in Variant.all() order: FA2 first, FA1-style last
 FLAG_COLOURS = {"defer_norm": "tab:blue", "seq_parallel": "tab:orange", "split_q": "tab:green"}

@@ -20,7 +20,7 @@ from .tuning import band_seqlens
 
 FLAG_SHORT = {"defer_norm": "defer", "seq_parallel": "seqpar", "split_q": "splitq"}  # Variant's
 BACKEND_LABELS = {"sdpa-flash": "flash", "sdpa-cudnn": "cuDNN", "sdpa-efficient": "efficient",
-                  "sdpa-math": "math", "api": "API"}
+                  "sdpa-math": "math", "api": "API", "flex": "flex"}
 
 
 # ----------------------------------------------------------------------------- table model

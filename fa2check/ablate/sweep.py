@@ -39,8 +39,8 @@ from . import plan, tile_table, tuning
 from .budget import Budget
 from .cellcheck import CellOracle, gate
 from .clocks import ClockLog, inside
-from .contenders import (GLUON, HOPPER, PEERS, Contender, backend, kernel_name, make_inputs, ours,
-                         parse_kernel_name, timed_call)
+from .contenders import (DEFAULT_PEERS, GLUON, HOPPER, PEERS, Contender, backend, kernel_name,
+                         make_inputs, ours, parse_kernel_name, timed_call)
 from .timing import bench, gpu_state, matmul_samples
 
 SCHEMA = "fa2check.ablate/1"
@@ -61,7 +61,7 @@ class Settings:
     tune_seqlen: int = tuning.TUNE_SEQLEN
     tune_warmup_ms: float = 2.0
     tune_rep_ms: float = 10.0
-    backends: tuple = tuple(PEERS)
+    backends: tuple = tuple(DEFAULT_PEERS)
     math_max_seqlen: int = 4096
     budget_s: float | None = None
     workers: int = field(default_factory=tuning.default_workers)

@@ -7,6 +7,7 @@ flash_attention's signature, named as MODULE:FUNC.
                           variant
     sdpa                  ours and the four torch SDPA adapters beside it
     sdpa_math (etc.)      fa2check.adapters:sdpa_math
+    flex                  fa2check.adapters:flex (torch's flex_attention, compiled)
     MODULE:FUNC           any importable callable (variant is passed; it may ignore it)
 """
 from __future__ import annotations
@@ -21,6 +22,7 @@ GLUON = "fa2check.adapters:gluon"
 HOPPER = "fa2check.adapters:hopper"
 PER_VARIANT = (OURS, GLUON, HOPPER)  # implementations that take every variant
 SDPA = ("sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "sdpa_math")
+FLEX = "fa2check.adapters:flex"
 
 
 class Unsupported(Exception):
@@ -64,10 +66,13 @@ def expand(spec: str) -> list[str]:
         return [HOPPER]
     if spec == "sdpa":
         return [OURS] + [f"fa2check.adapters:{name}" for name in SDPA]
+    if spec == "flex":
+        return [FLEX]
     if spec in SDPA:
         return [f"fa2check.adapters:{spec}"]
     if ":" not in spec:
-        raise ValueError(f"--impl {spec!r}: expected MODULE:FUNC, 'ours', 'sdpa' or one of {SDPA}")
+        raise ValueError(f"--impl {spec!r}: expected MODULE:FUNC, 'ours', 'gluon', 'hopper', "
+                         f"'sdpa', 'flex' or one of {SDPA}")
     return [spec]
 
 

@@ -38,8 +38,9 @@ def parse_args(argv=None):
     parser.add_argument("--impl", action="append", default=None, metavar="MODULE:FUNC",
                         help="implementation to verify (repeatable): MODULE:FUNC with "
                              "flash_attention's signature, 'ours', 'gluon' (ours with the Gluon "
-                             "forward), 'sdpa' (ours and torch SDPA's four backends) or one of "
-                             "sdpa_flash, sdpa_cudnn, sdpa_efficient, sdpa_math; default: ours, "
+                             "forward), 'hopper' (the sm_90 chassis), 'sdpa' (ours and torch "
+                             "SDPA's four backends), 'flex' (torch's flex_attention, compiled) "
+                             "or one of sdpa_flash, sdpa_cudnn, sdpa_efficient, sdpa_math; default: ours, "
                              "and gluon too on a GPU")
     parser.add_argument("--variant", action="append", default=None,
                         help="variant such as +defer+seqpar+splitq, or fa2/fa1 (repeatable; "

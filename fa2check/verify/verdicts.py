@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..core.explain import format_ratio
+from ..core.implementations import FLEX
 
 FAILED = ("fail", "error")
 
@@ -99,8 +100,10 @@ def legend(columns: list, property_names: list[str]) -> list[str]:
         kinds.append("hopper: the wgmma/TMA forward for sm_90")
     if any(label.startswith("sdpa_") for label in labels):
         kinds.append("sdpa_*: torch SDPA's backend of that name, forced alone")
+    if any(c.impl == FLEX for c in columns):
+        kinds.append("flex: torch's flex_attention under torch.compile")
     others = [f"{c.label} = {c.impl}" for c in columns
-              if not c.ours and not c.label.startswith("sdpa_")]
+              if not c.ours and not c.label.startswith("sdpa_") and c.impl != FLEX]
     if others:
         kinds.append(", ".join(dict.fromkeys(others)) + " (given with --impl)")
     rows = "; ".join(f"{name}: {PROPERTY_WORDS.get(name, 'see properties/' + name + '.py')}"
