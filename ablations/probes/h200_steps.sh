@@ -13,6 +13,8 @@
 #                  filter), then the head-dims probe
 #   hopper         the chassis's num_splits GPU tests and fa2check.verify --impl hopper
 #   switches       ablations/probes/hopper_switches.py at d=128 8k (oracle checks, then times)
+#   fa1            the chassis's FA1-style rows as % of matmul at d=128 1k-8k, with FA1's num_splits
+#                  (`+h`): ablations/probes/fa1_schedule.py --backend hopper
 #   gpu-tests      pytest -m gpu over GPU_TESTS (files and options, e.g. "tests/a.py -k float32")
 #   flex           torch's compiled flex_attention (D63): fa2check.verify --impl flex (every
 #                  property, the full tier; cut at 70 s its JSON keeps the cases that finished),
@@ -44,6 +46,7 @@ for s in "$@"; do case $s in
   hopper) step hopper-splits-tests 60 python3 -m pytest -q -m gpu tests/test_hopper_splits.py -rf
           step hopper-verify 90 python3 -m fa2check.verify --impl hopper --json "$W/verify-hopper.json" $C ;;
   switches) step switches 110 python3 ablations/probes/hopper_switches.py --out "$W/switches" --head-dims 128 --seqlens 8192 --timeout 50 --budget 100 $C ;;
+  fa1) step fa1 150 python3 ablations/probes/fa1_schedule.py --backend hopper --head-dims 128 --seqlens 1024,2048,8192 --out "$W/fa1" $C ;;
   gpu-tests) step gpu-tests 240 python3 -m pytest -q -m gpu -rf ${GPU_TESTS:-tests} ;;
   flex) step flex-verify 70 python3 -m fa2check.verify --impl flex --json "$W/verify-flex.json" $C
         step flex-time 90 python3 -m fa2check.ablate --seqlen 8192 --head-dim 128 --mode fwd --kernels triton --backends sdpa-flash,sdpa-cudnn,flex --rep-ms 100 --budget-s 80 $C --out "$W/flex" --no-plots ;;
