@@ -47,7 +47,8 @@ for s in "$@"; do case $s in
           step hopper-verify 90 python3 -m fa2check.verify --impl hopper --json "$W/verify-hopper.json" $C ;;
   switches) step switches 110 python3 ablations/probes/hopper_switches.py --out "$W/switches" --head-dims 128 --seqlens 8192 --timeout 50 --budget 100 $C ;;
   fa1) step fa1 150 python3 ablations/probes/fa1_schedule.py --backend hopper --head-dims 128 --seqlens 1024,2048,8192 --out "$W/fa1" $C ;;
-  gpu-tests) step gpu-tests 240 python3 -m pytest -q -m gpu -rf ${GPU_TESTS:-tests} ;;
+  gpu-tests) XDIST=$(python3 -c "import xdist" 2>/dev/null && echo "-n 8")  # compile-bound: 8 workers
+             step gpu-tests 240 python3 -m pytest -q -m gpu -rf $XDIST ${GPU_TESTS:-tests} ;;
   flex) step flex-verify 70 python3 -m fa2check.verify --impl flex --json "$W/verify-flex.json" $C
         step flex-time 90 python3 -m fa2check.ablate --seqlen 8192 --head-dim 128 --mode fwd --kernels triton --backends sdpa-flash,sdpa-cudnn,flex --rep-ms 100 --budget-s 80 $C --out "$W/flex" --no-plots ;;
   *) echo "unknown step $s"; exit 2 ;;
