@@ -35,10 +35,21 @@ def tile_columns(head_dim: int) -> int:
     return sum(head_chunks(head_dim))
 
 
-def tma_fits(*head_dims: int) -> bool:
-    """Whether a tensor descriptor can carry K and V of these head dims: its box is the tile's
-    head dimension, so each must be a tile width (the kernels pad other widths in registers)."""
-    return all(d == block_d(d) for d in head_dims)
+TMA_ALIGN = 16  # bytes: a tensor descriptor's global strides and the least width of its box
+ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
+
+
+def tma_fits(*head_dims: int, dtype) -> bool:
+    """Whether tensor descriptors can carry contiguous K and V of these head dims and dtype
+    (torch dtype or its name) in the forward's column chunks (D62): a descriptor a chunk of
+    head_chunks, its box the chunk's width (at least MIN_DOT_DIM columns, so at least 32
+    bytes: TMA's box needs 16) and columns past the head dim arriving as zeros. What TMA
+    cannot do is a row stride that is not a multiple of 16 bytes: a head dim whose row is not
+    (bf16/fp16: head_dim % 8, float32: head_dim % 4) is refused. A call's own strides and
+    alignment are checked on its tensors (kernels.tma.tma_ready)."""
+    size = ELEMENT_BYTES[str(dtype).removeprefix("torch.")]
+    return all(d * size % TMA_ALIGN == 0 and min(w for w in head_chunks(d) if w) * size
+               >= TMA_ALIGN for d in head_dims)
 
 
 @dataclass(frozen=True)
