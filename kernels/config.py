@@ -132,7 +132,8 @@ def heuristic_config(head_dim: int, on_gpu: bool, variant=None, dtype=None,
     the backward fields stay the Triton backward's, which every backend's gradients use.
     The tiles follow the tile's head dimension, block_d(head_dim): registers and shared memory
     are those of the padded tile (head_dim 96 gets head_dim 128's tiles); the Triton forward's
-    tiles at 129-192 columns in chunks (tile_columns, D60: 160, 192) get tiles of their own."""
+    tiles at 129-192 columns in chunks (tile_columns, D60: 160, 192) get tiles of their own,
+    with TMA (D62; flash_attention drops it where kernels.tma.tma_ready refuses K or V)."""
     columns = tile_columns(head_dim)
     head_dim = block_d(head_dim)
     if backend == "hopper":  # kernels/hopper_forward.py: 64 rows a consumer warpgroup
@@ -184,8 +185,12 @@ def heuristic_config(head_dim: int, on_gpu: bool, variant=None, dtype=None,
             # spills (the REPAIR launch: 96-200 bytes at 160 and 192), 164-197 KB of shared
             # memory; 128-key tiles need 240 KB at 192. Not for FA1's schedule (231-289 KB of
             # shared memory on these) or split-K (5-14 KB of spills), nor float32 (its REPAIR
-            # launch needs 238-279 KB): those keep head_dim 256's
-            config = replace(config, block_m=128, block_n=64, num_warps=8, num_stages=3)
+            # launch needs 238-279 KB): those keep head_dim 256's.
+            # TMA, a descriptor a column chunk (D62): bf16 and fp16, attn_fwd and
+            # attn_fwd_grad, 144-219 registers (bf16 pointer loads: 186-250), no spills, 1 KB
+            # more shared memory
+            config = replace(config, block_m=128, block_n=64, num_warps=8, num_stages=3,
+                             tma=True)
     if on_gpu and str(dtype).removeprefix("torch.") == "float32":
         if head_dim >= 128:
             # 3 stages of float32 K/V tiles need 213-230 KB of the 227 KB an sm_90 block may

@@ -243,3 +243,8 @@ def test_chunked_tiles_only_where_they_fit():
     assert block_m(Variant(), head_dim=160) == 128
     assert block_m(Variant(seq_parallel=False)) == block_m(Variant(split_q=False)) == 64
     assert block_m(Variant(), "float32") == 64 and block_m(Variant(), head_dim=256) == 64
+    # with a descriptor a column chunk (D62), on the tiles that have them
+    assert heuristic_config(192, True, Variant(), "bfloat16").tma
+    assert heuristic_config(160, True, Variant(), "float16").tma
+    assert not heuristic_config(192, True, Variant(seq_parallel=False), "bfloat16").tma
+    assert not heuristic_config(192, True, Variant(), "float32").tma
