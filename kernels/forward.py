@@ -79,9 +79,8 @@ through tensor descriptors (Hopper's TMA unit; KD, VD) instead of pointer arithm
 seqlen_k, and a padded tile's columns past K's or V's head dim, arrive as zeros. A head dim in
 two column chunks has a descriptor a chunk (KD1, VD1: boxes BLOCK_D1 and BLOCK_DV1 wide, loaded
 at column BLOCK_D and BLOCK_DV of the same tensors; D62). The math is the same code, in both
-schedules. The REPAIR launch
-(below) always loads through pointers: it rarely has work, and each descriptor is encoded on the
-host at every launch.
+schedules. The REPAIR launch (below) always loads through pointers: it rarely has work, and
+each descriptor is encoded on the host at every launch.
 
 Non-finite V at hidden keys (causal): in a tile that crosses the diagonal a hidden key's P is 0,
 but 0 * NaN and 0 * inf are NaN inside P V, so a NaN or inf in V at a key a row cannot see
