@@ -35,10 +35,21 @@ def tile_columns(head_dim: int) -> int:
     return sum(head_chunks(head_dim))
 
 
-def tma_fits(*head_dims: int) -> bool:
-    """Whether a tensor descriptor can carry K and V of these head dims: its box is the tile's
-    head dimension, so each must be a tile width (the kernels pad other widths in registers)."""
-    return all(d == block_d(d) for d in head_dims)
+TMA_ALIGN = 16  # bytes: a tensor descriptor's global strides and the least width of its box
+ELEMENT_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
+
+
+def tma_fits(*head_dims: int, dtype) -> bool:
+    """Whether tensor descriptors can carry contiguous K and V of these head dims and dtype
+    (torch dtype or its name) in the forward's column chunks (D62): a descriptor a chunk of
+    head_chunks, its box the chunk's width (at least MIN_DOT_DIM columns, so at least 32
+    bytes: TMA's box needs 16) and columns past the head dim arriving as zeros. What TMA
+    cannot do is a row stride that is not a multiple of 16 bytes: a head dim whose row is not
+    (bf16/fp16: head_dim % 8, float32: head_dim % 4) is refused. A call's own strides and
+    alignment are checked on its tensors (kernels.tma.tma_ready)."""
+    size = ELEMENT_BYTES[str(dtype).removeprefix("torch.")]
+    return all(d * size % TMA_ALIGN == 0 and min(w for w in head_chunks(d) if w) * size
+               >= TMA_ALIGN for d in head_dims)
 
 
 @dataclass(frozen=True)
@@ -121,7 +132,8 @@ def heuristic_config(head_dim: int, on_gpu: bool, variant=None, dtype=None,
     the backward fields stay the Triton backward's, which every backend's gradients use.
     The tiles follow the tile's head dimension, block_d(head_dim): registers and shared memory
     are those of the padded tile (head_dim 96 gets head_dim 128's tiles); the Triton forward's
-    tiles at 129-192 columns in chunks (tile_columns, D60: 160, 192) get tiles of their own."""
+    tiles at 129-192 columns in chunks (tile_columns, D60: 160, 192) get tiles of their own,
+    with TMA (D62; flash_attention drops it where kernels.tma.tma_ready refuses K or V)."""
     columns = tile_columns(head_dim)
     head_dim = block_d(head_dim)
     if backend == "hopper":  # kernels/hopper_forward.py: 64 rows a consumer warpgroup
@@ -174,8 +186,12 @@ def heuristic_config(head_dim: int, on_gpu: bool, variant=None, dtype=None,
             # spills (the REPAIR launch: 96-200 bytes at 160 and 192), 164-197 KB of shared
             # memory; 128-key tiles need 240 KB at 192. Not for FA1's schedule (231-289 KB of
             # shared memory on these) or split-K (5-14 KB of spills), nor float32 (its REPAIR
-            # launch needs 238-279 KB): those keep head_dim 256's
-            config = replace(config, block_m=128, block_n=64, num_warps=8, num_stages=3)
+            # launch needs 238-279 KB): those keep head_dim 256's.
+            # TMA, a descriptor a column chunk (D62): bf16 and fp16, attn_fwd and
+            # attn_fwd_grad, 144-219 registers (bf16 pointer loads: 186-250), no spills, 1 KB
+            # more shared memory
+            config = replace(config, block_m=128, block_n=64, num_warps=8, num_stages=3,
+                             tma=True)
     if on_gpu and str(dtype).removeprefix("torch.") == "float32":
         if head_dim >= 128:
             # 3 stages of float32 K/V tiles need 213-230 KB of the 227 KB an sm_90 block may

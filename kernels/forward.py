@@ -76,9 +76,11 @@ width, or padding as cheap) compiles today's one-tile code.
 
 TMA (a tile choice, `TileConfig.tma`, not one of FA2's changes): K and V tiles are loaded
 through tensor descriptors (Hopper's TMA unit; KD, VD) instead of pointer arithmetic; keys past
-seqlen_k arrive as zeros. The math is the same code, in both schedules. The REPAIR launch
-(below) always loads through pointers: it rarely has work, and each descriptor is encoded on the
-host at every launch.
+seqlen_k, and a padded tile's columns past K's or V's head dim, arrive as zeros. A head dim in
+two column chunks has a descriptor a chunk (KD1, VD1: boxes BLOCK_D1 and BLOCK_DV1 wide, loaded
+at column BLOCK_D and BLOCK_DV of the same tensors; D62). The math is the same code, in both
+schedules. The REPAIR launch (below) always loads through pointers: it rarely has work, and
+each descriptor is encoded on the host at every launch.
 
 Non-finite V at hidden keys (causal): in a tile that crosses the diagonal a hidden key's P is 0,
 but 0 * NaN and 0 * inf are NaN inside P V, so a NaN or inf in V at a key a row cannot see
@@ -104,7 +106,7 @@ import triton.language as tl
 from .config import head_chunks
 from .launch_cache import CachedLaunch, _argument_key
 from .launch_order import LONGEST_FIRST_MIN_KEYS, heaviest_first
-from .tma import row_descriptors
+from .tma import chunk_descriptors
 
 LOG2E = 1.4426950408889634  # 1 / ln 2
 LN2 = 0.6931471805599453  # ln 2
@@ -148,10 +150,11 @@ def _head_cols(mask, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, D_AXIS: tl.c
 @triton.jit
 def _tile_keys(K_tile_ptrs, KD, off_b, off_hkv, start_n, offs_n, seqlen_k,
                MASK: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
-               BLOCK_D: tl.constexpr, TMA: tl.constexpr):
-    """K_j^T (BLOCK_D, BLOCK_N); keys past seqlen_k and padded columns are zeros."""
-    if TMA:  # tensor descriptors: keys past seqlen_k arrive as zeros, no load mask
-        kT = tl.trans(KD.load([off_b, off_hkv, start_n, 0]).reshape(BLOCK_N, BLOCK_D))
+               BLOCK_D: tl.constexpr, TMA: tl.constexpr, COL0: tl.constexpr):
+    """K_j^T (BLOCK_D, BLOCK_N) of the column chunk from column COL0 (K_tile_ptrs point
+    there; KD's box is BLOCK_D wide); keys past seqlen_k and padded columns are zeros."""
+    if TMA:  # tensor descriptors: keys past seqlen_k and columns past K's arrive as zeros
+        kT = tl.trans(KD.load([off_b, off_hkv, start_n, COL0]).reshape(BLOCK_N, BLOCK_D))
     elif MASK:
         kT = tl.load(K_tile_ptrs, other=0.0, mask=_head_cols(
             (start_n + offs_n < seqlen_k)[None, :], HEAD_DIM, BLOCK_D, 0))
@@ -186,10 +189,11 @@ def _tile_scores(q, kT, q1, kT1, start_n, offs_m, offs_n, seqlen_q, seqlen_k,
 @triton.jit
 def _tile_values(V_tile_ptrs, VD, off_b, off_hkv, start_n, offs_n, seqlen_k,
                  MASK: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM_V: tl.constexpr,
-                 BLOCK_DV: tl.constexpr, TMA: tl.constexpr):
-    """V_j (BLOCK_N, BLOCK_DV); rows past seqlen_k and padded columns are zeros."""
+                 BLOCK_DV: tl.constexpr, TMA: tl.constexpr, COL0: tl.constexpr):
+    """V_j (BLOCK_N, BLOCK_DV) of the column chunk from column COL0, as _tile_keys; rows past
+    seqlen_k and padded columns are zeros."""
     if TMA:
-        v = VD.load([off_b, off_hkv, start_n, 0]).reshape(BLOCK_N, BLOCK_DV)
+        v = VD.load([off_b, off_hkv, start_n, COL0]).reshape(BLOCK_N, BLOCK_DV)
     elif MASK:
         v = tl.load(V_tile_ptrs, other=0.0, mask=_head_cols(
             (start_n + offs_n < seqlen_k)[:, None], HEAD_DIM_V, BLOCK_DV, 1))
@@ -201,22 +205,22 @@ def _tile_values(V_tile_ptrs, VD, off_b, off_hkv, start_n, offs_n, seqlen_k,
 
 
 @triton.jit
-def _second_chunk_tiles(K1_tile_ptrs, V1_tile_ptrs, start_n, offs_n, seqlen_k,
-                        MASK: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
-                        BLOCK_D: tl.constexpr, BLOCK_D1: tl.constexpr,
+def _second_chunk_tiles(K1_tile_ptrs, V1_tile_ptrs, KD1, VD1, off_b, off_hkv, start_n, offs_n,
+                        seqlen_k, MASK: tl.constexpr, BLOCK_N: tl.constexpr,
+                        HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_D1: tl.constexpr,
                         HEAD_DIM_V: tl.constexpr, BLOCK_DV: tl.constexpr,
-                        BLOCK_DV1: tl.constexpr):
+                        BLOCK_DV1: tl.constexpr, TMA: tl.constexpr):
     """(K1_j^T, V1_j): a K/V tile's second column chunks (D60), from column BLOCK_D of K and
-    BLOCK_DV of V, through pointers (TMA carries tile widths only); 0 for a chunk that does
-    not exist."""
+    BLOCK_DV of V, through pointers or (TMA) descriptors of their own whose boxes are the
+    chunks' widths (D62); 0 for a chunk that does not exist."""
     kT1 = 0
     v1 = 0
     if BLOCK_D1 > 0:
-        kT1 = _tile_keys(K1_tile_ptrs, None, 0, 0, start_n, offs_n, seqlen_k, MASK, BLOCK_N,
-                         HEAD_DIM - BLOCK_D, BLOCK_D1, False)
+        kT1 = _tile_keys(K1_tile_ptrs, KD1, off_b, off_hkv, start_n, offs_n, seqlen_k, MASK,
+                         BLOCK_N, HEAD_DIM - BLOCK_D, BLOCK_D1, TMA, BLOCK_D)
     if BLOCK_DV1 > 0:
-        v1 = _tile_values(V1_tile_ptrs, None, 0, 0, start_n, offs_n, seqlen_k, MASK, BLOCK_N,
-                          HEAD_DIM_V - BLOCK_DV, BLOCK_DV1, False)
+        v1 = _tile_values(V1_tile_ptrs, VD1, off_b, off_hkv, start_n, offs_n, seqlen_k, MASK,
+                          BLOCK_N, HEAD_DIM_V - BLOCK_DV, BLOCK_DV1, TMA, BLOCK_DV)
     return kT1, v1
 
 
@@ -337,7 +341,7 @@ def _fold_tile(m_i, l_i, acc, acc1, s, v, v1, start_n, offs_m, offs_n, seqlen_q,
 
 @triton.jit
 def _online_softmax_step(m_i, l_i, acc, acc1, q, q1, K_tile_ptrs, V_tile_ptrs, K1_tile_ptrs,
-                         V1_tile_ptrs, KD, VD, off_b, off_hkv,
+                         V1_tile_ptrs, KD, VD, KD1, VD1, off_b, off_hkv,
                          start_n, offs_m, offs_n, seqlen_q, seqlen_k, qk_scale,
                          MASK: tl.constexpr, IS_CAUSAL: tl.constexpr, DEFER_NORM: tl.constexpr,
                          SPLIT_Q: tl.constexpr, KEY_SLICES: tl.constexpr,
@@ -350,12 +354,12 @@ def _online_softmax_step(m_i, l_i, acc, acc1, q, q1, K_tile_ptrs, V_tile_ptrs, K
     """Fold one K/V tile (keys start_n .. start_n + BLOCK_N) into the running (m_i, l_i, acc,
     acc1); the second column chunks' tiles (K1, V1) where BLOCK_D1, BLOCK_DV1 > 0."""
     kT = _tile_keys(K_tile_ptrs, KD, off_b, off_hkv, start_n, offs_n, seqlen_k, MASK, BLOCK_N,
-                    HEAD_DIM, BLOCK_D, TMA)
+                    HEAD_DIM, BLOCK_D, TMA, 0)
     v = _tile_values(V_tile_ptrs, VD, off_b, off_hkv, start_n, offs_n, seqlen_k, MASK, BLOCK_N,
-                     HEAD_DIM_V, BLOCK_DV, TMA)
-    kT1, v1 = _second_chunk_tiles(K1_tile_ptrs, V1_tile_ptrs, start_n, offs_n, seqlen_k, MASK,
-                                  BLOCK_N, HEAD_DIM, BLOCK_D, BLOCK_D1, HEAD_DIM_V, BLOCK_DV,
-                                  BLOCK_DV1)
+                     HEAD_DIM_V, BLOCK_DV, TMA, 0)
+    kT1, v1 = _second_chunk_tiles(K1_tile_ptrs, V1_tile_ptrs, KD1, VD1, off_b, off_hkv, start_n,
+                                  offs_n, seqlen_k, MASK, BLOCK_N, HEAD_DIM, BLOCK_D, BLOCK_D1,
+                                  HEAD_DIM_V, BLOCK_DV, BLOCK_DV1, TMA)
     s = _tile_scores(q, kT, q1, kT1, start_n, offs_m, offs_n, seqlen_q, seqlen_k, MASK,
                      IS_CAUSAL, BLOCK_D1, INPUT_PRECISION)
     return _fold_tile(m_i, l_i, acc, acc1, s, v, v1, start_n, offs_m, offs_n, seqlen_q,
@@ -443,7 +447,8 @@ def _second_chunk_ptrs(k_base, v_base, offs_n, stride_kn, stride_kd, stride_vn, 
 
 
 @triton.jit
-def _attn_fwd_row_block(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, block_index, start_m,
+def _attn_fwd_row_block(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, KD1, VD1, block_index,
+                        start_m,
                         off_b, off_h, off_hkv,
                         stride_qb, stride_qh, stride_qm, stride_qd,
                         stride_kb, stride_kh, stride_kn, stride_kd,
@@ -498,7 +503,8 @@ def _attn_fwd_row_block(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, block_index
             m_i, l_i, acc, acc1, q, q1, K_ptrs + start_n * stride_kn,
             V_ptrs + start_n * stride_vn, K1_ptrs + start_n * stride_kn,
             V1_ptrs + start_n * stride_vn,
-            KD, VD, off_b, off_hkv, start_n, offs_m, offs_n, seqlen_q, seqlen_k, qk_scale,
+            KD, VD, KD1, VD1, off_b, off_hkv, start_n, offs_m, offs_n, seqlen_q, seqlen_k,
+            qk_scale,
             False, IS_CAUSAL, DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM,
             BLOCK_D, BLOCK_D1, HEAD_DIM_V, BLOCK_DV, BLOCK_DV1, INPUT_PRECISION, False, TMA)
     for start_n in range(full_end, hi, BLOCK_N):
@@ -506,7 +512,8 @@ def _attn_fwd_row_block(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, block_index
             m_i, l_i, acc, acc1, q, q1, K_ptrs + start_n * stride_kn,
             V_ptrs + start_n * stride_vn, K1_ptrs + start_n * stride_kn,
             V1_ptrs + start_n * stride_vn,
-            KD, VD, off_b, off_hkv, start_n, offs_m, offs_n, seqlen_q, seqlen_k, qk_scale,
+            KD, VD, KD1, VD1, off_b, off_hkv, start_n, offs_m, offs_n, seqlen_q, seqlen_k,
+            qk_scale,
             True, IS_CAUSAL, DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM,
             BLOCK_D, BLOCK_D1, HEAD_DIM_V, BLOCK_DV, BLOCK_DV1, INPUT_PRECISION,
             IS_CAUSAL and REPAIR, TMA)
@@ -623,7 +630,8 @@ def _fold_kv_block(Q, O, O_RES, LSE, M, L, FLAGS, ACC_TMP, M_TMP, L_TMP, kT, v, 
 
 
 @triton.jit
-def _attn_fwd_kv_outer(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, ACC_TMP, M_TMP, L_TMP,
+def _attn_fwd_kv_outer(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, KD1, VD1, ACC_TMP, M_TMP,
+                       L_TMP,
                        first_block, off_b, off_h, off_hkv, split, n_splits,
                        stride_qb, stride_qh, stride_qm, stride_qd,
                        stride_kb, stride_kh, stride_kn, stride_kd,
@@ -674,13 +682,13 @@ def _attn_fwd_kv_outer(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, ACC_TMP, M_T
     final_start = (seqlen_k - 1) // BLOCK_N * BLOCK_N  # the keys' last tile
     for start_n in range(0, final_start, BLOCK_N):  # whole tiles, none the keys' last
         kT = _tile_keys(K_ptrs + start_n * stride_kn, KD, off_b, off_hkv, start_n, offs_n,
-                        seqlen_k, False, BLOCK_N, HEAD_DIM, BLOCK_D, TMA)
+                        seqlen_k, False, BLOCK_N, HEAD_DIM, BLOCK_D, TMA, 0)
         v = _tile_values(V_ptrs + start_n * stride_vn, VD, off_b, off_hkv, start_n, offs_n,
-                         seqlen_k, False, BLOCK_N, HEAD_DIM_V, BLOCK_DV, TMA)
+                         seqlen_k, False, BLOCK_N, HEAD_DIM_V, BLOCK_DV, TMA, 0)
         kT1, v1 = _second_chunk_tiles(K1_ptrs + start_n * stride_kn,
-                                      V1_ptrs + start_n * stride_vn,
+                                      V1_ptrs + start_n * stride_vn, KD1, VD1, off_b, off_hkv,
                                       start_n, offs_n, seqlen_k, False, BLOCK_N, HEAD_DIM,
-                                      BLOCK_D, BLOCK_D1, HEAD_DIM_V, BLOCK_DV, BLOCK_DV1)
+                                      BLOCK_D, BLOCK_D1, HEAD_DIM_V, BLOCK_DV, BLOCK_DV1, TMA)
         # the scratch is stored and read back in different thread layouts (and read ahead by
         # the pipeliner): a CTA barrier orders the last tile's stores before this tile's loads
         tl.debug_barrier()
@@ -717,13 +725,13 @@ def _attn_fwd_kv_outer(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, ACC_TMP, M_T
                        INPUT_PRECISION, STORE_O_RES, False)
     # the keys' last tile, whole or not: masked, and the last of every row block that sees it
     kT = _tile_keys(K_ptrs + final_start * stride_kn, KD, off_b, off_hkv, final_start, offs_n,
-                    seqlen_k, True, BLOCK_N, HEAD_DIM, BLOCK_D, TMA)
+                    seqlen_k, True, BLOCK_N, HEAD_DIM, BLOCK_D, TMA, 0)
     v = _tile_values(V_ptrs + final_start * stride_vn, VD, off_b, off_hkv, final_start, offs_n,
-                     seqlen_k, True, BLOCK_N, HEAD_DIM_V, BLOCK_DV, TMA)
+                     seqlen_k, True, BLOCK_N, HEAD_DIM_V, BLOCK_DV, TMA, 0)
     kT1, v1 = _second_chunk_tiles(K1_ptrs + final_start * stride_kn,
-                                  V1_ptrs + final_start * stride_vn, final_start, offs_n,
-                                  seqlen_k, True, BLOCK_N, HEAD_DIM, BLOCK_D, BLOCK_D1,
-                                  HEAD_DIM_V, BLOCK_DV, BLOCK_DV1)
+                                  V1_ptrs + final_start * stride_vn, KD1, VD1, off_b, off_hkv,
+                                  final_start, offs_n, seqlen_k, True, BLOCK_N, HEAD_DIM,
+                                  BLOCK_D, BLOCK_D1, HEAD_DIM_V, BLOCK_DV, BLOCK_DV1, TMA)
     tl.debug_barrier()
     first, _, _ = _row_blocks_seeing(final_start, seqlen_q, seqlen_k, BLOCK_M, BLOCK_N,
                                      IS_CAUSAL)
@@ -770,7 +778,7 @@ def _needs_repair(O, FLAGS, blocks, row_blocks, heads_q, n_blocks, stride_ob, st
 
 
 @triton.jit
-def _attn_fwd(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, ACC_TMP, M_TMP, L_TMP,
+def _attn_fwd(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, KD1, VD1, ACC_TMP, M_TMP, L_TMP,
               stride_qb, stride_qh, stride_qm, stride_qd,
               stride_kb, stride_kh, stride_kn, stride_kd,
               stride_vb, stride_vh, stride_vn, stride_vd,
@@ -785,8 +793,8 @@ def _attn_fwd(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, ACC_TMP, M_TMP, L_TMP
               REPAIR_CHUNK: tl.constexpr, TMA: tl.constexpr,
               STORE_O_RES: tl.constexpr, NAN_FLAGS: tl.constexpr,
               SANITISE_MASKED: tl.constexpr):
-    # tensor descriptors carry tile widths only (kernels.config.tma_fits): one chunk each
-    tl.static_assert(not TMA or (BLOCK_D1 == 0 and BLOCK_DV1 == 0))
+    # TMA: a descriptor a column chunk (D62); KD1 and VD1 (None without TMA) carry the second
+    # chunks where BLOCK_D1 and BLOCK_DV1 > 0 (kernels.tma.chunk_descriptors)
     row_blocks = tl.cdiv(seqlen_q, BLOCK_M)  # FLAGS: one per (batch, head, row block)
     if REPAIR:
         # A few programs, each checking REPAIR_CHUNK row blocks at once; one that finds a
@@ -801,7 +809,8 @@ def _attn_fwd(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, ACC_TMP, M_TMP, L_TMP
                 off_bh = block // row_blocks
                 off_h = off_bh % heads_q
                 if tl.sum(tl.where(chunk == block - first, needs, 0)) != 0:
-                    _attn_fwd_row_block(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, block,
+                    _attn_fwd_row_block(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, KD1, VD1,
+                                        block,
                                         (block % row_blocks) * BLOCK_M, off_bh // heads_q,
                                         off_h, off_h // group_size,
                                         stride_qb, stride_qh, stride_qm, stride_qd,
@@ -827,7 +836,7 @@ def _attn_fwd(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, ACC_TMP, M_TMP, L_TMP
     first_block = off_bh * row_blocks
 
     if SEQ_PARALLEL:
-        _attn_fwd_row_block(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD,
+        _attn_fwd_row_block(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, KD1, VD1,
                             first_block + row_block, row_block * BLOCK_M, off_b, off_h, off_hkv,
                             stride_qb, stride_qh, stride_qm, stride_qd,
                             stride_kb, stride_kh, stride_kn, stride_kd,
@@ -838,7 +847,8 @@ def _attn_fwd(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, ACC_TMP, M_TMP, L_TMP
                             HEAD_DIM_V, BLOCK_DV, BLOCK_DV1, INPUT_PRECISION,
                             IS_CAUSAL and SANITISE_MASKED, TMA, STORE_O_RES, NAN_FLAGS)
     else:  # grid (batch * heads, splits): this program owns every n_splits-th row block
-        _attn_fwd_kv_outer(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, ACC_TMP, M_TMP, L_TMP,
+        _attn_fwd_kv_outer(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, KD1, VD1, ACC_TMP,
+                           M_TMP, L_TMP,
                            first_block, off_b, off_h, off_hkv, tl.program_id(1),
                            tl.num_programs(1),
                            stride_qb, stride_qh, stride_qm, stride_qd,
@@ -968,12 +978,17 @@ def attn_fwd(q, k, v, causal, softmax_scale, variant, config, o_residual=False):
         m_tmp, l_tmp = torch.empty((2,) + stat_shape, device=q.device,
                                    dtype=torch.float32).unbind(0)
     repair_grid = (triton.cdiv(n_blocks, REPAIR_CHUNK),)
-    kd, vd = row_descriptors((k, v), config.block_n) if config.tma else (None, None)
+    chunks = chunk_constexprs(head_dim, head_dim_v)
+    kd, kd1 = chunk_descriptors(k, config.block_n, chunks["BLOCK_D"], chunks["BLOCK_D1"]) \
+        if config.tma else (None, None)
+    vd, vd1 = chunk_descriptors(v, config.block_n, chunks["BLOCK_DV"], chunks["BLOCK_DV1"]) \
+        if config.tma else (None, None)
     for repair in (False, True) if repair_launch else (False,):
         # REPAIR rarely has work: pointer loads, no descriptors to encode on the host
         tma = config.tma and not repair
-        args = (q, k, v, o, o if o_res is None else o_res, lse, m, l, flags, kd if tma else None,
-                vd if tma else None, acc_tmp, m_tmp, l_tmp,
+        descriptors = (kd, vd, kd1, vd1) if tma else (None,) * 4
+        args = (q, k, v, o, o if o_res is None else o_res, lse, m, l, flags, *descriptors,
+                acc_tmp, m_tmp, l_tmp,
                 *q.stride(), *k.stride(), *v.stride(), *o.stride(), stats[0].stride(0),
                 stats[0].stride(1), heads_q, heads_q // heads_kv, seqlen_q, seqlen_k,
                 softmax_scale * LOG2E, n_blocks)
@@ -981,8 +996,7 @@ def attn_fwd(q, k, v, causal, softmax_scale, variant, config, o_residual=False):
             IS_CAUSAL=causal, DEFER_NORM=variant.defer_norm, SEQ_PARALLEL=variant.seq_parallel,
             SPLIT_Q=variant.split_q, KEY_SLICES=config.key_slices, BLOCK_M=config.block_m,
             BLOCK_N=config.block_n, HEAD_DIM=head_dim, HEAD_DIM_V=head_dim_v,
-            **chunk_constexprs(head_dim, head_dim_v),
-            INPUT_PRECISION=config.input_precision,
+            **chunks, INPUT_PRECISION=config.input_precision,
             REPAIR=repair, REPAIR_CHUNK=REPAIR_CHUNK, TMA=tma, STORE_O_RES=o_res is not None,
             NAN_FLAGS=config.nan_flags, SANITISE_MASKED=sanitise_masked,
             num_warps=config.num_warps,

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import torch
 
-from .config import (BACKENDS, MAX_HEAD_DIM, MIN_DOT_DIM, TileConfig, block_d, default_config,
+from .config import (BACKENDS, MAX_HEAD_DIM, MIN_DOT_DIM, TileConfig, default_config,
                      tma_fits)
 from .tma import tma_ready
 from .variant import Variant
@@ -226,22 +226,23 @@ def _check_config(config: TileConfig, variant: Variant, on_gpu: bool):
 
 def _tma_possible(k, v, backend) -> bool:
     """Whether _check_tma would take these K/V."""
-    return (backend == "triton" and tma_fits(k.shape[-1], v.shape[-1])
+    return (backend == "triton" and tma_fits(k.shape[-1], v.shape[-1], dtype=k.dtype)
             and tma_ready(k) and tma_ready(v))
 
 
 def _check_tma(k, v, backend):
-    """Tensor descriptors need 16-byte aligned data and strides and a unit head_dim stride, and
-    their box is the tile's head dimension: head_dim must be one (a power of two >= 16)."""
+    """Tensor descriptors need 16-byte aligned data and strides and a unit head_dim stride;
+    their boxes are the forward's column chunks (kernels.config.tma_fits, D62), so a row of
+    head_dim elements must be a multiple of 16 bytes."""
     if backend != "triton":
         raise ValueError(f"config.tma is a tile choice of the Triton forward, not of {backend!r}")
     for name, t in (("k", k), ("v", v)):
         head_dim = t.shape[-1]
-        if head_dim != block_d(head_dim):
-            raise ValueError(f"config.tma needs {name}'s head_dim a power of two >= "
-                             f"{MIN_DOT_DIM} (the tensor descriptor's box is the tile's "
-                             f"{block_d(head_dim)} columns), got head_dim {head_dim}; use "
-                             "tma=False")
+        if not tma_fits(head_dim, dtype=t.dtype):
+            raise ValueError(f"config.tma needs {name}'s rows a multiple of 16 bytes (a tensor "
+                             f"descriptor's row stride), got head_dim {head_dim} of "
+                             f"{str(t.dtype).removeprefix('torch.')}: "
+                             f"{head_dim * t.element_size()} bytes; use tma=False")
     for name, t in (("k", k), ("v", v)):
         if not tma_ready(t):
             raise ValueError(f"config.tma needs {name} with head_dim stride 1 and 16-byte "

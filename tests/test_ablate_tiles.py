@@ -130,14 +130,16 @@ def test_kernel_names_and_the_hopper_tile_space():
     assert sweep.retune_key_matches(key, [])
 
 
-def test_configs_drop_a_tuned_tiles_tma_where_the_head_dim_is_not_a_tile_width():
-    """The table's d=128 tiles use TMA; at d=96 (padded to 128) and 192/128 the descriptors'
-    box cannot carry K or V, so the ablation's tiles drop it, as flash_attention does."""
+def test_configs_drop_a_tuned_tiles_tma_where_rows_are_not_16_byte_units():
+    """The table's d=128 tiles use TMA; d=96 and 80 take them (block_d 128) with a descriptor
+    a column chunk (D62); where a row of K or V is not a multiple of 16 bytes (bf16 d=100, or
+    v's 100 beside q's 96) the ablation's tiles drop it, as flash_attention does."""
     from fa2check.ablate.grids import Cell
     from fa2check.ablate.sweep import Configs
 
     configs = Configs({}, on_gpu=True, gpu="NVIDIA H200")
     tiles = {dims: configs.config(Variant(), Cell(2, 16, 16, 8192, dims[0], "bfloat16", False,
                                                    head_dim_v=dims[1])).tma
-             for dims in ((128, None), (96, None), (192, 128))}
-    assert tiles == {(128, None): True, (96, None): False, (192, 128): False}
+             for dims in ((128, None), (96, None), (80, None), (100, None), (96, 100))}
+    assert tiles == {(128, None): True, (96, None): True, (80, None): True, (100, None): False,
+                     (96, 100): False}

@@ -291,6 +291,9 @@ def test_v_with_its_own_head_dim_compiles_and_tabulates(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (fwd,) = reports
     assert (fwd["head_dim"], fwd["head_dim_v"]) == (192, 128) and fwd["registers"] > 0
+    # heuristic_config's chunked tile loads K through a descriptor a chunk (D62: boxes 128 and
+    # 64 wide) and V through one; a box signature unlike the kernel's would not compile
+    assert fwd["choices"] == "tma" and fwd["spill_stores"] == 0
     assert f"| 192/128 | {Variant()} | {fwd['registers']}" in markdown(reports)
     # the occupancy bound from this case's own compile facts, in the JSON and the console table
     from fa2check.inspect.compile_gate import ctas_per_sm

@@ -10,8 +10,8 @@ import torch
 
 from fa2check.core.checks import Reference
 from fa2check.core.problems import Problem
-from kernels import TILE_HEAD_DIMS, TileConfig, Variant, default_config, flash_attention
-from kernels.config import MIN_DOT_DIM, block_d, head_chunks, tile_columns
+from kernels import TILE_HEAD_DIMS, TileConfig, Variant, flash_attention
+from kernels.config import MIN_DOT_DIM, block_d, head_chunks, tile_columns, tma_fits
 from lattice import DTYPES, SHAPES
 
 ODD_HEAD_DIMS = (1, 40, 59, 80, 96, 111, 160)
@@ -26,8 +26,8 @@ def _problem(head_dim, i):
                    i % 2 == 1, seed=head_dim * 8 + i)
 
 
-def _assert_passes(problem, variant, device, config=None):
-    ref = Reference(problem, device)
+def _assert_passes(problem, variant, device, config=None, backward=True):
+    ref = Reference(problem, device, backward=backward)
     fn = flash_attention if config is None else (
         lambda *a, **kw: flash_attention(*a, config=config, **kw))
     failed = [str(c) for c in ref.check(fn, variant) if not c.passed]
@@ -118,11 +118,68 @@ def test_backward_both_places_of_dq_at_odd_head_dims(head_dim, dq_pass, device):
         _assert_passes(problem, variant, device, config)
 
 
-def test_tma_is_refused_where_head_dim_is_not_a_tile_width(device):
-    q = torch.randn(1, 2, 8, 40, device=device, dtype=torch.float16)
-    with pytest.raises(ValueError, match="config.tma needs k's head_dim a power of two"):
+def test_tma_fits_rows_of_whole_16_byte_units():
+    """TMA per column chunk (D62): a descriptor a chunk, each box at least 16 columns, so
+    what TMA cannot carry is a row stride that is not a multiple of 16 bytes."""
+    assert [d for d in range(1, 257) if tma_fits(d, dtype="bfloat16")] == list(range(8, 257, 8))
+    assert [d for d in range(1, 257) if tma_fits(d, dtype=torch.float16)] == \
+        list(range(8, 257, 8))
+    assert [d for d in range(1, 257) if tma_fits(d, dtype="float32")] == list(range(4, 257, 4))
+    assert tma_fits(40, 80, 96, 160, 192, dtype="bfloat16")
+    assert not tma_fits(96, 100, dtype="bfloat16")  # v's 200-byte rows
+
+
+def test_tma_is_refused_where_rows_are_not_16_byte_units(device):
+    q = torch.randn(1, 2, 8, 44, device=device, dtype=torch.float16)  # 88-byte rows
+    with pytest.raises(ValueError, match="config.tma needs k's rows a multiple of 16 bytes"):
         flash_attention(q, q, q, config=TileConfig(32, 16, tma=True))
-    assert not default_config(40, device == "cuda", Variant(), torch.float16).tma
+
+
+# TMA per chunk (D62): 96 = 64 + 32, both chunks whole; 40 = 32 + 16 of which 8 are K's (the
+# box reaches past K's columns and reads zeros there) with v's 80 = 64 + 16
+TMA_CHUNKED_HEAD_DIMS = ((96, 96), (40, 80))
+
+
+@pytest.mark.parametrize("head_dim, head_dim_v", TMA_CHUNKED_HEAD_DIMS,
+                         ids=[f"d{d}-dv{dv}" for d, dv in TMA_CHUNKED_HEAD_DIMS])
+def test_every_variant_through_a_descriptor_per_chunk(head_dim, head_dim_v, device):
+    """K and V through tensor descriptors, one a column chunk, against the oracle: all 8
+    variants (FA2's K/V-inner loop and FA1's K/V-outer schedule), both masks, several K/V
+    tiles and row blocks, each dtype in turn."""
+    assert head_chunks(head_dim)[1] > 0 and head_chunks(head_dim_v)[1] > 0
+    for i, variant in enumerate(Variant.all()):
+        dtype = DTYPES[i % len(DTYPES)]
+        assert tma_fits(head_dim, head_dim_v, dtype=dtype)
+        problem = Problem(1, 2, 1, 21, 35, head_dim, dtype, i % 2 == 1, seed=head_dim + i,
+                          head_dim_v=head_dim_v)
+        config = TileConfig(16, 16, num_stages=1, tma=True)
+        _assert_passes(problem, variant, device, config, backward=False)
+
+
+@pytest.mark.parametrize("head_dim, head_dim_v", TMA_CHUNKED_HEAD_DIMS + ((192, 128), (24, 24)),
+                         ids=lambda d: str(d))
+def test_descriptors_read_the_columns_pointers_read(head_dim, head_dim_v, device):
+    """Each chunk's descriptor covers its chunk's columns and no other: o and lse through
+    descriptors are those through pointers (the same products of the same values) to float32
+    rounding, in both schedules and masks, where a box at another column or of another width
+    moves them by far more; 24 is one padded tile (16 + 16 would save no column), its box
+    past K's 24 columns. (Not bitwise: the interpreter's products of a transposed K tile round
+    differently, one ulp of lse at d=64 too.)"""
+    gen = torch.Generator().manual_seed(head_dim)
+    q = torch.randn(1, 2, 21, head_dim, generator=gen).to(device, torch.bfloat16)
+    k = torch.randn(1, 1, 35, head_dim, generator=gen).to(device, torch.bfloat16)
+    v = torch.randn(1, 1, 35, head_dim_v, generator=gen).to(device, torch.bfloat16)
+    for variant in (Variant(), Variant(seq_parallel=False)):
+        for causal in (False, True):
+            (o_ptr, lse_ptr), (o_tma, lse_tma) = (
+                flash_attention(q, k, v, causal=causal, variant=variant, return_lse=True,
+                                config=TileConfig(16, 16, num_stages=1, tma=tma))
+                for tma in (False, True))
+            where = f"{variant} causal={causal}"
+            torch.testing.assert_close(lse_tma, lse_ptr, rtol=0, atol=1e-5, msg=where)
+            # o to about a bfloat16 rounding step
+            torch.testing.assert_close(o_tma.float(), o_ptr.float(), rtol=2**-7, atol=2**-9,
+                                       msg=where)
 
 
 def test_other_backends_keep_their_head_dims():
@@ -186,3 +243,8 @@ def test_chunked_tiles_only_where_they_fit():
     assert block_m(Variant(), head_dim=160) == 128
     assert block_m(Variant(seq_parallel=False)) == block_m(Variant(split_q=False)) == 64
     assert block_m(Variant(), "float32") == 64 and block_m(Variant(), head_dim=256) == 64
+    # with a descriptor a column chunk (D62), on the tiles that have them
+    assert heuristic_config(192, True, Variant(), "bfloat16").tma
+    assert heuristic_config(160, True, Variant(), "float16").tma
+    assert not heuristic_config(192, True, Variant(seq_parallel=False), "bfloat16").tma
+    assert not heuristic_config(192, True, Variant(), "float32").tma

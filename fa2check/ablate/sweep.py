@@ -173,8 +173,9 @@ class Configs:
             keep = {f: getattr(base, f) for part, record in (("fwd", fwd), ("bwd", bwd))
                     if record is None for f in part_fields(part)}
             config = dataclasses.replace(tuned, **keep).for_variant(variant, self.on_gpu)
-        # as flash_attention: TMA only where the descriptors' box fits K's and V's head dims
-        return dataclasses.replace(config, tma=config.tma and tma_fits(cell.head_dim, cell.dv))
+        # as flash_attention: TMA only where descriptors fit K's and V's rows (D62)
+        return dataclasses.replace(config, tma=config.tma and tma_fits(cell.head_dim, cell.dv,
+                                                                       dtype=cell.dtype))
 
     def as_list(self) -> list[dict]:
         return [self.records[k] for k in sorted(self.records, key=lambda k: tuple(map(str, k.as_dict().values())))]

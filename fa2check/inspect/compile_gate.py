@@ -153,10 +153,12 @@ def _forward_specialization(fn, case: Case, repair: bool = False, o_residual: bo
                       REPAIR_CHUNK=REPAIR_CHUNK, TMA=tma, STORE_O_RES=o_residual,
                       NAN_FLAGS=cfg.nan_flags,
                       SANITISE_MASKED=sanitises_masked_tiles(v, case.dtype == "float32"))
-    box_k = _row_box(io, cfg.block_n, case.head_dim) if tma else None
-    box_v = _row_box(io, cfg.block_n, case.v_dim) if tma else None
+    # a descriptor a column chunk (kernels.tma.chunk_descriptors), None where there is none
+    boxes = {name: _row_box(io, cfg.block_n, constexprs[width]) if tma and constexprs[width]
+             else None for name, width in (("KD", "BLOCK_D"), ("VD", "BLOCK_DV"),
+                                           ("KD1", "BLOCK_D1"), ("VD1", "BLOCK_DV1"))}
     return runtime_specialization(fn, pointers, constexprs, floats=("qk_scale",), unit=unit,
-                                  div16=div16, descriptors={"KD": box_k, "VD": box_v})
+                                  div16=div16, descriptors=boxes)
 
 
 def _forward_register_cap(c: TileConfig) -> dict:
@@ -164,9 +166,9 @@ def _forward_register_cap(c: TileConfig) -> dict:
     return {"maxnreg": c.max_registers} if c.max_registers else {}
 
 
-def _row_box(io: str, rows: int, head_dim: int) -> str:
-    """The signature of a kernels.tma.row_descriptors descriptor: (1, 1, rows, D) boxes."""
-    return f"tensordesc<{io}[1,1,{rows},{head_dim}]>"
+def _row_box(io: str, rows: int, width: int) -> str:
+    """The signature of a kernels.tma.chunk_descriptors descriptor: (1, 1, rows, width) boxes."""
+    return f"tensordesc<{io}[1,1,{rows},{width}]>"
 
 
 def _forward_tiles(c: TileConfig) -> dict:
