@@ -71,8 +71,8 @@ from .hopper_forward import (HOPPER_DTYPES, HOPPER_HEAD_DIMS, SHARED_LIMIT, _gl_
 BLOCK_M = gl.constexpr(64)  # query rows a step: a wgmma's M, and N of S^T and dP^T
 BLOCK_N = gl.constexpr(128)  # keys a program's column block: 64 a consumer
 BWD_STAGES = (2, 1)  # the Q/dO ring's slots, the first that fits (`bwd_stages`)
-BWD_CONSUMER_REGS = 232  # setmaxnreg of the worker consumer (the producer warp keeps 56)
-BWD_PRODUCER_REGS = gl.constexpr(56)
+BWD_CONSUMER_REGS = 240  # setmaxnreg of the worker consumer (the default one gets as many)
+BWD_PRODUCER_REGS = gl.constexpr(24)  # the producer warp: TMA issue only
 
 
 @gluon.jit
@@ -180,7 +180,6 @@ def _consumer(args, SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr,
     s_layout: gl.constexpr = mma_layout(BLOCK_M)  # S^T, P^T, dP^T, dS^T: 64 keys x 64 queries
     acc_layout: gl.constexpr = mma_layout(HEAD_DIM)  # dK_c, dV_c: 64 keys x D
     op_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
-    q_layout: gl.constexpr = mma_layout(COLS)  # my columns of dQ_i
     col_layout: gl.constexpr = gl.SliceLayout(0, s_layout)  # a query's statistic
     key_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
     bh = gl.program_id(1)
@@ -188,17 +187,11 @@ def _consumer(args, SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr,
     group = heads_q // heads_kv
     diag = seqlen_k - seqlen_q  # query i sees key j iff j <= i + diag
     first, n_blocks, step = _block_loop(seqlen_k, SEQ_PARALLEL)
-    dq_rows = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, q_layout))
-    dq_offs = dq_rows[:, None] * HEAD_DIM + (CONSUMER * COLS + gl.arange(
-        0, COLS, layout=gl.SliceLayout(0, q_layout)))[None, :]
     nb = 0
     t = 0
     for j in range(first, n_blocks, step):
         start_n = j * BLOCK_N
         mbarrier.wait(kv_ready.index(0), nb & 1)
-        k_tile = k_smem.index(0).reshape([BLOCK_N, HEAD_DIM])
-        k_c = k_tile.slice(CONSUMER * KEYS, KEYS, 0)
-        v_c = v_smem.index(0).reshape([BLOCK_N, HEAD_DIM]).slice(CONSUMER * KEYS, KEYS, 0)
         keys = start_n + CONSUMER * KEYS + gl.arange(0, KEYS, layout=key_layout)
         dk = gl.zeros([KEYS, HEAD_DIM], gl.float32, acc_layout)
         dv = gl.zeros([KEYS, HEAD_DIM], gl.float32, acc_layout)
@@ -212,43 +205,76 @@ def _consumer(args, SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr,
                                              BLOCK_M), hi)
         for h in range(off_hkv * group, off_hkv * group + group):
             stat_base = (off_b * heads_q + h) * padded_q
-            dq_base = (off_b * heads_q + h).to(gl.int64) * seqlen_q * HEAD_DIM
             for i in range(lo, hi):
                 slot = t % STAGES
                 mbarrier.wait(qd_ready.index(slot), (t // STAGES) & 1)
+                # K_j, V_j through an opaque index (0): the wgmma descriptors of K_c and V_c
+                # are then formed in the step, not hoisted out of the loop and kept (spilled)
+                # in registers across it
+                kv = _in_partition(t - t)
+                k_tile = k_smem.index(kv).reshape([BLOCK_N, HEAD_DIM])
+                k_c = k_tile.slice(CONSUMER * KEYS, KEYS, 0)
+                v_c = v_smem.index(kv).reshape([BLOCK_N, HEAD_DIM]).slice(CONSUMER * KEYS, KEYS, 0)
                 q = q_smem.index(slot).reshape([BLOCK_M, HEAD_DIM])
                 do = do_smem.index(slot).reshape([BLOCK_M, HEAD_DIM])
                 zero = gl.zeros([KEYS, BLOCK_M], gl.float32, s_layout)
                 st = warpgroup_mma(k_c, q.permute((1, 0)), zero, use_acc=False, is_async=True)
-                dpt = warpgroup_mma(v_c, do.permute((1, 0)), zero, use_acc=False, is_async=True)
-                rows = i * BLOCK_M + gl.arange(0, BLOCK_M, layout=col_layout)
+                # the step's query indices through an opaque mov: LLVM would otherwise hoist
+                # what depends on them only through the loop-invariant arange (the statistics'
+                # 64-bit pointers, each thread's 32 differences key - query of the mask) out
+                # of the loop, live (and spilled) across every step
+                rows = _in_partition(i * BLOCK_M + gl.arange(0, BLOCK_M, layout=col_layout))
                 stat = gl.load(STAT2 + stat_base + rows)  # padded rows: no mask
-                st = warpgroup_mma_wait(num_outstanding=1, deps=(st,))
+                st = warpgroup_mma_wait(num_outstanding=0, deps=(st,))
                 pt = gl.exp2(st * qk_scale - stat[None, :])
                 if not DEFER_NORM:  # FA1: P = exp2(S c - m) / l
                     pt = pt * gl.load(INV_L + stat_base + rows)[None, :]
                 if i < full_lo:  # the tile crosses the diagonal or the end of the keys
                     pt = gl.where(_visible(keys, rows, seqlen_k, diag, causal), pt, 0.0)
-                pt_op = gl.convert_layout(pt.to(dtype), op_layout)
-                dv = warpgroup_mma(pt_op, do, dv, is_async=True)
+                # dV's product done before dP^T's: P^T's 16-bit operand is not live beside
+                # dP^T (at d=128 dK_c and dV_c alone hold 128 registers a thread)
+                dv = warpgroup_mma(gl.convert_layout(pt.to(dtype), op_layout), do, dv,
+                                   is_async=True)
+                dv = warpgroup_mma_wait(num_outstanding=0, deps=(dv,))
+                dpt = warpgroup_mma(v_c, do.permute((1, 0)), zero, use_acc=False, is_async=True)
+                dpt = warpgroup_mma_wait(num_outstanding=0, deps=(dpt,))
                 delta = gl.load(DELTA + stat_base + rows)
-                dpt = warpgroup_mma_wait(num_outstanding=1, deps=(dpt,))
                 dst = pt * (dpt - delta[None, :])
-                if i < full_lo:  # a hidden key's dP may be non-finite: 0 by `where`, not 0 * dP
-                    dst = gl.where(_visible(keys, rows, seqlen_k, diag, causal), dst, 0.0)
+                if i < full_lo:
+                    # a hidden key's dP may be non-finite: its dS is 0 by `where`, not 0 * dP.
+                    # P^T = 0 marks it (the visibility mask itself, 32 predicates a thread, would
+                    # stay live across dP's product and spill); a visible entry whose P
+                    # underflowed to 0 gets dS = 0 too, as it would but for a non-finite dP
+                    dst = gl.where(pt == 0.0, 0.0, dst)
                 dst = dst.to(dtype)
-                dk = warpgroup_mma(gl.convert_layout(dst, op_layout), q, dk, is_async=True)
                 ds_smem.index(t % 2).slice(CONSUMER * KEYS, KEYS, 0).store(dst)
+                dk = warpgroup_mma(gl.convert_layout(dst, op_layout), q, dk, is_async=True)
+                dk = warpgroup_mma_wait(num_outstanding=0, deps=(dk,))
                 dq = _dq_step(ds_smem, k_tile, x_dq, bar_x, t, SPLIT_Q, CONSUMER)
-                dv, dk = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk))
                 mbarrier.arrive(qd_empty.index(slot), count=1)  # Q_i, dO_i read
-                gl.atomic_add(DQ + dq_base + i * BLOCK_M * HEAD_DIM + dq_offs, dq * sm_scale,
-                              mask=(i * BLOCK_M + dq_rows < seqlen_q)[:, None], sem="relaxed")
+                _add_dq(DQ, dq * sm_scale, off_b * heads_q + h, i, seqlen_q, CONSUMER)
                 t += 1
         mbarrier.arrive(kv_empty.index(0), count=1)  # K_j, V_j read by every product
         _store_block(dk * sm_scale, dv, DK, DV, off_b, off_hkv, heads_kv, start_n, seqlen_k,
                      CONSUMER)
         nb += 1
+
+
+@gluon.jit
+def _add_dq(DQ, dq, bh_q, i, seqlen_q, CONSUMER: gl.constexpr):
+    """dQ_i's D/2 columns of mine added to the float32 buffer (contiguous (B, Hq, Sq, D);
+    bh_q = b Hq + h) by relaxed atomic adds: fire-and-forget reductions, as FA2's atomicAdd
+    (the buffer is read only after the kernel). The head's 64-bit offset is formed here, not
+    kept across the step (2 registers at the step's peak)."""
+    COLS: gl.constexpr = dq.type.shape[1]
+    layout: gl.constexpr = dq.type.layout
+    # the rows through an opaque mov, so that each element's offset is computed here and not
+    # hoisted out of the loop (32 registers a thread at d=128, live across every step)
+    rows = _in_partition(i * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, layout)))
+    cols = CONSUMER * COLS + gl.arange(0, COLS, layout=gl.SliceLayout(0, layout))
+    head = DQ + bh_q.to(gl.int64) * seqlen_q * (2 * COLS)
+    gl.atomic_add(head + rows[:, None] * (2 * COLS) + cols[None, :], dq,
+                  mask=(rows < seqlen_q)[:, None], sem="relaxed")
 
 
 @gluon.jit
