@@ -250,8 +250,8 @@ def _consumer(args, SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr,
                 ds_smem.index(t % 2).slice(CONSUMER * KEYS, KEYS, 0).store(dst)
                 dk = warpgroup_mma(gl.convert_layout(dst, op_layout), q, dk, is_async=True)
                 dk = warpgroup_mma_wait(num_outstanding=0, deps=(dk,))
+                mbarrier.arrive(qd_empty.index(slot), count=1)  # Q_i, dO_i read: load the next
                 dq = _dq_step(ds_smem, k_tile, x_dq, bar_x, t, SPLIT_Q, CONSUMER)
-                mbarrier.arrive(qd_empty.index(slot), count=1)  # Q_i, dO_i read
                 _add_dq(DQ, dq * sm_scale, off_b * heads_q + h, i, seqlen_q, CONSUMER)
                 t += 1
         mbarrier.arrive(kv_empty.index(0), count=1)  # K_j, V_j read by every product
@@ -398,9 +398,9 @@ def bwd_stages(head_dim: int, split_q: bool) -> int:
     return next(s for s in BWD_STAGES if shared_bytes(head_dim, s, split_q) <= SHARED_LIMIT)
 
 
-def unsupported(q, k, v, do) -> str | None:
+def unsupported(q, k, v) -> str | None:
     """Why the Gluon backward cannot take this call (the hopper backend then runs the Triton
-    backward); None if it can."""
+    backward); None if it can. dO is made TMA-ready by hopper_attn_bwd."""
     name = str(q.dtype).removeprefix("torch.")
     if name not in HOPPER_DTYPES:
         return f"dtype {name} (takes {' or '.join(HOPPER_DTYPES)})"
@@ -408,11 +408,18 @@ def unsupported(q, k, v, do) -> str | None:
         return f"head_dim {q.shape[-1]}, head_dim_v {v.shape[-1]} (takes 64 or 128, equal)"
     if not q.is_cuda or __import__("torch").cuda.get_device_capability(q.device) != (9, 0):
         return "not an sm_90 device"
-    for n, t in (("q", q), ("k", k), ("v", v), ("do", do)):
-        if (t.stride(-1) != 1 or any(s * t.element_size() % 16 for s in t.stride()[:-1])
-                or t.data_ptr() % 16):
+    if q.shape[0] * q.shape[1] * (q.shape[2] + BLOCK_N.value) >= 2**31:
+        return "the row statistics' int32 offsets (batch * heads_q * seqlen_q too large)"
+    for n, t in (("q", q), ("k", k), ("v", v)):
+        if not _tma_ready(t):
             return f"{n} is not TMA-ready (strides {tuple(t.stride())})"
     return None
+
+
+def _tma_ready(t) -> bool:
+    """Unit stride along head_dim, 16-byte aligned strides and data."""
+    return not (t.stride(-1) != 1 or any(s * t.element_size() % 16 for s in t.stride()[:-1])
+                or t.data_ptr() % 16)
 
 
 def _descriptors(q, k, v, do):
@@ -434,7 +441,7 @@ def hopper_attn_bwd(q, k, v, o, stats, do, dlse, causal, softmax_scale, variant,
 
     batch, heads_q, seqlen_q, head_dim = q.shape
     heads_kv, seqlen_k = k.shape[1], k.shape[2]
-    do = do if do.stride(-1) == 1 else do.contiguous()
+    do = do if _tma_ready(do) else do.contiguous()
     delta, stat2, inv_l, padded_q = bwd_preprocess(q, k, v, o, stats, do, dlse, variant,
                                                    config, o_res, row_multiple=BLOCK_M.value)
     dq = torch.zeros((batch, heads_q, seqlen_q, head_dim), device=q.device,
