@@ -460,8 +460,10 @@ def hopper_attn_bwd(q, k, v, o, stats, do, dlse, causal, softmax_scale, variant,
     return dq.to(q.dtype), dk, dv
 
 
-def sm90_signature(variant, dtype="bfloat16", head_dim=128, causal=False):
-    """(signature, constexprs) of `_hopper_attn_bwd` as hopper_attn_bwd launches it."""
+def sm90_signature(variant, dtype="bfloat16", head_dim=128, causal=False,
+                   consumer_registers=BWD_CONSUMER_REGS):
+    """(signature, constexprs) of `_hopper_attn_bwd` as hopper_attn_bwd launches it
+    (consumer_registers: the worker consumer's setmaxnreg, for a test's starved build)."""
     short = {"float16": "fp16", "bfloat16": "bf16"}[dtype]
     signature = {}
     for name, box, layout in zip(("q_desc", "k_desc", "v_desc", "do_desc"),
@@ -474,16 +476,17 @@ def sm90_signature(variant, dtype="bfloat16", head_dim=128, causal=False):
     constexprs = {"SPLIT_Q": variant.split_q, "SEQ_PARALLEL": variant.seq_parallel,
                   "DEFER_NORM": variant.defer_norm, "IS_CAUSAL": causal,
                   "STAGES": bwd_stages(head_dim, variant.split_q),
-                  "CONSUMER_REGS": BWD_CONSUMER_REGS}
+                  "CONSUMER_REGS": consumer_registers}
     signature.update({name: "constexpr" for name in constexprs})
     return signature, constexprs
 
 
-def compile_for_sm90(variant, dtype="bfloat16", head_dim=128, causal=False):
+def compile_for_sm90(variant, dtype="bfloat16", head_dim=128, causal=False,
+                     consumer_registers=BWD_CONSUMER_REGS):
     """triton.compile of the backward for sm_90 without a GPU; returns the CompiledKernel."""
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
 
-    signature, constexprs = sm90_signature(variant, dtype, head_dim, causal)
+    signature, constexprs = sm90_signature(variant, dtype, head_dim, causal, consumer_registers)
     source = GluonASTSource(_hopper_attn_bwd, signature, constexprs, {})
     return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))
