@@ -66,7 +66,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 
 from .forward import LOG2E
 from .hopper_forward import (HOPPER_DTYPES, HOPPER_HEAD_DIMS, SHARED_LIMIT, _gl_dtype,
-                             _in_partition, _rendezvous, mma_layout)
+                             _in_partition, mma_layout)
 
 BLOCK_M = gl.constexpr(64)  # query rows a step: a wgmma's M, and N of S^T and dP^T
 BLOCK_N = gl.constexpr(128)  # keys a program's column block: 64 a consumer
@@ -134,6 +134,19 @@ def _producer(args, SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr,
 
 
 @gluon.jit
+def _meet(bar_x, t, CONSUMER: gl.constexpr):
+    """The step's rendezvous: arrive on my mbarrier of step parity t % 2 (the compiler puts a
+    barrier of my warpgroup's 128 threads before the arrive, so my shared-memory stores are
+    done) and wait on the other consumer's. Two barriers a consumer, by parity: my arrival of
+    step t + 1 cannot complete a second phase of the barrier the other is still to wait on for
+    step t (my arrival of step t + 2, on that barrier, needs the other's of step t + 1, made
+    after its wait of step t)."""
+    p = t % 2
+    mbarrier.arrive(bar_x.index(2 * p + CONSUMER), count=1)
+    mbarrier.wait(bar_x.index(2 * p + 1 - CONSUMER), (t // 2) & 1)
+
+
+@gluon.jit
 def _dq_step(ds_smem, k_tile, x_dq, bar_x, t, SPLIT_Q: gl.constexpr, CONSUMER: gl.constexpr):
     """The step's dQ_i (my D/2 columns, unscaled) once my dS^T half is in ds_smem[t % 2]:
     complete over the block's 128 keys (SPLIT_Q) or as the sum of both consumers' partial
@@ -146,7 +159,7 @@ def _dq_step(ds_smem, k_tile, x_dq, bar_x, t, SPLIT_Q: gl.constexpr, CONSUMER: g
     # my dS^T stores (generic proxy) before the wgmmas' reads of them (async proxy)
     fence_async_shared()
     if SPLIT_Q:
-        _rendezvous(bar_x, t, CONSUMER)  # both halves of dS^T stored
+        _meet(bar_x, t, CONSUMER)  # both halves of dS^T stored
         dq = warpgroup_mma(ds_buf.permute((1, 0)), k_tile.slice(CONSUMER * COLS, COLS, 1), zero,
                            use_acc=False)
     else:
@@ -159,7 +172,7 @@ def _dq_step(ds_smem, k_tile, x_dq, bar_x, t, SPLIT_Q: gl.constexpr, CONSUMER: g
         x_dq.index((t % 2) * 2 + CONSUMER).store(dq_other)
         dq = warpgroup_mma(ds_mine, k_mine.slice(CONSUMER * COLS, COLS, 1), zero,
                            use_acc=False, is_async=True)
-        _rendezvous(bar_x, t, CONSUMER)  # the other's partial of my columns is stored
+        _meet(bar_x, t, CONSUMER)  # the other's partial of my columns is stored
         dq = warpgroup_mma_wait(num_outstanding=0, deps=(dq,))
         dq = dq + x_dq.index((t % 2) * 2 + 1 - CONSUMER).load(q_layout)
     return dq
@@ -346,13 +359,13 @@ def _hopper_attn_bwd(q_desc, k_desc, v_desc, do_desc, DQ, DK, DV, STAT2, INV_L, 
     qd_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     kv_ready = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
     kv_empty = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
-    bar_x = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    bar_x = gl.allocate_shared_memory(gl.int64, [4, 1], mbarrier.MBarrierLayout())  # _meet
     for s in gl.static_range(STAGES):
         mbarrier.init(qd_ready.index(s), count=1)
         mbarrier.init(qd_empty.index(s), count=2)  # released by both consumers
     mbarrier.init(kv_ready.index(0), count=1)
     mbarrier.init(kv_empty.index(0), count=2)
-    for c in gl.static_range(2):
+    for c in gl.static_range(4):
         mbarrier.init(bar_x.index(c), count=1)
 
     args = (q_desc, k_desc, v_desc, do_desc, q_smem, k_smem, v_smem, do_smem, ds_smem, x_dq,
