@@ -249,10 +249,13 @@ def _consumer(args, SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr,
                 dv = warpgroup_mma(gl.convert_layout(pt.to(dtype), op_layout), do, dv,
                                    is_async=True)
                 dv = warpgroup_mma_wait(num_outstanding=0, deps=(dv,))
-                dpt = warpgroup_mma(v_c, do.permute((1, 0)), zero, use_acc=False, is_async=True)
-                dpt = warpgroup_mma_wait(num_outstanding=0, deps=(dpt,))
+                # dP^T - D_i in one product: the accumulator starts at -D_i (D_i's registers are
+                # then not live beside P^T and dP^T, the step's peak)
                 delta = gl.load(DELTA + stat_base + rows)
-                dst = pt * (dpt - delta[None, :])
+                minus_delta = gl.zeros([KEYS, BLOCK_M], gl.float32, s_layout) - delta[None, :]
+                dpt = warpgroup_mma(v_c, do.permute((1, 0)), minus_delta, is_async=True)
+                dpt = warpgroup_mma_wait(num_outstanding=0, deps=(dpt,))
+                dst = pt * dpt
                 if i < full_lo:
                     # a hidden key's dP may be non-finite: its dS is 0 by `where`, not 0 * dP.
                     # P^T = 0 marks it (the visibility mask itself, 32 predicates a thread, would
@@ -308,7 +311,9 @@ def _store_block(dk, dv, DK, DV, off_b, off_hkv, heads_kv, start_n, seqlen_k,
     layout: gl.constexpr = dk.type.layout
     keys = start_n + CONSUMER * KEYS + gl.arange(0, KEYS, layout=gl.SliceLayout(1, layout))
     offs = keys[:, None] * HEAD_DIM + gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, layout))[None, :]
-    base = (off_b * heads_kv + off_hkv).to(gl.int64) * seqlen_k * HEAD_DIM
+    # the kv head's index through an opaque mov: its 64-bit offsets are formed here, not
+    # hoisted out of the block's loop and kept (spilled) across it
+    base = _in_partition(off_b * heads_kv + off_hkv).to(gl.int64) * seqlen_k * HEAD_DIM
     mask = (keys < seqlen_k)[:, None]
     gl.store(DK + base + offs, dk.to(DK.dtype.element_ty), mask=mask)
     gl.store(DV + base + offs, dv.to(DV.dtype.element_ty), mask=mask)

@@ -9,8 +9,8 @@ What the two settings of SPLIT_Q must be, read from the TTGIR and the PTX of one
   - split-K's exchange: its consumers store float32 partials of dQ (64 x D/2) to shared memory
     and load the other's; split-Q stores and loads no float32 tile. Both meet once a step (one
     rendezvous: split-Q's consumers read each other's dS^T half, split-K's each other's partial);
-  - no spills (split-K at d=128 without defer_norm or seq_parallel: 8-28 bytes, a strict
-    xfail until it is 0: D61).
+  - no spills (the FA1 baseline, split-K without defer_norm and seq_parallel, at d=128:
+    16-28 bytes, a strict xfail until it is 0: D61).
 
 Each assertion is shown to fail where it should (`test_the_checks_fail_on_the_wrong_build`):
 the split-Q checks on the split-K build and the reverse (the constexpr flipped), and the spill
@@ -44,7 +44,7 @@ for split_q, d, causal in ((True, 64, True), (False, 64, True), (True, 128, Fals
     out[f"{split_q} {d}"] = dict(ptxas_usage(rerun_ptxas(ptx)), ttgir=k.asm["ttgir"],
                                  mma_sync=ptx.count("mma.sync"),
                                  arrives=ptx.count("mbarrier.arrive"))
-# the variant of split-K at d=128 that spills (FA1's schedule and statistics), and split-Q
+# the one build that spills (the FA1 baseline at d=128), and split-Q
 # starved of registers (the worker consumer at 200): the spill check must reject the latter
 for key, variant, regs in (("fa1 128", Variant(False, False, False), 240),
                            ("starved 128", Variant(True, True, True), 200)):
@@ -124,8 +124,8 @@ def test_no_spills(builds, split_q, d):
     check_no_spills(builds[f"{split_q} {d}"])
 
 
-@pytest.mark.xfail(strict=True, reason="split-K at d=128 without defer_norm or seq_parallel "
-                   "spills 8-28 bytes (D61, open)")
+@pytest.mark.xfail(strict=True, reason="the FA1 baseline (-defer-seqpar-splitq) at d=128 "
+                   "spills 16-28 bytes (D61, open)")
 def test_split_k_d128_fa1_no_spills(builds):
     check_no_spills(builds["fa1 128"])
 
