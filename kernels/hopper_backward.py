@@ -310,7 +310,8 @@ def _store_block(dk, dv, DK, DV, off_b, off_hkv, heads_kv, start_n, seqlen_k,
     HEAD_DIM: gl.constexpr = dk.type.shape[1]
     layout: gl.constexpr = dk.type.layout
     keys = start_n + CONSUMER * KEYS + gl.arange(0, KEYS, layout=gl.SliceLayout(1, layout))
-    offs = keys[:, None] * HEAD_DIM + gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, layout))[None, :]
+    cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, layout))
+    offs = keys[:, None] * HEAD_DIM + cols[None, :]
     # the kv head's index through an opaque mov: its 64-bit offsets are formed here, not
     # hoisted out of the block's loop and kept (spilled) across it
     base = _in_partition(off_b * heads_kv + off_hkv).to(gl.int64) * seqlen_k * HEAD_DIM

@@ -149,7 +149,8 @@ GPU_PROBLEMS = [
     # GQA, causal, seqlen_q > seqlen_k: the first rows see no key (dQ = 0 there)
     Problem(2, 4, 2, 1000, 300, 64, "bfloat16", True, seed=51),
     # MQA, causal, seqlen_q < seqlen_k, odd lengths: partial last row block and column block
-    Problem(1, 3, 1, 777, 1100, 128, "float16", True, seed=52),
+    # (bf16 like the probe's checks, whose compiles this test then finds in Triton's cache)
+    Problem(1, 3, 1, 777, 1100, 128, "bfloat16", True, seed=52),
     # full mask, odd lengths
     Problem(2, 2, 2, 900, 333, 128, "bfloat16", False, seed=53),
 ]

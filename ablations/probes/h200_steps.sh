@@ -13,9 +13,9 @@
 #                  filter), then the head-dims probe
 #   hopper         the chassis's num_splits GPU tests and fa2check.verify --impl hopper
 #   switches       ablations/probes/hopper_switches.py at d=128 8k (oracle checks, then times)
-#   hopper-bwd     the chassis backward's GPU tests (tests/test_hopper_backward.py), then
-#                  ablations/probes/hopper_backward.py (oracle checks of the 8 variants, then
-#                  the backward's times and its split_q factor)
+#   hopper-bwd     ablations/probes/hopper_backward.py (oracle checks of the 8 variants, their
+#                  compiles in parallel, then the backward's times and its split_q factor), then
+#                  the chassis backward's GPU tests (tests/test_hopper_backward.py, cache warm)
 set -u
 OUT=${OUT:-out}; mkdir -p "$OUT"
 W=$(mktemp -d)  # the steps write here; $OUT gets one archive of it after every step, so a run
@@ -41,8 +41,8 @@ for s in "$@"; do case $s in
   hopper) step hopper-splits-tests 60 python3 -m pytest -q -m gpu tests/test_hopper_splits.py -rf
           step hopper-verify 90 python3 -m fa2check.verify --impl hopper --json "$W/verify-hopper.json" $C ;;
   switches) step switches 110 python3 ablations/probes/hopper_switches.py --out "$W/switches" --head-dims 128 --seqlens 8192 --timeout 50 --budget 100 $C ;;
-  hopper-bwd) step hopper-bwd-tests 120 python3 -m pytest -q -m gpu tests/test_hopper_backward.py -rf
-              step hopper-bwd 150 python3 ablations/probes/hopper_backward.py --out "$W/hopper-bwd" --check-timeout 80 --time-timeout 60 $C ;;
+  hopper-bwd) step hopper-bwd 160 python3 ablations/probes/hopper_backward.py --out "$W/hopper-bwd" --check-timeout 90 --time-timeout 60 $C
+              step hopper-bwd-tests 120 python3 -m pytest -q -m gpu tests/test_hopper_backward.py -rf ;;
   *) echo "unknown step $s"; exit 2 ;;
 esac; done
 echo; printf "%-18s %4s %8s\n" step rc wall_s

@@ -84,8 +84,9 @@ def check_worker(name: str, head_dims) -> dict:
     return out
 
 
-def time_worker(names: list, grid: list) -> dict:
-    """Phase 2 in a subprocess: the backward alone of each kernel on each cell."""
+def time_worker(names: list, grid: list, partial_path: str) -> dict:
+    """Phase 2 in a subprocess: the backward alone of each kernel on each cell; what is done is
+    written to partial_path after each cell (a timeout keeps it)."""
     import torch
 
     from kernels import default_config
@@ -117,6 +118,7 @@ def time_worker(names: list, grid: list) -> dict:
             torch.cuda.synchronize()
         print(f"{cell_key(cell)}: " + " ".join(f"{n} {r['ms']:.3f}" for n, r in row.items()),
               file=sys.stderr, flush=True)
+        Path(partial_path).write_text(json.dumps(out))
     return out
 
 
@@ -208,7 +210,7 @@ def main(argv=None) -> int:
     p.add_argument("--time-timeout", type=float, default=100.0, help="seconds for phase 2")
     p.add_argument("--no-checks", action="store_true", help="phase 2 only")
     p.add_argument("--worker", help=argparse.SUPPRESS)
-    p.add_argument("--timer", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--timer", help=argparse.SUPPRESS)  # the partial results' path
     args = p.parse_args(argv)
     head_dims = tuple(int(x) for x in args.head_dims.split(","))
     grid = cells(head_dims, tuple(int(x) for x in args.seqlens.split(",")))
@@ -217,7 +219,7 @@ def main(argv=None) -> int:
         print(json.dumps(check_worker(args.worker, head_dims)))
         return 0
     if args.timer:
-        print(json.dumps(time_worker(names + [TRITON_FA2], grid)))
+        print(json.dumps(time_worker(names + [TRITON_FA2], grid, args.timer)))
         return 0
     if not args.out:
         p.error("--out is required")
@@ -232,11 +234,14 @@ def main(argv=None) -> int:
                                             for c in r["checks"])
         print(f"{n}: {status}", flush=True)
     print(f"checks: {time.monotonic() - start:.0f} s", flush=True)
-    timed = run(me + ["--timer"], args.time_timeout)
-    print(f"times: {timed.get('error', 'done')} ({time.monotonic() - start:.0f} s)", flush=True)
     os.makedirs(args.out, exist_ok=True)
+    partial_path = Path(args.out) / "timing.partial.json"
+    timed = run(me + ["--timer", str(partial_path)], args.time_timeout)
+    print(f"times: {timed.get('error', 'done')} ({time.monotonic() - start:.0f} s)", flush=True)
     path = Path(args.out) / "hopper_backward.json"
     timing = {k: v for k, v in timed.items() if k not in ("error", "log")}
+    if timed.get("error") and partial_path.exists():  # the cells timed before it stopped
+        timing = json.loads(partial_path.read_text())
     path.write_text(json.dumps(dict(provenance=provenance(args.commit), checks=checked,
                                     timing=timing, timing_error=timed.get("error"),
                                     timing_log=timed.get("log")), indent=1))
