@@ -78,9 +78,9 @@ def check_worker(name: str, head_dims) -> dict:
             raise SystemExit(f"{problem}: the Hopper backward does not take it: {why}")
         verdicts = ref.check(partial(flash_attention, backend="hopper"), variant)
         out["checks"].append(dict(problem=str(problem), passed=all(c.passed for c in verdicts),
-                                  ratios={c.name: c.ratio for c in verdicts}))
+                                  ratios={c.output: c.ratio for c in verdicts}))
         print(f"{name} {problem}: {'pass' if out['checks'][-1]['passed'] else 'FAIL'} "
-              f"{ {c.name: round(c.ratio, 3) for c in verdicts} }", file=sys.stderr, flush=True)
+              f"{ {c.output: round(c.ratio, 3) for c in verdicts} }", file=sys.stderr, flush=True)
     return out
 
 
