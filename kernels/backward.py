@@ -444,15 +444,15 @@ _ATTN_BWD_PREPROCESS = CachedLaunch(_attn_bwd_preprocess)  # kernels/launch_cach
 _ATTN_BWD = CachedLaunch(_attn_bwd)
 
 
-def attn_bwd(q, k, v, o, stats, do, dlse, causal, softmax_scale, variant, config, o_res=None):
-    """dq, dk, dv for flash_attention's forward saved tensors; stats and o_res as attn_fwd
-    returned them (o_res: None, or o's rounding residual, which makes Delta about exact)."""
+def bwd_preprocess(q, k, v, o, stats, do, dlse, variant, config, o_res=None, row_multiple=1):
+    """The per-row inputs of the backward's steps (`_attn_bwd_preprocess`): delta, stat2,
+    inv_l (stat2 itself under defer_norm), float32 (B, Hq, padded_q), and padded_q: seqlen_q
+    rounded up to whole blocks of either pass (and of row_multiple, a power of two)."""
     import torch
 
     batch, heads_q, seqlen_q, head_dim = q.shape
-    heads_kv, seqlen_k, head_dim_v = k.shape[1], k.shape[2], v.shape[3]
-    # per-row inputs of the backward's steps, rows padded to whole blocks of either pass
-    pad = max(config.bwd_block_m, config.bwd_block_n)
+    head_dim_v = v.shape[3]
+    pad = max(config.bwd_block_m, config.bwd_block_n, row_multiple)
     padded_q = triton.cdiv(seqlen_q, pad) * pad
     rows = dict(size=(batch, heads_q, padded_q), device=q.device, dtype=torch.float32)
     delta, stat2 = torch.empty(**rows), torch.empty(**rows)
@@ -465,6 +465,19 @@ def attn_bwd(q, k, v, o, stats, do, dlse, causal, softmax_scale, variant, config
         *o.stride(), *do.stride(), heads_q, seqlen_q, padded_q, HAS_DLSE=dlse is not None,
         HAS_O_RES=o_res is not None, DEFER_NORM=variant.defer_norm,
         BLOCK_M=config.bwd_block_m, HEAD_DIM_V=head_dim_v, BLOCK_DV=block_d(head_dim_v))
+    return delta, stat2, inv_l, padded_q
+
+
+def attn_bwd(q, k, v, o, stats, do, dlse, causal, softmax_scale, variant, config, o_res=None):
+    """dq, dk, dv for flash_attention's forward saved tensors; stats and o_res as attn_fwd
+    returned them (o_res: None, or o's rounding residual, which makes Delta about exact)."""
+    import torch
+
+    batch, heads_q, seqlen_q, head_dim = q.shape
+    heads_kv, seqlen_k, head_dim_v = k.shape[1], k.shape[2], v.shape[3]
+    # per-row inputs of the backward's steps, rows padded to whole blocks of either pass
+    delta, stat2, inv_l, padded_q = bwd_preprocess(q, k, v, o, stats, do, dlse, variant, config,
+                                                   o_res)
 
     shape = (batch, heads_q, seqlen_q, head_dim)  # dQ is written contiguous
     if config.bwd_dq_pass:  # every dQ row written once, by one program

@@ -49,7 +49,9 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, variant=Varian
     backend "hopper" computes it on Hopper's wgmma/TMA/warp-specialised chassis, where split-K
     splits the keys across consumer warpgroups (kernels.hopper_forward; sm_90, float16/bfloat16,
     head_dim 64 or 128, every variant, and on FA2 the Hopper-era switches of
-    `Variant.hopper()`); the backward is the Triton one (of the variant's FA2 flags).
+    `Variant.hopper()`); the backward runs on the same chassis (kernels.hopper_backward, the
+    variant's FA2 flags) where it can (`kernels.hopper_backward.unsupported`), else the Triton
+    one.
     """
     _check_inputs(q, k, v, causal, softmax_scale, variant)
     if backend not in BACKENDS:
@@ -127,21 +129,35 @@ class _FlashAttention(torch.autograd.Function):
                                         backend, return_lse, for_backward=True)
         ctx.save_for_backward(q, k, v, o, o_res, *stats)
         ctx.causal, ctx.softmax_scale, ctx.variant, ctx.config = causal, softmax_scale, variant, config
+        ctx.backend = backend
         ctx.set_materialize_grads(False)
         return o, lse
 
     @staticmethod
     def backward(ctx, do, dlse):
-        from .backward import attn_bwd
-
         q, k, v, o, o_res, *stats = ctx.saved_tensors
         if do is None and dlse is None:
             return (None,) * 9
         if do is None:
             do = torch.zeros_like(o)
-        dq, dk, dv = attn_bwd(q, k, v, o, stats, do, dlse, ctx.causal, ctx.softmax_scale,
-                              ctx.variant.fa2, ctx.config, o_res)
+        dq, dk, dv = _backward(q, k, v, o, stats, do, dlse, ctx.causal, ctx.softmax_scale,
+                               ctx.variant.fa2, ctx.config, o_res, ctx.backend)
         return dq, dk, dv, None, None, None, None, None, None
+
+
+def _backward(q, k, v, o, stats, do, dlse, causal, softmax_scale, variant, config, o_res,
+              backend):
+    """dq, dk, dv: backend "hopper" runs the Gluon backward on the Hopper chassis where it can
+    (kernels.hopper_backward.unsupported says where not), every other call the Triton one."""
+    if backend == "hopper":
+        from .hopper_backward import hopper_attn_bwd, unsupported
+
+        if unsupported(q, k, v) is None:
+            return hopper_attn_bwd(q, k, v, o, stats, do, dlse, causal, softmax_scale, variant,
+                                   config, o_res)
+    from .backward import attn_bwd
+
+    return attn_bwd(q, k, v, o, stats, do, dlse, causal, softmax_scale, variant, config, o_res)
 
 
 def _check_inputs(q, k, v, causal, softmax_scale, variant):

@@ -32,8 +32,10 @@ def by_case(reports):
 
 @pytest.fixture(scope="module")
 def all_variants_bf16_d64(tmp_path_factory):
-    # the Hopper chassis has a test of its own (test_hopper_chassis_in_the_gate)
-    kernels = [arg for name in SPECS if name != "hopper_attn_fwd" for arg in ("--kernel", name)]
+    # the Hopper chassis has tests of its own (test_hopper_chassis_in_the_gate, and
+    # tests/test_hopper_backward.py for its backward)
+    kernels = [arg for name in SPECS if name not in ("hopper_attn_fwd", "hopper_attn_bwd")
+               for arg in ("--kernel", name)]
     proc, reports = gate(tmp_path_factory.mktemp("gate"), "--dtype", "bfloat16", "--head-dim", "64",
                          *kernels)
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -14,7 +14,8 @@ backends and show what each improvement of FlashAttention-2 is worth.
 Tiles: every kernel runs the tiles flash_attention would pick (kernels.default_config: the
 table of tuned tiles, kernels/tuned_tiles.json, for this GPU, else the heuristic); the run says
 which, per key. Kernels: our 8 variants' forward runs on the Hopper chassis on sm_90
-(--kernels hopper; its backward is the Triton one), on the Triton kernels elsewhere.
+(--kernels hopper; its backward on the same chassis, kernels/hopper_backward.py, where that
+takes the call), on the Triton kernels elsewhere.
 --budget-s bounds the whole command, compiling and tuning included.
 
 Every variant's output in a cell is checked against the float64 oracle (on slices, see
@@ -77,7 +78,7 @@ def parse_args(argv):
     t.add_argument("--rep-ms", type=float, default=20.0)
     t.add_argument("--kernels", choices=("auto",) + KERNEL_BACKENDS, default="auto",
                    help="the forward of our 8 variants: hopper (kernels/hopper_forward.py, the "
-                        "forward of record; fwd+bwd and bwd with the Triton backward) or triton "
+                        "forward of record; fwd+bwd and bwd with kernels/hopper_backward.py) or triton "
                         "(kernels/forward.py); auto: hopper on sm_90 where every cell fits it")
     t.add_argument("--retune", action="store_true",
                    help="search every needed key's tiles (fa2check.ablate.tuning) and merge the "

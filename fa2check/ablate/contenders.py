@@ -21,7 +21,7 @@ from ..core.flex import flex_call
 from ..core.sdpa_backends import BACKENDS, forced, sdpa
 
 GLUON = "gluon"  # the prefix of the Gluon forward's names: "gluon+defer+seqpar+splitq"
-HOPPER = "hopper"  # the Hopper chassis's forward (its backward is Triton's): "hopper+defer..."
+HOPPER = "hopper"  # the Hopper chassis (forward and, where it takes the call, backward)
 PREFIXED = (GLUON, HOPPER)  # kernel backends whose names carry a prefix; Triton's do not
 API = "api"  # `flash_attention(q, k, v, causal=...)` with nothing else: what a user's call runs
 FLEX = "flex"  # torch's flex_attention, compiled once per shape, dtype and mask (fa2check.core.flex)

@@ -96,7 +96,8 @@ def kernels_for(mode: str, cell, settings: Settings) -> list[str]:
 def primary_names(mode: str, settings: Settings) -> list[str]:
     """Our 8 variants (4 for bwd) on the run's kernel backend, whose times make the
     contributions: "+defer+seqpar+splitq" (Triton) or "hopper+defer+seqpar+splitq" (the Hopper
-    chassis's forward; in bwd and fwd+bwd with the Triton backward, as flash_attention runs)."""
+    chassis; in bwd and fwd+bwd with the chassis's backward where it takes the call, else the
+    Triton one, as flash_attention runs)."""
     return [kernel_name(v, settings.kernels) for v in variants_for(mode)]
 
 

@@ -28,8 +28,9 @@ def table_bands(tune_seqlen: int) -> dict:
 
 
 def part_of(name: str, part: str):
-    """(kernel backend, variant) whose entry a kernel's part reads: the backward is Triton's,
-    one key per variant (split_q reaches the backward, D50)."""
+    """(kernel backend, variant) whose entry a kernel's part reads: the backward's is Triton's,
+    one key per variant (split_q reaches the backward, D50); the Hopper chassis's backward has
+    fixed tiles and reads only the preprocess's block from it (D61)."""
     backend, variant = parse_kernel_name(name)
     if part == "bwd":
         return "triton", tuning.part_variant(part, variant)

@@ -10,8 +10,9 @@ bytes come from the `ptxas -v` log of Triton's own ptxas run (TRITON_DUMP_PTXAS_
 rerunning Triton's bundled ptxas on the PTX after a Triton cache hit. Shared memory is
 `metadata.shared`; wgmma is a search of the PTX. CTAs per SM is an occupancy bound from those
 facts and sm_90's limits (`ctas_per_sm`). Warp-specialized kernels (the Hopper chassis,
-`hopper_attn_fwd`) also show each partition's registers after setmaxnreg. A case fails if it
-does not compile or needs more shared memory than an sm_90 block may have.
+`hopper_attn_fwd` and `hopper_attn_bwd`) also show each partition's registers after
+setmaxnreg. A case fails if it does not compile or needs more shared memory than an sm_90
+block may have.
 
 New kernels join the gate by adding a `KernelSpec` to `SPECS` (e.g. a backward kernel).
 The kernels must be `triton.jit` functions: with TRITON_INTERPRET set they are interpreter
@@ -251,6 +252,26 @@ def _hopper_supports(dtype: str, head_dim: int) -> bool:
     return unsupported(dtype, head_dim) is None
 
 
+def _hopper_backward_kernel():
+    from kernels.hopper_backward import _hopper_attn_bwd
+    return _hopper_attn_bwd
+
+
+def _hopper_backward_specialization(fn, case: Case):
+    """Arguments of `kernels.hopper_backward.hopper_attn_bwd` (descriptors over q, k, v, dO)."""
+    from kernels.hopper_backward import sm90_signature
+    signature, constexprs = sm90_signature(case.variant, case.dtype, case.head_dim, case.causal)
+    return signature, constexprs, {}
+
+
+def _hopper_backward_tiles(config: TileConfig) -> dict:
+    """The Hopper backward's fixed tiles: 64 query rows a step, 128 keys a program, the Q/dO
+    ring's slots (2 at head_dim 64 and 128: `kernels.hopper_backward.bwd_stages`)."""
+    from kernels.hopper_backward import BLOCK_M, BLOCK_N, BWD_STAGES
+    return dict(block_m=BLOCK_M.value, block_n=BLOCK_N.value, num_warps=4,
+                num_stages=BWD_STAGES[0])
+
+
 SPECS = {spec.name: spec for spec in [
     KernelSpec("attn_fwd", _forward_kernel, _forward_specialization,
                _forward_tiles, register_cap=_forward_register_cap),
@@ -275,6 +296,9 @@ SPECS = {spec.name: spec for spec in [
                lambda c: dict(block_m=c.block_m, block_n=c.block_n, num_warps=c.num_warps,
                               num_stages=c.num_stages), backend="hopper",
                supports=_hopper_supports),
+    # the Hopper chassis's backward (D61): split-Q and split-K of the dQ product
+    KernelSpec("hopper_attn_bwd", _hopper_backward_kernel, _hopper_backward_specialization,
+               _hopper_backward_tiles, backend="hopper", supports=_hopper_supports),
 ]}
 
 

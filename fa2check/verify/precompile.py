@@ -8,7 +8,7 @@ layout; Triton's on-disk cache then hands its kernels to whichever worker runs t
 
 Jobs are merged where they would compile the same kernels: the same variant (ours and the Gluon
 forward share the Triton backward: ours runs first in a job, so Gluon's backward is a cache
-hit) and the same compile class of the call (what Triton specialises on: integers equal to 1 or
+hit; the Hopper chassis has a backward of its own, D61) and the same compile class of the call (what Triton specialises on: integers equal to 1 or
 divisible by 16, the layout, the mask, dtype and head dims, the tiles the call gets). A class
 too coarse only puts two compiles in one job; too fine, two workers compile the same kernel.
 Costliest jobs first, so that the longest compiles do not start last.

@@ -97,7 +97,8 @@ def legend(columns: list, property_names: list[str]) -> list[str]:
     if any(label.startswith("gluon ") for label in labels):
         kinds.append("gluon: our forward written in Gluon")
     if any(label.startswith("hopper ") for label in labels):
-        kinds.append("hopper: the wgmma/TMA forward for sm_90")
+        kinds.append("hopper: the wgmma/TMA chassis for sm_90 (forward; backward where it "
+                     "takes the call)")
     if any(label.startswith("sdpa_") for label in labels):
         kinds.append("sdpa_*: torch SDPA's backend of that name, forced alone")
     if any(c.impl == FLEX for c in columns):

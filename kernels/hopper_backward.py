@@ -1,0 +1,511 @@
+"""The backward pass on the Hopper chassis (kernels/hopper_forward.py: one TMA producer warp,
+a ring of stages guarded by mbarriers, two consumer warpgroups on wgmma), with FA2's changes as
+constexprs. split_q on and off differ only in how the dQ product is partitioned across the two
+consumers (docs/decisions.md D61).
+
+Natural-log notation as in kernels/backward.py, S = softmax_scale Q K^T, c = softmax_scale /
+ln 2 (the kernel works in log2 units):
+
+    P_ij  = exp2(S_ij c - L_i)              DEFER_NORM: L from the stored lse (log2 units)
+          = exp2(S_ij c - m_i) / l_i        off: FA1's stored m and l
+    dV_j += P_ij^T dO_i
+    dP_ij = dO_i V_j^T
+    dS_ij = P_ij (dP_ij - D_i)              D_i = rowsum(dO_i O_i) - dlse_i (the preprocess)
+    dK_j += softmax_scale dS_ij^T Q_i
+    dQ_i += softmax_scale dS_ij K_j
+
+One program per column block of BLOCK_N = 128 keys of one (batch, kv head). The producer
+warp loads K_j and V_j once, then Q_i and dO_i of every step (query row block i of 64 rows of
+each query head of the kv head's GQA group that sees the column block) into a ring of STAGES
+slots. Consumer c owns keys 64c .. 64c + 63 of the block, and its dK_c, dV_c (64 x D float32)
+stay in registers over every step. Each step it computes the transposed tile (keys x queries):
+
+    S^T_c  = K_c Q_i^T                  wgmma, 64 x 64, both operands in shared memory
+    P^T_c  = exp2(S^T_c c - L)          (masked entries: 0 by `where`, never by a product)
+    dV_c  += P^T_c dO_i                 wgmma, A (P^T) from registers
+    dP^T_c = V_c dO_i^T                 wgmma
+    dS^T_c = P^T_c (dP^T_c - D)
+    dK_c  += dS^T_c Q_i                 wgmma, A from registers
+    dS^T_c -> shared memory (16-bit; two buffers by step parity)
+
+and then the step's dQ_i, the one place where the settings differ:
+
+    SPLIT_Q (FA2, section 3.3): both consumers' dS^T halves stored, one rendezvous; consumer c
+      computes its D/2 columns of dQ_i over all 128 keys of the block in one product,
+          dQ_i[:, cols c] = dS_i K_j[:, cols c]      wgmma 64 x D/2, K = 128 (dS_i: the whole
+                                                     block's dS^T read back transposed)
+      complete, and adds it to the float32 dQ buffer (relaxed atomic adds). No partial sum
+      crosses a warpgroup.
+    split-K (FA1's partition of the dQ product's keys, as the forward chassis's split-K):
+      consumer c computes the partial product over its own 64 keys only,
+          dQ_c = dS_c K_c                            two wgmmas 64 x D/2, K = 64
+      writes the other consumer's columns (64 x D/2 float32) to an exchange buffer,
+      rendezvous, reads the other's partial of its own columns, adds, and adds its D/2
+      columns to the dQ buffer: 64 (D/2) 4 bytes written and read per consumer and step, and
+      the rendezvous, which split-Q does not have.
+
+SEQ_PARALLEL (FA2, section 3.2): grid (column blocks, B * Hkv). Off (FA1: one program per
+(batch, head)): grid (1, B * Hkv), the program walks every column block itself (the same loop,
+`range(first, n_blocks, step)`). dK is scaled by softmax_scale once, at the end of a block.
+
+Masks: only steps whose tile crosses the causal diagonal (bottom-right aligned: query i sees
+key j iff j <= i + Sk - Sq) or the end of the keys compute one. Rows past seqlen_q arrive as
+zeros (the TMA box of a 4-D descriptor ends at the head's end) and their L is +inf (the
+preprocess), so their P is 0; keys past seqlen_k arrive as zeros and are masked. Row statistics
+(L or m, 1/l, and D) are plain loads from the preprocess's float32 buffers, padded to whole
+row blocks.
+
+Domain: `unsupported` (sm_90, float16/bfloat16, head_dim 64 or 128, head_dim_v == head_dim,
+TMA-ready q, k, v, dO); elsewhere the hopper backend runs the Triton backward.
+"""
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
+
+from .forward import LOG2E
+from .hopper_forward import (HOPPER_DTYPES, HOPPER_HEAD_DIMS, SHARED_LIMIT, _gl_dtype,
+                             _in_partition, mma_layout)
+
+BLOCK_M = gl.constexpr(64)  # query rows a step: a wgmma's M, and N of S^T and dP^T
+BLOCK_N = gl.constexpr(128)  # keys a program's column block: 64 a consumer
+BWD_STAGES = (2, 1)  # the Q/dO ring's slots, the first that fits (`bwd_stages`)
+BWD_CONSUMER_REGS = 240  # setmaxnreg of the worker consumer (the default one gets as many)
+BWD_PRODUCER_REGS = gl.constexpr(24)  # the producer warp: TMA issue only
+
+
+@gluon.jit
+def _block_loop(seqlen_k, SEQ_PARALLEL: gl.constexpr):
+    """This program's column blocks: range(first, n_blocks, step). seq_parallel: the one of grid
+    axis 0; FA1's schedule: every block."""
+    n_blocks = gl.cdiv(seqlen_k, BLOCK_N)
+    if SEQ_PARALLEL:
+        return gl.program_id(0), n_blocks, n_blocks
+    return 0, n_blocks, 1
+
+
+@gluon.jit
+def _row_blocks(start_n, seqlen_q, seqlen_k, causal: gl.constexpr):
+    """Row blocks [lo, hi) of BLOCK_M rows that see a key of the column block from start_n
+    (causal: from the first whose last row sees key start_n)."""
+    lo = 0
+    if causal:
+        lo = gl.maximum(start_n - (seqlen_k - seqlen_q), 0) // BLOCK_M
+    return lo, gl.cdiv(seqlen_q, BLOCK_M)
+
+
+@gluon.jit
+def _producer(args, SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr,
+              DEFER_NORM: gl.constexpr, causal: gl.constexpr):
+    """One warp: K_j, V_j into their slot once both consumers released the last block, then
+    Q_i, dO_i of each step into the ring (slot t % STAGES once both released step t - STAGES)."""
+    (q_desc, k_desc, v_desc, do_desc, q_smem, k_smem, v_smem, do_smem, ds_smem, x_dq,
+     qd_ready, qd_empty, kv_ready, kv_empty, bar_x, DQ, DK, DV, STAT2, INV_L, DELTA,
+     seqlen_q, seqlen_k, heads_q, heads_kv, padded_q, qk_scale, sm_scale) = args
+    seqlen_q, seqlen_k = _in_partition(seqlen_q), _in_partition(seqlen_k)
+    STAGES: gl.constexpr = q_smem.type.shape[0]
+    bh = gl.program_id(1)
+    off_b, off_hkv = bh // heads_kv, bh % heads_kv
+    group = heads_q // heads_kv
+    first, n_blocks, step = _block_loop(seqlen_k, SEQ_PARALLEL)
+    nb = 0
+    t = 0
+    for j in range(first, n_blocks, step):
+        mbarrier.wait(kv_empty.index(0), (nb & 1) ^ 1)
+        mbarrier.expect(kv_ready.index(0), k_desc.block_type.nbytes + v_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(k_desc, [off_b, off_hkv, j * BLOCK_N, 0],
+                                        kv_ready.index(0), k_smem.index(0))
+        tma.async_copy_global_to_shared(v_desc, [off_b, off_hkv, j * BLOCK_N, 0],
+                                        kv_ready.index(0), v_smem.index(0))
+        lo, hi = _row_blocks(j * BLOCK_N, seqlen_q, seqlen_k, causal)
+        for h in range(off_hkv * group, off_hkv * group + group):
+            for i in range(lo, hi):
+                slot = t % STAGES
+                mbarrier.wait(qd_empty.index(slot), ((t // STAGES) & 1) ^ 1)
+                ready = qd_ready.index(slot)
+                mbarrier.expect(ready, q_desc.block_type.nbytes + do_desc.block_type.nbytes)
+                tma.async_copy_global_to_shared(q_desc, [off_b, h, i * BLOCK_M, 0], ready,
+                                                q_smem.index(slot))
+                tma.async_copy_global_to_shared(do_desc, [off_b, h, i * BLOCK_M, 0], ready,
+                                                do_smem.index(slot))
+                t += 1
+        nb += 1
+
+
+@gluon.jit
+def _meet(bar_x, t, CONSUMER: gl.constexpr):
+    """The step's rendezvous: arrive on my mbarrier of step parity t % 2 (the compiler puts a
+    barrier of my warpgroup's 128 threads before the arrive, so my shared-memory stores are
+    done) and wait on the other consumer's. Two barriers a consumer, by parity: my arrival of
+    step t + 1 cannot complete a second phase of the barrier the other is still to wait on for
+    step t (my arrival of step t + 2, on that barrier, needs the other's of step t + 1, made
+    after its wait of step t)."""
+    p = t % 2
+    mbarrier.arrive(bar_x.index(2 * p + CONSUMER), count=1)
+    mbarrier.wait(bar_x.index(2 * p + 1 - CONSUMER), (t // 2) & 1)
+
+
+@gluon.jit
+def _dq_step(ds_smem, k_tile, x_dq, bar_x, t, SPLIT_Q: gl.constexpr, CONSUMER: gl.constexpr):
+    """The step's dQ_i (my D/2 columns, unscaled) once my dS^T half is in ds_smem[t % 2]:
+    complete over the block's 128 keys (SPLIT_Q) or as the sum of both consumers' partial
+    products over their 64 keys each, met through x_dq (split-K)."""
+    HEAD_DIM: gl.constexpr = k_tile.type.shape[1]
+    COLS: gl.constexpr = HEAD_DIM // 2
+    q_layout: gl.constexpr = mma_layout(COLS)
+    zero = gl.zeros([BLOCK_M, COLS], gl.float32, q_layout)
+    ds_buf = ds_smem.index(t % 2)  # (128 keys, 64 queries): dS^T of the block
+    # my dS^T stores (generic proxy) before the wgmmas' reads of them (async proxy)
+    fence_async_shared()
+    if SPLIT_Q:
+        _meet(bar_x, t, CONSUMER)  # both halves of dS^T stored
+        dq = warpgroup_mma(ds_buf.permute((1, 0)), k_tile.slice(CONSUMER * COLS, COLS, 1), zero,
+                           use_acc=False)
+    else:
+        gl.thread_barrier()  # every thread of my warpgroup stored its part of my half
+        ds_mine = ds_buf.slice(CONSUMER * BLOCK_M, BLOCK_M, 0).permute((1, 0))  # dS_c: 64 x 64
+        k_mine = k_tile.slice(CONSUMER * BLOCK_M, BLOCK_M, 0)  # K_c: my 64 keys
+        # the other consumer's columns first, so that one 64 x D/2 partial is live at a time
+        dq_other = warpgroup_mma(ds_mine, k_mine.slice((1 - CONSUMER) * COLS, COLS, 1), zero,
+                                 use_acc=False)
+        x_dq.index((t % 2) * 2 + CONSUMER).store(dq_other)
+        dq = warpgroup_mma(ds_mine, k_mine.slice(CONSUMER * COLS, COLS, 1), zero,
+                           use_acc=False, is_async=True)
+        _meet(bar_x, t, CONSUMER)  # the other's partial of my columns is stored
+        dq = warpgroup_mma_wait(num_outstanding=0, deps=(dq,))
+        dq = dq + x_dq.index((t % 2) * 2 + 1 - CONSUMER).load(q_layout)
+    return dq
+
+
+@gluon.jit
+def _consumer(args, SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr,
+              DEFER_NORM: gl.constexpr, causal: gl.constexpr, CONSUMER: gl.constexpr):
+    (q_desc, k_desc, v_desc, do_desc, q_smem, k_smem, v_smem, do_smem, ds_smem, x_dq,
+     qd_ready, qd_empty, kv_ready, kv_empty, bar_x, DQ, DK, DV, STAT2, INV_L, DELTA,
+     seqlen_q, seqlen_k, heads_q, heads_kv, padded_q, qk_scale, sm_scale) = args
+    seqlen_q, seqlen_k = _in_partition(seqlen_q), _in_partition(seqlen_k)
+    STAGES: gl.constexpr = q_smem.type.shape[0]
+    HEAD_DIM: gl.constexpr = k_desc.block_type.shape[3]
+    COLS: gl.constexpr = HEAD_DIM // 2
+    KEYS: gl.constexpr = BLOCK_N // 2  # mine: keys 64c .. 64c + 63 of the block
+    dtype: gl.constexpr = k_desc.dtype
+    s_layout: gl.constexpr = mma_layout(BLOCK_M)  # S^T, P^T, dP^T, dS^T: 64 keys x 64 queries
+    acc_layout: gl.constexpr = mma_layout(HEAD_DIM)  # dK_c, dV_c: 64 keys x D
+    op_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
+    col_layout: gl.constexpr = gl.SliceLayout(0, s_layout)  # a query's statistic
+    key_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
+    bh = gl.program_id(1)
+    off_b, off_hkv = bh // heads_kv, bh % heads_kv
+    group = heads_q // heads_kv
+    diag = seqlen_k - seqlen_q  # query i sees key j iff j <= i + diag
+    first, n_blocks, step = _block_loop(seqlen_k, SEQ_PARALLEL)
+    nb = 0
+    t = 0
+    for j in range(first, n_blocks, step):
+        start_n = j * BLOCK_N
+        mbarrier.wait(kv_ready.index(0), nb & 1)
+        keys = start_n + CONSUMER * KEYS + gl.arange(0, KEYS, layout=key_layout)
+        dk = gl.zeros([KEYS, HEAD_DIM], gl.float32, acc_layout)
+        dv = gl.zeros([KEYS, HEAD_DIM], gl.float32, acc_layout)
+        lo, hi = _row_blocks(start_n, seqlen_q, seqlen_k, causal)
+        # row blocks from full_lo on see every key of the block (none if it passes seqlen_k)
+        full_lo = hi
+        if start_n + BLOCK_N <= seqlen_k:
+            full_lo = 0
+            if causal:
+                full_lo = gl.minimum(gl.cdiv(gl.maximum(start_n + BLOCK_N - 1 - diag, 0),
+                                             BLOCK_M), hi)
+        for h in range(off_hkv * group, off_hkv * group + group):
+            stat_base = (off_b * heads_q + h) * padded_q
+            for i in range(lo, hi):
+                slot = t % STAGES
+                mbarrier.wait(qd_ready.index(slot), (t // STAGES) & 1)
+                # K_j, V_j through an opaque index (0): the wgmma descriptors of K_c and V_c
+                # are then formed in the step, not hoisted out of the loop and kept (spilled)
+                # in registers across it
+                kv = _in_partition(t - t)
+                k_tile = k_smem.index(kv).reshape([BLOCK_N, HEAD_DIM])
+                k_c = k_tile.slice(CONSUMER * KEYS, KEYS, 0)
+                v_c = v_smem.index(kv).reshape([BLOCK_N, HEAD_DIM]).slice(CONSUMER * KEYS, KEYS, 0)
+                q = q_smem.index(slot).reshape([BLOCK_M, HEAD_DIM])
+                do = do_smem.index(slot).reshape([BLOCK_M, HEAD_DIM])
+                zero = gl.zeros([KEYS, BLOCK_M], gl.float32, s_layout)
+                st = warpgroup_mma(k_c, q.permute((1, 0)), zero, use_acc=False, is_async=True)
+                # the step's query indices through an opaque mov: LLVM would otherwise hoist
+                # what depends on them only through the loop-invariant arange (the statistics'
+                # 64-bit pointers, each thread's 32 differences key - query of the mask) out
+                # of the loop, live (and spilled) across every step
+                rows = _in_partition(i * BLOCK_M + gl.arange(0, BLOCK_M, layout=col_layout))
+                stat = gl.load(STAT2 + stat_base + rows)  # padded rows: no mask
+                st = warpgroup_mma_wait(num_outstanding=0, deps=(st,))
+                pt = gl.exp2(st * qk_scale - stat[None, :])
+                if not DEFER_NORM:  # FA1: P = exp2(S c - m) / l
+                    pt = pt * gl.load(INV_L + stat_base + rows)[None, :]
+                if i < full_lo:  # the tile crosses the diagonal or the end of the keys
+                    pt = gl.where(_visible(keys, rows, seqlen_k, diag, causal), pt, 0.0)
+                # dV's product done before dP^T's: P^T's 16-bit operand is not live beside
+                # dP^T (at d=128 dK_c and dV_c alone hold 128 registers a thread)
+                dv = warpgroup_mma(gl.convert_layout(pt.to(dtype), op_layout), do, dv,
+                                   is_async=True)
+                dv = warpgroup_mma_wait(num_outstanding=0, deps=(dv,))
+                # dP^T - D_i in one product: the accumulator starts at -D_i (D_i's registers are
+                # then not live beside P^T and dP^T, the step's peak)
+                delta = gl.load(DELTA + stat_base + rows)
+                minus_delta = gl.zeros([KEYS, BLOCK_M], gl.float32, s_layout) - delta[None, :]
+                dpt = warpgroup_mma(v_c, do.permute((1, 0)), minus_delta, is_async=True)
+                dpt = warpgroup_mma_wait(num_outstanding=0, deps=(dpt,))
+                dst = pt * dpt
+                if i < full_lo:
+                    # a hidden key's dP may be non-finite: its dS is 0 by `where`, not 0 * dP.
+                    # P^T = 0 marks it (the visibility mask itself, 32 predicates a thread, would
+                    # stay live across dP's product and spill); a visible entry whose P
+                    # underflowed to 0 gets dS = 0 too, as it would but for a non-finite dP
+                    dst = gl.where(pt == 0.0, 0.0, dst)
+                dst = dst.to(dtype)
+                ds_smem.index(t % 2).slice(CONSUMER * KEYS, KEYS, 0).store(dst)
+                dk = warpgroup_mma(gl.convert_layout(dst, op_layout), q, dk, is_async=True)
+                dk = warpgroup_mma_wait(num_outstanding=0, deps=(dk,))
+                mbarrier.arrive(qd_empty.index(slot), count=1)  # Q_i, dO_i read: load the next
+                dq = _dq_step(ds_smem, k_tile, x_dq, bar_x, t, SPLIT_Q, CONSUMER)
+                _add_dq(DQ, dq * sm_scale, off_b * heads_q + h, i, seqlen_q, CONSUMER)
+                t += 1
+        mbarrier.arrive(kv_empty.index(0), count=1)  # K_j, V_j read by every product
+        _store_block(dk * sm_scale, dv, DK, DV, off_b, off_hkv, heads_kv, start_n, seqlen_k,
+                     CONSUMER)
+        nb += 1
+
+
+@gluon.jit
+def _add_dq(DQ, dq, bh_q, i, seqlen_q, CONSUMER: gl.constexpr):
+    """dQ_i's D/2 columns of mine added to the float32 buffer (contiguous (B, Hq, Sq, D);
+    bh_q = b Hq + h) by relaxed atomic adds: fire-and-forget reductions, as FA2's atomicAdd
+    (the buffer is read only after the kernel). The head's 64-bit offset is formed here, not
+    kept across the step (2 registers at the step's peak)."""
+    COLS: gl.constexpr = dq.type.shape[1]
+    layout: gl.constexpr = dq.type.layout
+    # the rows through an opaque mov, so that each element's offset is computed here and not
+    # hoisted out of the loop (32 registers a thread at d=128, live across every step)
+    rows = _in_partition(i * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, layout)))
+    cols = CONSUMER * COLS + gl.arange(0, COLS, layout=gl.SliceLayout(0, layout))
+    head = DQ + bh_q.to(gl.int64) * seqlen_q * (2 * COLS)
+    gl.atomic_add(head + rows[:, None] * (2 * COLS) + cols[None, :], dq,
+                  mask=(rows < seqlen_q)[:, None], sem="relaxed")
+
+
+@gluon.jit
+def _visible(keys, rows, seqlen_k, diag, causal: gl.constexpr):
+    """(keys x queries): key j is below seqlen_k and, causal, j <= i + diag for query i."""
+    visible = (keys < seqlen_k)[:, None] & (rows >= 0)[None, :]
+    if causal:
+        visible = visible & (keys[:, None] <= rows[None, :] + diag)
+    return visible
+
+
+@gluon.jit
+def _store_block(dk, dv, DK, DV, off_b, off_hkv, heads_kv, start_n, seqlen_k,
+                 CONSUMER: gl.constexpr):
+    """My 64 keys' dK, dV (contiguous (B, Hkv, Sk, D)), in their dtype."""
+    KEYS: gl.constexpr = dk.type.shape[0]
+    HEAD_DIM: gl.constexpr = dk.type.shape[1]
+    layout: gl.constexpr = dk.type.layout
+    keys = start_n + CONSUMER * KEYS + gl.arange(0, KEYS, layout=gl.SliceLayout(1, layout))
+    cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, layout))
+    offs = keys[:, None] * HEAD_DIM + cols[None, :]
+    # the kv head's index through an opaque mov: its 64-bit offsets are formed here, not
+    # hoisted out of the block's loop and kept (spilled) across it
+    base = _in_partition(off_b * heads_kv + off_hkv).to(gl.int64) * seqlen_k * HEAD_DIM
+    mask = (keys < seqlen_k)[:, None]
+    gl.store(DK + base + offs, dk.to(DK.dtype.element_ty), mask=mask)
+    gl.store(DV + base + offs, dv.to(DV.dtype.element_ty), mask=mask)
+
+
+@gluon.jit
+def _consumer_partition(args, SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr,
+                        DEFER_NORM: gl.constexpr, IS_CAUSAL: gl.constexpr,
+                        CONSUMER: gl.constexpr):
+    _consumer(args, SPLIT_Q, SEQ_PARALLEL, DEFER_NORM, IS_CAUSAL, CONSUMER)
+
+
+@gluon.jit
+def _load_partition(args, SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr,
+                    DEFER_NORM: gl.constexpr, IS_CAUSAL: gl.constexpr):
+    _producer(args, SPLIT_Q, SEQ_PARALLEL, DEFER_NORM, IS_CAUSAL)
+
+
+@gluon.jit
+def _hopper_attn_bwd(q_desc, k_desc, v_desc, do_desc, DQ, DK, DV, STAT2, INV_L, DELTA,
+                     seqlen_q, seqlen_k, heads_q, heads_kv, padded_q, qk_scale, sm_scale,
+                     SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr,
+                     DEFER_NORM: gl.constexpr, IS_CAUSAL: gl.constexpr, STAGES: gl.constexpr,
+                     CONSUMER_REGS: gl.constexpr):
+    """Grid (column blocks, B * Hkv) with seq_parallel, (1, B * Hkv) without. DQ: float32
+    (B, Hq, Sq, D), zeroed; DK, DV: (B, Hkv, Sk, D) contiguous; STAT2, INV_L, DELTA: the
+    preprocess's (B, Hq, padded_q) float32 rows."""
+    HEAD_DIM: gl.constexpr = k_desc.block_type.shape[3]
+    dtype: gl.constexpr = k_desc.dtype
+    q_smem = gl.allocate_shared_memory(dtype, [STAGES] + q_desc.block_type.shape, q_desc.layout)
+    do_smem = gl.allocate_shared_memory(dtype, [STAGES] + do_desc.block_type.shape,
+                                        do_desc.layout)
+    k_smem = gl.allocate_shared_memory(dtype, [1] + k_desc.block_type.shape, k_desc.layout)
+    v_smem = gl.allocate_shared_memory(dtype, [1] + v_desc.block_type.shape, v_desc.layout)
+    # dS^T of the block (128 keys x 64 queries, consumer c's keys in rows 64c ..), two buffers
+    # by step parity: the next step's store never meets the other consumer's read of this one
+    ds_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_N, BLOCK_M],
+                                        gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_M],
+                                                                             dtype))
+    # split-K's exchange: (parity, consumer) -> its partial of the other's D/2 columns; 8-element
+    # swizzle as the forward's x_out (no bank conflicts for the accumulator's stores and loads)
+    X_BUFS: gl.constexpr = 1 if SPLIT_Q else 4
+    X_ROWS: gl.constexpr = 1 if SPLIT_Q else BLOCK_M
+    x_dq = gl.allocate_shared_memory(gl.float32, [X_BUFS, X_ROWS, HEAD_DIM // 2],
+                                     gl.SwizzledSharedLayout(vec=8, per_phase=1, max_phase=8,
+                                                             order=[1, 0]))
+    qd_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    qd_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    kv_ready = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
+    kv_empty = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
+    bar_x = gl.allocate_shared_memory(gl.int64, [4, 1], mbarrier.MBarrierLayout())  # _meet
+    for s in gl.static_range(STAGES):
+        mbarrier.init(qd_ready.index(s), count=1)
+        mbarrier.init(qd_empty.index(s), count=2)  # released by both consumers
+    mbarrier.init(kv_ready.index(0), count=1)
+    mbarrier.init(kv_empty.index(0), count=2)
+    for c in gl.static_range(4):
+        mbarrier.init(bar_x.index(c), count=1)
+
+    args = (q_desc, k_desc, v_desc, do_desc, q_smem, k_smem, v_smem, do_smem, ds_smem, x_dq,
+            qd_ready, qd_empty, kv_ready, kv_empty, bar_x, DQ, DK, DV, STAT2, INV_L, DELTA,
+            seqlen_q, seqlen_k, heads_q, heads_kv, padded_q, qk_scale, sm_scale)
+    gl.warp_specialize([(_consumer_partition,
+                         (args, SPLIT_Q, SEQ_PARALLEL, DEFER_NORM, IS_CAUSAL, 0)),
+                        (_consumer_partition,
+                         (args, SPLIT_Q, SEQ_PARALLEL, DEFER_NORM, IS_CAUSAL, 1)),
+                        (_load_partition, (args, SPLIT_Q, SEQ_PARALLEL, DEFER_NORM, IS_CAUSAL))],
+                       [4, 1], [CONSUMER_REGS, BWD_PRODUCER_REGS])
+
+
+def block_shapes(head_dim: int):
+    """TMA boxes over (B, H, S, D): Q and dO rows of a step, K and V of a column block."""
+    return ([1, 1, BLOCK_M.value, head_dim], [1, 1, BLOCK_N.value, head_dim],
+            [1, 1, BLOCK_N.value, head_dim], [1, 1, BLOCK_M.value, head_dim])
+
+
+def block_layouts(head_dim: int, dtype):
+    """Shared layouts of the boxes. K's swizzle spans D/2 columns (head_dim bytes of 16-bit
+    values), so that a consumer's column half of K is whole swizzle atoms: the dQ products read
+    K_j[:, cols c] as their B operand."""
+    ty = _gl_dtype(dtype)
+    q, k, v, do = (gl.NVMMASharedLayout.get_default_for(box, ty) for box in block_shapes(head_dim))
+    k = gl.NVMMASharedLayout(swizzle_byte_width=head_dim, element_bitwidth=16, rank=4)
+    return q, k, v, do
+
+
+def shared_bytes(head_dim: int, stages: int, split_q: bool) -> int:
+    """Shared memory of the buffers: the Q/dO ring, K and V, dS^T (2 x 128 x 64 16-bit) and
+    split-K's exchange (2 parities x 2 consumers x 64 x D/2 float32)."""
+    rows, keys = BLOCK_M.value, BLOCK_N.value
+    ring = stages * 2 * rows * head_dim * 2
+    kv = 2 * keys * head_dim * 2
+    ds = 2 * keys * rows * 2
+    exchange = 0 if split_q else 4 * rows * (head_dim // 2) * 4
+    return ring + kv + ds + exchange
+
+
+def bwd_stages(head_dim: int, split_q: bool) -> int:
+    """The Q/dO ring's slots: 2 where they fit in sm_90's shared memory, else 1."""
+    return next(s for s in BWD_STAGES if shared_bytes(head_dim, s, split_q) <= SHARED_LIMIT)
+
+
+def unsupported(q, k, v) -> str | None:
+    """Why the Gluon backward cannot take this call (the hopper backend then runs the Triton
+    backward); None if it can. dO is made TMA-ready by hopper_attn_bwd."""
+    name = str(q.dtype).removeprefix("torch.")
+    if name not in HOPPER_DTYPES:
+        return f"dtype {name} (takes {' or '.join(HOPPER_DTYPES)})"
+    if q.shape[-1] not in HOPPER_HEAD_DIMS or v.shape[-1] != q.shape[-1]:
+        return f"head_dim {q.shape[-1]}, head_dim_v {v.shape[-1]} (takes 64 or 128, equal)"
+    if not q.is_cuda or __import__("torch").cuda.get_device_capability(q.device) != (9, 0):
+        return "not an sm_90 device"
+    if q.shape[0] * q.shape[1] * (q.shape[2] + BLOCK_N.value) >= 2**31:
+        return "the row statistics' int32 offsets (batch * heads_q * seqlen_q too large)"
+    for n, t in (("q", q), ("k", k), ("v", v)):
+        if not _tma_ready(t):
+            return f"{n} is not TMA-ready (strides {tuple(t.stride())})"
+    return None
+
+
+def _tma_ready(t) -> bool:
+    """Unit stride along head_dim, 16-byte aligned strides and data."""
+    return not (t.stride(-1) != 1 or any(s * t.element_size() % 16 for s in t.stride()[:-1])
+                or t.data_ptr() % 16)
+
+
+def _descriptors(q, k, v, do):
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    head_dim = q.shape[-1]
+    return [TensorDescriptor(t, list(t.shape), list(t.stride()), box, layout)
+            for t, box, layout in zip((q, k, v, do), block_shapes(head_dim),
+                                      block_layouts(head_dim, q.dtype))]
+
+
+def hopper_attn_bwd(q, k, v, o, stats, do, dlse, causal, softmax_scale, variant, config,
+                    o_res=None):
+    """`kernels.backward.attn_bwd`'s contract on the Hopper chassis (check `unsupported`
+    first). The preprocess (D, L or m and 1/l) and dQ's float32 buffer are attn_bwd's."""
+    import torch
+
+    from .backward import bwd_preprocess
+
+    batch, heads_q, seqlen_q, head_dim = q.shape
+    heads_kv, seqlen_k = k.shape[1], k.shape[2]
+    do = do if _tma_ready(do) else do.contiguous()
+    delta, stat2, inv_l, padded_q = bwd_preprocess(q, k, v, o, stats, do, dlse, variant,
+                                                   config, o_res, row_multiple=BLOCK_M.value)
+    dq = torch.zeros((batch, heads_q, seqlen_q, head_dim), device=q.device,
+                     dtype=torch.float32)
+    dk = torch.empty(k.shape, device=k.device, dtype=k.dtype)  # contiguous
+    dv = torch.empty(v.shape, device=v.device, dtype=v.dtype)
+    n_blocks = triton.cdiv(seqlen_k, BLOCK_N.value)
+    grid = (n_blocks if variant.seq_parallel else 1, batch * heads_kv)
+    _hopper_attn_bwd[grid](
+        *_descriptors(q, k, v, do), dq, dk, dv, stat2, inv_l, delta, seqlen_q, seqlen_k,
+        heads_q, heads_kv, padded_q, softmax_scale * LOG2E, softmax_scale,
+        SPLIT_Q=variant.split_q, SEQ_PARALLEL=variant.seq_parallel,
+        DEFER_NORM=variant.defer_norm, IS_CAUSAL=bool(causal),
+        STAGES=bwd_stages(head_dim, variant.split_q), CONSUMER_REGS=BWD_CONSUMER_REGS,
+        num_warps=4)
+    return dq.to(q.dtype), dk, dv
+
+
+def sm90_signature(variant, dtype="bfloat16", head_dim=128, causal=False,
+                   consumer_registers=BWD_CONSUMER_REGS):
+    """(signature, constexprs) of `_hopper_attn_bwd` as hopper_attn_bwd launches it
+    (consumer_registers: the worker consumer's setmaxnreg, for a test's starved build)."""
+    short = {"float16": "fp16", "bfloat16": "bf16"}[dtype]
+    signature = {}
+    for name, box, layout in zip(("q_desc", "k_desc", "v_desc", "do_desc"),
+                                 block_shapes(head_dim), block_layouts(head_dim, dtype)):
+        signature[name] = f"tensordesc<{short}[{','.join(map(str, box))}],{layout!r}>"
+    signature.update(DQ="*fp32", DK=f"*{short}", DV=f"*{short}", STAT2="*fp32",
+                     INV_L="*fp32", DELTA="*fp32", seqlen_q="i32", seqlen_k="i32",
+                     heads_q="i32", heads_kv="i32", padded_q="i32", qk_scale="fp32",
+                     sm_scale="fp32")
+    constexprs = {"SPLIT_Q": variant.split_q, "SEQ_PARALLEL": variant.seq_parallel,
+                  "DEFER_NORM": variant.defer_norm, "IS_CAUSAL": causal,
+                  "STAGES": bwd_stages(head_dim, variant.split_q),
+                  "CONSUMER_REGS": consumer_registers}
+    signature.update({name: "constexpr" for name in constexprs})
+    return signature, constexprs
+
+
+def compile_for_sm90(variant, dtype="bfloat16", head_dim=128, causal=False,
+                     consumer_registers=BWD_CONSUMER_REGS):
+    """triton.compile of the backward for sm_90 without a GPU; returns the CompiledKernel."""
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    signature, constexprs = sm90_signature(variant, dtype, head_dim, causal, consumer_registers)
+    source = GluonASTSource(_hopper_attn_bwd, signature, constexprs, {})
+    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))

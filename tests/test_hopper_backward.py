@@ -1,0 +1,185 @@
+"""kernels/hopper_backward.py, compiled for sm_90 on the CPU (Triton's interpreter cannot run
+Gluon; ablations/probes/hopper_backward.py checks its gradients on the GPU).
+
+What the two settings of SPLIT_Q must be, read from the TTGIR and the PTX of one build each
+(FA2's other flags on; 6 builds, about 35 s with an empty Triton cache):
+  - every product on wgmma: S^T and dP^T (64 keys x 64 queries, K = D, both operands in shared
+    memory), dV and dK (A, P^T or dS^T, from registers, 64 x D), and dQ (64 x D/2 from shared
+    memory: K = 128 keys under split-Q, two of K = 64 under split-K); no mma.sync anywhere;
+  - split-K's exchange: its consumers store float32 partials of dQ (64 x D/2) to shared memory
+    and load the other's; split-Q stores and loads no float32 tile. Both meet once a step (one
+    rendezvous: split-Q's consumers read each other's dS^T half, split-K's each other's partial);
+  - no spills (the FA1 baseline, split-K without defer_norm and seq_parallel, at d=128:
+    16-28 bytes, a strict xfail until it is 0: D61).
+
+Each assertion is shown to fail where it should (`test_the_checks_fail_on_the_wrong_build`):
+the split-Q checks on the split-K build and the reverse (the constexpr flipped), and the spill
+check on a split-Q build starved of registers.
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+from functools import partial
+
+import pytest
+import torch
+
+from compile_cli import ROOT
+from fa2check.core.checks import Reference
+from fa2check.core.problems import Problem
+from kernels import Variant, default_config, flash_attention
+
+PROBE = """
+import json
+from fa2check.inspect.compile_gate import ptxas_usage, rerun_ptxas
+from kernels import Variant
+from kernels.hopper_backward import compile_for_sm90
+out = {}
+for split_q, d, causal in ((True, 64, True), (False, 64, True), (True, 128, False),
+                           (False, 128, False)):
+    k = compile_for_sm90(Variant(True, True, split_q), head_dim=d, causal=causal)
+    ptx = k.asm["ptx"]
+    out[f"{split_q} {d}"] = dict(ptxas_usage(rerun_ptxas(ptx)), ttgir=k.asm["ttgir"],
+                                 mma_sync=ptx.count("mma.sync"),
+                                 arrives=ptx.count("mbarrier.arrive"))
+# the one build that spills (the FA1 baseline at d=128), and split-Q
+# starved of registers (the worker consumer at 200): the spill check must reject the latter
+for key, variant, regs in (("fa1 128", Variant(False, False, False), 240),
+                           ("starved 128", Variant(True, True, True), 200)):
+    k = compile_for_sm90(variant, head_dim=128, consumer_registers=regs)
+    out[key] = ptxas_usage(rerun_ptxas(k.asm["ptx"]))
+print(json.dumps(out))
+"""
+# a wgmma in TTGIR: A (registers: a tensor, or shared memory: a memdesc) x B (shared) -> acc
+DOT = re.compile(r"ttng\.warp_group_dot .*: (tensor|!ttg\.memdesc)<(\d+)x(\d+)x\w+[,>].*"
+                 r" \* !ttg\.memdesc<(\d+)x(\d+)x\w+[,>].* -> tensor<(\d+)x(\d+)xf32")
+F32_TILE = re.compile(r"ttg\.local_(store|load) .*<64x(\d+)xf32")
+
+
+@pytest.fixture(scope="module")
+def builds():
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    proc = subprocess.run([sys.executable, "-c", PROBE], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def products(ttgir: str) -> set:
+    """The wgmmas as (A in "tensor" or "!ttg.memdesc", A's shape, B's shape, the result's)."""
+    return {(a, (int(m), int(k)), (int(kb), int(n)), (int(rm), int(rn)))
+            for a, m, k, kb, n, rm, rn in DOT.findall(ttgir)}
+
+
+def check_products(build: dict, split_q: bool, d: int):
+    """All five products on wgmma, of the shapes the design says; no mma.sync."""
+    found = products(build["ttgir"])
+    assert build["mma_sync"] == 0, "a product left wgmma"
+    s_dp = ("!ttg.memdesc", (64, d), (d, 64), (64, 64))  # S^T = K_c Q_i^T, dP^T = V_c dO_i^T
+    dv_dk = ("tensor", (64, 64), (64, d), (64, d))  # dV += P^T dO_i, dK += dS^T Q_i
+    keys = 128 if split_q else 64  # dQ: over the whole block's keys, or over mine
+    dq = ("!ttg.memdesc", (64, keys), (keys, d // 2), (64, d // 2))
+    assert found == {s_dp, dv_dk, dq}, found
+
+
+def check_exchange(build: dict, split_q: bool, d: int):
+    """split-K's float32 partials through shared memory (a store and a load of 64 x D/2 in each
+    consumer); none under split-Q."""
+    tiles = F32_TILE.findall(build["ttgir"])
+    if split_q:
+        assert tiles == [], tiles
+    else:
+        assert sorted(set(tiles)) == [("load", str(d // 2)), ("store", str(d // 2))], tiles
+
+
+def check_no_spills(build: dict):
+    assert build["spill_stores"] == build["spill_loads"] == 0, build
+
+
+CASES = [(True, 64), (False, 64), (True, 128), (False, 128)]
+
+
+@pytest.mark.parametrize("split_q, d", CASES, ids=lambda x: str(x))
+def test_every_product_is_a_wgmma(builds, split_q, d):
+    check_products(builds[f"{split_q} {d}"], split_q, d)
+
+
+@pytest.mark.parametrize("split_q, d", CASES, ids=lambda x: str(x))
+def test_only_split_k_exchanges_partial_dq(builds, split_q, d):
+    check_exchange(builds[f"{split_q} {d}"], split_q, d)
+
+
+def test_one_rendezvous_a_step_in_both(builds):
+    """Split-Q's rendezvous (dS^T halves) and split-K's (the partials) are one each: the same
+    mbarrier arrives in the PTX (the exchange is split-K's extra cost, not a second meeting)."""
+    for d in (64, 128):
+        assert builds[f"True {d}"]["arrives"] == builds[f"False {d}"]["arrives"], d
+
+
+@pytest.mark.parametrize("split_q, d", CASES, ids=lambda x: str(x))
+def test_no_spills(builds, split_q, d):
+    check_no_spills(builds[f"{split_q} {d}"])
+
+
+@pytest.mark.xfail(strict=True, reason="the FA1 baseline (-defer-seqpar-splitq) at d=128 "
+                   "spills 16-28 bytes (D61, open)")
+def test_split_k_d128_fa1_no_spills(builds):
+    check_no_spills(builds["fa1 128"])
+
+
+def test_the_checks_fail_on_the_wrong_build(builds):
+    """Each check rejects a build it should: SPLIT_Q flipped (the other setting's build) fails
+    the products' and the exchange's checks, and split-Q at d=128 with its worker consumer
+    starved to 200 registers fails the spill check."""
+    for split_q, d in CASES:
+        wrong = builds[f"{not split_q} {d}"]
+        with pytest.raises(AssertionError):
+            check_products(wrong, split_q, d)
+        with pytest.raises(AssertionError):
+            check_exchange(wrong, split_q, d)
+    with pytest.raises(AssertionError):
+        check_no_spills(builds["starved 128"])
+
+
+# GPU: the gradients of the hopper backend (the chassis's forward and this backward)
+GPU_PROBLEMS = [
+    # GQA, causal, seqlen_q > seqlen_k: the first rows see no key (dQ = 0 there)
+    Problem(2, 4, 2, 1000, 300, 64, "bfloat16", True, seed=51),
+    # MQA, causal, seqlen_q < seqlen_k, odd lengths: partial last row block and column block
+    # (bf16 like the probe's checks, whose compiles this test then finds in Triton's cache)
+    Problem(1, 3, 1, 777, 1100, 128, "bfloat16", True, seed=52),
+    # full mask, odd lengths
+    Problem(2, 2, 2, 900, 333, 128, "bfloat16", False, seed=53),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("problem", GPU_PROBLEMS, ids=str)
+def test_gpu_hopper_backward_passes_the_oracle(problem, device):
+    """Every variant's dQ, dK, dV (the lse gradient included: Reference differentiates it) on
+    the hopper backend pass the float64 oracle by the pass rule, and the Hopper backward took
+    the call. dK and dV do not depend on how dQ is partitioned: from the same o and statistics
+    split-Q's and split-K's are bitwise equal."""
+    from kernels.hopper_backward import hopper_attn_bwd, unsupported
+    from kernels.hopper_forward import hopper_attn_fwd
+
+    ref = Reference(problem, device, backward=True)
+    assert unsupported(ref.q, ref.k, ref.v) is None
+    for variant in Variant.all():
+        checks = ref.check(partial(flash_attention, backend="hopper"), variant)
+        failed = [str(c) for c in checks if not c.passed]
+        assert not failed, f"{variant} on {problem}: " + "; ".join(failed)
+    scale = problem.head_dim ** -0.5
+    for defer, seq_parallel in ((True, True), (False, False)):
+        fa2ish = Variant(defer, seq_parallel, True)
+        config = default_config(problem.head_dim, True, fa2ish, problem.dtype, "hopper",
+                                causal=problem.causal)
+        o, stats = hopper_attn_fwd(ref.q, ref.k, ref.v, problem.causal, scale, fa2ish, config)
+        grads = [hopper_attn_bwd(ref.q, ref.k, ref.v, o, stats, ref.do, None, problem.causal,
+                                 scale, Variant(defer, seq_parallel, split_q), config)
+                 for split_q in (True, False)]
+        assert torch.equal(grads[0][1], grads[1][1]), f"{fa2ish}: dK differs by the split"
+        assert torch.equal(grads[0][2], grads[1][2]), f"{fa2ish}: dV differs by the split"
