@@ -25,8 +25,9 @@
 #                  d=128, full and causal (about 160 s in all); its GPU tests:
 #                  GPU_TESTS=tests/test_flex.py ... gpu-tests
 #   hopper-bwd     ablations/probes/hopper_backward.py (oracle checks of the 8 variants, their
-#                  compiles in parallel, then the backward's times and its split_q factor), then
-#                  the chassis backward's GPU tests (tests/test_hopper_backward.py, cache warm)
+#                  compiles in parallel, then the backward's times and its split_q factor)
+#   hopper-bwd-tests  the chassis backward's GPU tests (tests/test_hopper_backward.py)
+#   hopper-verify  fa2check.verify --impl hopper alone
 set -u
 OUT=${OUT:-out}; mkdir -p "$OUT"
 W=$(mktemp -d)  # the steps write here; $OUT gets one archive of it after every step, so a run
@@ -60,8 +61,9 @@ for s in "$@"; do case $s in
              step gpu-tests 240 python3 -m pytest -q -m gpu -rf $XDIST ${GPU_TESTS:-tests} ;;
   flex) step flex-verify 70 python3 -m fa2check.verify --impl flex --json "$W/verify-flex.json" $C
         step flex-time 90 python3 -m fa2check.ablate --seqlen 8192 --head-dim 128 --mode fwd --kernels triton --backends sdpa-flash,sdpa-cudnn,flex --rep-ms 100 --budget-s 80 $C --out "$W/flex" --no-plots ;;
-  hopper-bwd) step hopper-bwd 160 python3 ablations/probes/hopper_backward.py --out "$W/hopper-bwd" --check-timeout 90 --time-timeout 60 $C
-              step hopper-bwd-tests 120 python3 -m pytest -q -m gpu tests/test_hopper_backward.py -rf ;;
+  hopper-bwd) step hopper-bwd 160 python3 ablations/probes/hopper_backward.py --out "$W/hopper-bwd" --check-timeout 90 --time-timeout 60 $C ;;
+  hopper-bwd-tests) step hopper-bwd-tests 120 python3 -m pytest -q -m gpu tests/test_hopper_backward.py -rf ;;
+  hopper-verify) step hopper-verify 90 python3 -m fa2check.verify --impl hopper --json "$W/verify-hopper.json" $C ;;
   *) echo "unknown step $s"; exit 2 ;;
 esac; done
 echo; printf "%-18s %4s %8s\n" step rc wall_s
