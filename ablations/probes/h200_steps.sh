@@ -16,8 +16,9 @@
 #   fa1            the chassis's FA1-style rows as % of matmul at d=128 1k-8k, with FA1's num_splits
 #                  (`+h`): ablations/probes/fa1_schedule.py --backend hopper
 #   d96            the head-dims probe at 96 and 128 only (bf16, 4k and 8k, forward)
-#   verify-fixes   the full tier's cases that failed at b393333 (the float32 d=40 causal case of
-#                  split-K with seq_parallel; the Gluon backend's split-K gradients)
+#   verify-d40     the full tier's case that failed at b393333 (D64: float32 d=40 causal, split-K
+#                  with seq_parallel)
+#   verify-gluon   the Gluon backend's split-K gradients (its tiles failed at b393333)
 #   gpu-tests      pytest -m gpu over GPU_TESTS (files and options, e.g. "tests/a.py -k float32")
 #   flex           torch's compiled flex_attention (D63): fa2check.verify --impl flex (every
 #                  property, the full tier; cut at 70 s its JSON keeps the cases that finished),
@@ -55,8 +56,8 @@ for s in "$@"; do case $s in
   switches) step switches 110 python3 ablations/probes/hopper_switches.py --out "$W/switches" --head-dims 128 --seqlens 8192 --timeout 50 --budget 100 $C ;;
   fa1) step fa1 150 python3 ablations/probes/fa1_schedule.py --backend hopper --head-dims 128 --seqlens 1024,2048,8192 --out "$W/fa1" $C ;;
   d96) step d96 100 python3 ablations/probes/head_dims.py --head-dims 96,128 --seqlens 4096,8192 --out "$W/d96" --budget-s 85 $C ;;
-  verify-fixes) step verify-d40 60 python3 -m fa2check.verify --tier full --property causal_masking --variant=-defer+seqpar-splitq --variant=+defer+seqpar-splitq '--case=q>k-b1-h4/1-q16384-k1000-d40-float32-causal-s302' --json "$W/verify-d40.json" $C
-                step verify-gluon 120 python3 -m fa2check.verify --tier full --impl fa2check.adapters:gluon --variant=-defer+seqpar-splitq --variant=+defer-seqpar-splitq --property gqa_reduction --property causal_masking --json "$W/verify-gluon.json" $C ;;
+  verify-d40) step verify-d40 60 python3 -m fa2check.verify --tier full --property causal_masking --variant=-defer+seqpar-splitq --variant=+defer+seqpar-splitq '--case=q>k-b1-h4/1-q16384-k1000-d40-float32-causal-s302' --json "$W/verify-d40.json" $C ;;
+  verify-gluon) step verify-gluon 120 python3 -m fa2check.verify --tier full --impl fa2check.adapters:gluon --variant=-defer+seqpar-splitq --variant=+defer-seqpar-splitq --property gqa_reduction --property causal_masking --json "$W/verify-gluon.json" $C ;;
   gpu-tests) XDIST=$(python3 -c "import xdist" 2>/dev/null && echo "-n 8")  # compile-bound: 8 workers
              step gpu-tests 240 python3 -m pytest -q -m gpu -rf $XDIST ${GPU_TESTS:-tests} ;;
   flex) step flex-verify 70 python3 -m fa2check.verify --impl flex --json "$W/verify-flex.json" $C
