@@ -228,7 +228,7 @@ def main(argv=None) -> int:
     me = [sys.executable, __file__, "--head-dims", args.head_dims, "--seqlens", args.seqlens]
     start = time.monotonic()
     checked = {} if args.no_checks else run_parallel(
-        {n: me + ["--worker", n] for n in names}, args.check_timeout)
+        {n: me + [f"--worker={n}"] for n in names}, args.check_timeout)  # names may start with "-"
     for n, r in checked.items():
         status = r.get("error") or " ".join("pass" if c["passed"] else "FAIL"
                                             for c in r["checks"])

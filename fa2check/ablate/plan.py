@@ -51,6 +51,10 @@ HOPPER_SPLIT_K_COST = 1.7
 # on the H200 (20261202-133644-*) took 8.7x FA2's time without split_q, where the forward's
 # chassis split-K costs 1.56x; with the forward at 1.7x that puts the backward's at about 10x
 BWD_SPLIT_K_COST = 10.0
+# the chassis's own backward (kernels/hopper_backward.py, D61), d=64 bf16 1k-4k on the H200
+# (9a7d03e): split-K 1.01-1.08x its split-Q's time; its FA2 backward 1.1-1.2x the Triton FA2's
+HOPPER_BWD_SPLIT_K_COST = 1.1
+HOPPER_BWD_SLOWER = 1.2
 DEFER_OFF_COST = 1.06
 # forward, backward TFLOP/s (non-causal, causal) measured for our FA2 and for SDPA
 RATES = {
@@ -73,9 +77,12 @@ def predicted_ms(cell, mode: str, name: str, variant=None) -> float:
             if not variant.seq_parallel:
                 programs = cell.batch * (cell.heads_q if part == "fwd" else cell.heads_kv)
                 rate *= min(1.0, programs / (SMS * PROGRAMS_PER_SM))
+            hopper = name.startswith("hopper")
+            if hopper and part == "bwd":
+                rate /= HOPPER_BWD_SLOWER
             if not variant.split_q:
-                rate /= (BWD_SPLIT_K_COST if part == "bwd" else HOPPER_SPLIT_K_COST
-                         if name.startswith("hopper") else SPLIT_K_COST)
+                rate /= ((HOPPER_BWD_SPLIT_K_COST if hopper else BWD_SPLIT_K_COST)
+                         if part == "bwd" else HOPPER_SPLIT_K_COST if hopper else SPLIT_K_COST)
             if not variant.defer_norm:
                 rate /= DEFER_OFF_COST
         total += cell.flops(part) / (rate * 1e12) * 1e3
