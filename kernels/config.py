@@ -129,7 +129,8 @@ def heuristic_config(head_dim: int, on_gpu: bool, variant=None, dtype=None,
     dtype (torch dtype or its name): float32 tiles take twice the shared memory.
     backend "gluon": the forward tiles of the Gluon kernel (4 warps; the compile gate shows
     spills, 8 bytes, only for split-Q without seq_parallel at head_dim 32);
-    the backward fields stay the Triton backward's, which every backend's gradients use.
+    the backward fields stay the Triton backward's, which the gluon backend's gradients and the
+    hopper backend's outside kernels.hopper_backward use.
     The tiles follow the tile's head dimension, block_d(head_dim): registers and shared memory
     are those of the padded tile (head_dim 96 gets head_dim 128's tiles); the Triton forward's
     tiles at 129-192 columns in chunks (tile_columns, D60: 160, 192) get tiles of their own,
@@ -148,7 +149,8 @@ def heuristic_config(head_dim: int, on_gpu: bool, variant=None, dtype=None,
         block_n = next((n for n in (128, 64) if shared_bytes(
             head_dim, n, stages, split_q, seq_parallel, causal=causal is not False)
             <= SHARED_LIMIT), 64)
-        # the backward fields are the Triton backward's for this variant (its gradients)
+        # the backward fields are the Triton backward's for this variant (its gradients where
+        # kernels.hopper_backward does not take the call)
         return replace(heuristic_config(head_dim, on_gpu, variant, dtype), block_m=64,
                        block_n=block_n, num_warps=4, num_stages=stages, tma=False)
     if backend == "gluon":

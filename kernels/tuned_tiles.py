@@ -8,8 +8,8 @@ interpreter never reads it. So `flash_attention`, `fa2check.verify` and `fa2chec
 the same tiles for the same key.
 
 An entry is one part's fields: "fwd" (every TileConfig field but the bwd_ ones) or "bwd" (the
-bwd_ fields; the Triton backward, which every backend's gradients use, keyed by backend
-"triton" and the variant). The file states its
+bwd_ fields; the Triton backward, which the other backends' gradients use where they have
+none of their own, keyed by backend "triton" and the variant). The file states its
 seqlen bands, {part: {band: [first seqlen, seqlen it is tuned at]}}; a call's band is picked by
 seqlen_k for the forward (the keys a row block walks) and by seqlen_q for the backward (the
 rows a key column block walks).
