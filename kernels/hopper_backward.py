@@ -41,8 +41,9 @@ and then the step's dQ_i, the one place where the settings differ:
           dQ_c = dS_c K_c                            two wgmmas 64 x D/2, K = 64
       writes the other consumer's columns (64 x D/2 float32) to an exchange buffer,
       rendezvous, reads the other's partial of its own columns, adds, and adds its D/2
-      columns to the dQ buffer: 64 (D/2) 4 bytes written and read per consumer and step, and
-      the rendezvous, which split-Q does not have.
+      columns to the dQ buffer: 64 (D/2) 4 bytes written and read per consumer and step, the
+      cost split-Q removes (both settings meet once a step: split-Q's consumers read each
+      other's half of dS^T, split-K's each other's partial dQ).
 
 SEQ_PARALLEL (FA2, section 3.2): grid (column blocks, B * Hkv). Off (FA1: one program per
 (batch, head)): grid (1, B * Hkv), the program walks every column block itself (the same loop,
