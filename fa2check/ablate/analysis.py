@@ -10,9 +10,10 @@ from __future__ import annotations
 import numpy as np
 
 from .clocks import median_clock
-from .contenders import PEERS, PREFIXED, kernel_backend_of
-from .contributions import (BACKWARD_BEFORE_D50, FLAGS, analyse, players_for, repeat_draws, subsets,
-                            summarise, variant_for, view_of, with_intervals)
+from .contenders import HOPPER, PEERS, PREFIXED, kernel_backend_of, parse_kernel_name
+from .contributions import (BACKWARD_BEFORE_D50, SWITCH_VIEW, analyse, game_of, players_for,
+                            repeat_draws, subsets, summarise, variant_for, view_of,
+                            with_intervals)
 from .grids import MODES, Cell
 from .timing import flatten, summary, tflops
 
@@ -56,15 +57,20 @@ def views(results: dict) -> list[str]:
     Triton kernels, "<mode> hopper" for the Hopper chassis's forward (the run's kernels of
     record on sm_90), "<mode> gluon" for the Gluon forward; each has its own contributions.
     A run whose kernels of record are Triton's (settings "kernels", absent in older files)
-    always has "<mode>"."""
+    always has "<mode>". A mode whose samples include the Hopper switches' variants
+    (--hopper-switches) also has "<mode> hopper switches", the second game (D66)."""
     primary = results["settings"].get("kernels", "triton")
     out = []
     for mode in results["settings"]["modes"]:
-        timed = {kernel_backend_of(name) for entry in results["cells"]
+        names = {name for entry in results["cells"]
                  for name in entry["modes"].get(mode, {}).get("samples", {})
                  if name not in PEERS}
+        timed = {kernel_backend_of(name) for name in names}
         out += [mode if b == "triton" else f"{mode} {b}" for b in ("triton",) + PREFIXED
                 if b in timed or b == primary]
+        if any(parse_kernel_name(n)[1].hopper_switches for n in names
+               if kernel_backend_of(n) == HOPPER):
+            out.append(f"{mode} {HOPPER} {SWITCH_VIEW}")
     return out
 
 
@@ -78,9 +84,10 @@ def analyse_results(results: dict, n_draws: int = DEFAULT_DRAWS, seed: int = 0) 
         mode, prefix = view_of(view)
         timed = {name for entry in results["cells"]
                  for name in entry["modes"].get(mode, {}).get("samples", {})}
-        players = players_for(view, timed)
+        players, game_name = players_for(view, timed), game_of(view).name
         rng = np.random.default_rng([seed, MODES.index(mode)]
-                                    + ([1 + PREFIXED.index(prefix)] if prefix else []))
+                                    + ([1 + PREFIXED.index(prefix)] if prefix else [])
+                                    + ([len(PREFIXED) + 1] if game_name == "switches" else []))
         draws = repeat_draws(max(repeats, 1), n_draws, rng)
         cells, analysed = [], []
         for entry in results["cells"]:
@@ -110,7 +117,9 @@ def analyse_results(results: dict, n_draws: int = DEFAULT_DRAWS, seed: int = 0) 
             by_seqlen[s] = summarise([r for c, r in analysed if c.seqlen == s])
         out["modes"][view] = {
             "players": list(players),
-            "not_applicable": BACKWARD_BEFORE_D50 if len(players) < len(FLAGS) else {},
+            "game": game_name,
+            "not_applicable": (BACKWARD_BEFORE_D50
+                               if len(players) < len(game_of(view).players) else {}),
             "cells": cells,
             "summary": summarise([r for _, r in analysed]) if analysed else None,
             "by_seqlen": by_seqlen,

@@ -10,12 +10,17 @@ backends and show what each improvement of FlashAttention-2 is worth.
   python -m fa2check.ablate --grid paper --plan  # the planning estimate only
   python -m fa2check.ablate --from ablations/results/X.json [--update-readme]
   python -m fa2check.ablate --merge A.json --merge B.json   # one table from two runs' sweeps
+  python -m fa2check.ablate --kernels hopper --hopper-switches --mode fwd --seqlen 8192 \
+      --head-dim 128            # also FA2 + pingpong / overlap / both: the switches' game
 
 Tiles: every kernel runs the tiles flash_attention would pick (kernels.default_config: the
 table of tuned tiles, kernels/tuned_tiles.json, for this GPU, else the heuristic); the run says
 which, per key. Kernels: our 8 variants' forward runs on the Hopper chassis on sm_90
 (--kernels hopper; its backward on the same chassis, kernels/hopper_backward.py, where that
-takes the call), on the Triton kernels elsewhere.
+takes the call), on the Triton kernels elsewhere. --hopper-switches (with --kernels hopper)
+also times the Hopper lattice's switch variants in the forward, on FA2's tiles, and adds a
+second contributions table over the two switches (pingpong, overlap) beside FlashAttention-3's
+H100 ablation (docs/decisions.md D66).
 --budget-s bounds the whole command, compiling and tuning included.
 
 Every variant's output in a cell is checked against the float64 oracle (on slices, see
@@ -80,6 +85,13 @@ def parse_args(argv):
                    help="the forward of our 8 variants: hopper (kernels/hopper_forward.py, the "
                         "forward of record; fwd+bwd and bwd with kernels/hopper_backward.py) or triton "
                         "(kernels/forward.py); auto: hopper on sm_90 where every cell fits it")
+    t.add_argument("--hopper-switches", action="store_true",
+                   help="with --kernels hopper: also time FA2 + pingpong, + overlap and + both "
+                        "(FlashAttention-3's schedules on the chassis, FA2's tiles) in the "
+                        "forward, with their own contributions table (Shapley over the two "
+                        "switches, beside FA3's H100 ablation). The switches exist in the "
+                        "forward only: bwd and fwd+bwd do not time them (the run says so), and "
+                        "a run without --mode fwd is refused")
     t.add_argument("--retune", action="store_true",
                    help="search every needed key's tiles (fa2check.ablate.tuning) and merge the "
                         "winners into the table of tuned tiles (--table-out)")
@@ -162,7 +174,16 @@ def cells_from(args):
 
 
 def settings_from(args, kernels: str = "triton"):
+    """The run's Settings; a combination they refuse (--hopper-switches without the Hopper
+    kernels or the forward) exits with its reason."""
     modes = args.mode or [GRID_MODES.get(args.grid, "fwd,bwd")]
+    try:
+        return _settings(args, kernels, modes)
+    except ValueError as error:
+        raise SystemExit(str(error)) from None
+
+
+def _settings(args, kernels, modes):
     return Settings(modes=parse_modes(modes), repeats=args.repeats,
                     warmup_ms=args.warmup_ms, rep_ms=args.rep_ms, tune=args.retune,
                     retune_keys=tuple(args.retune_key), table_out=args.table_out, kernels=kernels,
@@ -171,7 +192,8 @@ def settings_from(args, kernels: str = "triton"):
                     math_max_seqlen=args.math_max_seqlen, budget_s=args.budget_s,
                     workers=args.jobs or tuning.default_workers(), seed=args.seed,
                     configs_from=tuple(args.configs_from), gluon=args.gluon,
-                    gluon_max_seqlen=args.gluon_max_seqlen, shards=args.shards)
+                    gluon_max_seqlen=args.gluon_max_seqlen, shards=args.shards,
+                    hopper_switches=args.hopper_switches)
 
 
 def resolve_kernels(choice: str, cells, device: str | None) -> str:
@@ -199,6 +221,8 @@ def print_plan(console, cells, settings, grid, workers=None):
         f"{e['tune_s']:.0f} s, precompile {e['precompile_final_s']:.0f} s, gate {e['gate_s']:.0f} s, "
         f"sweeps {settings.repeats} x {e['sweep_s']:.0f} s: about {e['total_s'] / 60:.1f} min "
         "on an H200", highlight=False)
+    if note := report.switches_line(settings.as_dict()):
+        console.print(note, highlight=False)
     return e
 
 

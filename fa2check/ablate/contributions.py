@@ -15,6 +15,11 @@ so v(all) is the log of FA2's total speedup over the baseline. Reported for each
   (-1)^(|T|-|S|) v(S) for |T| >= 2; v(all) = sum of alone effects + sum of dividends, and
   phi_i = alone_i + sum over T containing i, |T|>=2, of d(T)/|T|.
 
+A second game, over the Hopper chassis's forward (docs/decisions.md D59, D66): the players are
+FlashAttention-3's two schedules (pingpong, overlap), the baseline is FA2 all on and the top is
+FA2 with both; "alone" is a switch on FA2, "removed" what all-on loses without it. The same
+code plays both games (`Game`, `game_of`).
+
 Every mode has the three players: split_q off is split-K in the forward (keys over warps or
 warpgroups) and in the backward (FA1's split of the dQ products' keys, docs/decisions.md D50).
 
@@ -30,18 +35,40 @@ from __future__ import annotations
 import itertools
 import math
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 import numpy as np
 
 FLAGS = ("defer_norm", "seq_parallel", "split_q")
+SWITCHES = ("pingpong", "overlap")  # the Hopper lattice's (kernels.Variant.hopper)
 CONFIDENCE = 0.95
 
 
+@dataclass(frozen=True)
+class Game:
+    """Who plays, and what the tables call every player on (`top`) and none on (`base`)."""
+    name: str
+    players: tuple
+    top: str
+    base: str
+
+
+FA2_GAME = Game("fa2", FLAGS, "FA2", "FA1-style")
+SWITCH_GAME = Game("switches", SWITCHES, "FA2 + both switches", "FA2")
+SWITCH_VIEW = "switches"  # the last word of a view of the switch game: "fwd hopper switches"
+
+
 def view_of(view: str) -> tuple[str, str]:
-    """An analysis view, "fwd" or "fwd gluon", as (mode, kernel backend prefix of its names)."""
-    mode, _, backend = view.partition(" ")
-    return mode, backend
+    """An analysis view, "fwd", "fwd gluon" or "fwd hopper switches", as (mode, kernel backend
+    prefix of its names)."""
+    mode, _, rest = view.partition(" ")
+    return mode, rest.partition(" ")[0]
+
+
+def game_of(view: str) -> Game:
+    """The game a view plays: the switches' for "<mode> hopper switches", else FA2's flags."""
+    return SWITCH_GAME if view.split(" ")[-1] == SWITCH_VIEW else FA2_GAME
 
 
 # runs saved before split_q reached the backward (D50) timed its 4 split_q=True variants only
@@ -50,7 +77,10 @@ BACKWARD_BEFORE_D50 = {"split_q": "not timed: the run predates split_q in the ba
 
 def players_for(view: str, timed: set | None = None) -> tuple[str, ...]:
     """The game's players: the three flags, or for a saved backward run that timed only the
-    split_q=True variants (`timed`: its kernel names), defer_norm and seq_parallel."""
+    split_q=True variants (`timed`: its kernel names), defer_norm and seq_parallel; the two
+    switches in a view of the switch game."""
+    if game_of(view) is SWITCH_GAME:
+        return SWITCHES
     mode, prefix = view_of(view)
     if mode == "bwd" and timed is not None and not any(
             (prefix + str(variant_for(s, FLAGS))) in timed for s in subsets(FLAGS)
@@ -64,10 +94,11 @@ def subsets(players: Sequence[str]) -> list[frozenset]:
 
 
 def variant_for(on: frozenset, players: Sequence[str]):
-    """The Variant with exactly `on` switched on among `players`; non-players stay on (FA2)."""
+    """The Variant with exactly `on` switched on among `players`; non-players keep Variant's
+    defaults (FA2's flags on, the Hopper switches off)."""
     from kernels import Variant
 
-    return Variant(**{f: (f in on) if f in players else True for f in FLAGS})
+    return Variant(**{f: f in on for f in players})
 
 
 def game(log_time: Mapping[frozenset, object], players: Sequence[str]) -> dict[frozenset, object]:
@@ -98,7 +129,7 @@ def dividends(v: Mapping[frozenset, object], players: Sequence[str]) -> dict[fro
 
 
 def interaction_name(t: frozenset) -> str:
-    return "x".join(f for f in FLAGS if f in t)
+    return "x".join(f for f in FLAGS + SWITCHES if f in t)
 
 
 def decompose(log_time: Mapping[frozenset, object], players: Sequence[str]) -> dict[str, object]:

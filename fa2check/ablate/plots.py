@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from .contenders import PEERS, parse_kernel_name
-from .contributions import FLAGS
+from .contributions import game_of
 from .report import BACKEND_LABELS, names
 
 BACKEND_STYLE = {"sdpa-flash": ("tab:gray", "-"), "sdpa-cudnn": ("black", "-"),
@@ -14,7 +14,8 @@ BACKEND_STYLE = {"sdpa-flash": ("tab:gray", "-"), "sdpa-cudnn": ("black", "-"),
                  "api": ("tab:cyan", "-."), "flex": ("tab:gray", "-.")}
 VARIANT_COLOURS = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown",
                    "tab:pink", "tab:olive"]  # in Variant.all() order: FA2 first, FA1-style last
-FLAG_COLOURS = {"defer_norm": "tab:blue", "seq_parallel": "tab:orange", "split_q": "tab:green"}
+FLAG_COLOURS = {"defer_norm": "tab:blue", "seq_parallel": "tab:orange", "split_q": "tab:green",
+                "pingpong": "tab:purple", "overlap": "tab:red"}
 
 
 def _facets(analysis):
@@ -102,22 +103,24 @@ def contributions_plot(results, analysis, path):
     rows, cols = _facets(analysis)
     plt, fig, axes = _figure(rows, cols)
     for i, (mode, head_dim) in enumerate(rows):
-        players = analysis["modes"][mode]["players"]
+        players, game = analysis["modes"][mode]["players"], game_of(mode)
+        flags = game.players
         for j, (causal, dtype) in enumerate(cols):
             ax = axes[i][j]
             cells = [r for r in _cells(analysis, mode, head_dim, causal, dtype) if r["contributions"]]
-            width = 0.8 / (len(FLAGS) + 1)
+            width = 0.8 / (len(flags) + 1)
             for x, r in enumerate(cells):
                 c = r["contributions"]
-                for k, name in enumerate(["total"] + [f"shapley/{f}" for f in FLAGS]):
+                for k, name in enumerate(["total"] + [f"shapley/{f}" for f in flags]):
                     flag = name.split("/")[-1]
                     if name != "total" and flag not in players:
                         continue
                     q = c[name]
-                    pos = x + (k - len(FLAGS) / 2) * width
+                    pos = x + (k - len(flags) / 2) * width
                     ax.bar(pos, math.log2(q["factor"]), width, color=FLAG_COLOURS.get(flag, "black"),
                            alpha=1.0 if q["significant"] else 0.35,
-                           label=(flag if name != "total" else "total FA2 / FA1-style") if x == 0 else None)
+                           label=(flag if name != "total" else f"total {game.top} / {game.base}")
+                           if x == 0 else None)
                     # max(0, .): a cell timed once has an interval of one point, which the
                     # estimate, computed another way, can miss by an ulp
                     ax.errorbar(pos, math.log2(q["factor"]),
@@ -127,7 +130,8 @@ def contributions_plot(results, analysis, path):
             ax.axhline(0, color="black", linewidth=0.6)
             ax.set_xticks(range(len(cells)), [str(r["cell"]["seqlen"]) for r in cells], fontsize=7)
             ax.set_title(f"{mode}, d={head_dim}, {'causal' if causal else 'full'}, {dtype}"
-                         + (" (split_q n/a)" if "split_q" not in players else ""), fontsize=9)
+                         + (" (split_q n/a)" if "split_q" in flags and "split_q" not in players
+                            else ""), fontsize=9)
             ax.set_xlabel("seqlen")
             ax.set_ylabel("log2 speedup")
             ax.grid(alpha=0.3, axis="y")

@@ -14,11 +14,14 @@ from rich.text import Text
 
 from .clocks import median_clock
 from .contenders import PEERS
-from .contributions import FLAGS, interaction_name, players_for, subsets, variant_for, view_of
+from .contributions import (FA2_GAME, game_of, interaction_name, players_for, subsets,
+                            variant_for, view_of)
 from .grids import Cell
+from .paper import fa3_reference
 from .tuning import band_seqlens
 
-FLAG_SHORT = {"defer_norm": "defer", "seq_parallel": "seqpar", "split_q": "splitq"}  # Variant's
+FLAG_SHORT = {"defer_norm": "defer", "seq_parallel": "seqpar", "split_q": "splitq",
+              "pingpong": "pingpong", "overlap": "overlap"}  # Variant's
 BACKEND_LABELS = {"sdpa-flash": "flash", "sdpa-cudnn": "cuDNN", "sdpa-efficient": "efficient",
                   "sdpa-math": "math", "api": "API", "flex": "flex"}
 
@@ -78,7 +81,8 @@ CELL_HEADERS = ["seqlen", "d", "mask", "dtype"]
 
 
 def names(view: str) -> tuple[str, str]:
-    """(FA2, FA1-style baseline) contender names for a view ("fwd", or "fwd gluon")."""
+    """(all players on, none on) contender names for a view: (FA2, FA1-style) for "fwd" or
+    "fwd gluon", (FA2 with both switches, FA2) for "fwd hopper switches"."""
     players, prefix = players_for(view), view_of(view)[1]
     return (prefix + str(variant_for(frozenset(players), players)),
             prefix + str(variant_for(frozenset(), players)))
@@ -103,6 +107,8 @@ def provenance_lines(results: dict, source: str | None = None) -> list[str]:
                  f"warm-up {settings['warmup_ms']} ms, repeat {settings['rep_ms']} ms.")
     if line := tiles_line(results):
         lines.append(line)
+    if line := switches_line(settings):
+        lines.append(line)
     for what in results.get("skipped_by_budget") or []:
         lines.append(f"Skipped by --budget-s: {what}.")
     runs = p.get("merged_from") or []
@@ -126,17 +132,29 @@ def provenance_lines(results: dict, source: str | None = None) -> list[str]:
     return lines
 
 
+def switches_line(settings: dict) -> str | None:
+    """What --hopper-switches timed (settings as saved), saying which modes have no switches."""
+    if not settings.get("hopper_switches"):
+        return None
+    others = [m for m in settings["modes"] if m != "fwd"]
+    return ("--hopper-switches: FA2 + pingpong, + overlap and + both timed in fwd, on FA2's "
+            "tiles" + (f"; not in {', '.join(others)} (the switches exist in the forward only: "
+                       "a switch variant's backward is FA2's)" if others else "") + ".")
+
+
 # ----------------------------------------------------------------------------- tables
 
 def performance_table(mode: str, data: dict, matmul: dict) -> Grid:
     fa2, fa1 = names(mode)
+    top, base = game_of(mode).top, game_of(mode).base
     backends = [b for b in PEERS if any(b in row["stats"] for row in data["cells"])]
-    headers = CELL_HEADERS + ["FA2 ms", "IQR", "FA2 TFLOP/s", "% matmul", "FA1-style TFLOP/s"]
+    headers = CELL_HEADERS + [f"{top} ms", "IQR", f"{top} TFLOP/s", "% matmul",
+                              f"{base} TFLOP/s"]
     headers += [f"{BACKEND_LABELS[b]} TFLOP/s" for b in backends]
-    headers += [f"FA2 / {BACKEND_LABELS[b]}" for b in backends]
+    headers += [f"{top} / {BACKEND_LABELS[b]}" for b in backends]
     rates = ", ".join(f"{d} {r:.0f} TFLOP/s" for d, r in sorted(matmul.items()))
     grid = Grid(f"{mode}: time and throughput (paper FLOP count)", headers,
-                f"matmul rate measured in the same run: {rates}. Ratio > 1: FA2 is faster.")
+                f"matmul rate measured in the same run: {rates}. Ratio > 1: {top} is faster.")
     for row in data["cells"]:
         stats = row["stats"]
         if fa2 not in stats:
@@ -165,22 +183,22 @@ def short_factor(q: dict | None) -> str:
 
 
 def contributions_table(mode: str, data: dict) -> Grid:
-    players = data["players"]
-    headers = CELL_HEADERS + ["FA2 / FA1-style"]
-    for f in FLAGS:
+    players, game = data["players"], game_of(mode)
+    headers = CELL_HEADERS + [f"{game.top} / {game.base}"]
+    for f in game.players:
         short = FLAG_SHORT[f]
         headers += [f"{short} alone", f"{short} removed", f"{short} Shapley"]
     grid = Grid(f"{mode}: what each improvement is worth, per cell (speedup factors; total and "
                 "Shapley with 95% CI)", headers,
-                _game_caption(mode, data) + " alone: switched on in FA1-style; removed: what "
-                "FA2 loses without it.")
+                _game_caption(mode, data) + f" alone: switched on in {game.base}; removed: "
+                f"what {game.top} loses without it.")
     for row in data["cells"]:
         c = row["contributions"]
         if c is None:
-            grid.add(*cell_label(row["cell"]), row["status"], *["-"] * (3 * len(FLAGS)))
+            grid.add(*cell_label(row["cell"]), row["status"], *["-"] * (3 * len(game.players)))
             continue
         values = [factor(c["total"])]
-        for f in FLAGS:
+        for f in game.players:
             if f in players:
                 values += [short_factor(c[f"alone/{f}"]), short_factor(c[f"removed/{f}"]),
                            factor(c[f"shapley/{f}"])]
@@ -191,20 +209,21 @@ def contributions_table(mode: str, data: dict) -> Grid:
 
 
 def _game_caption(mode: str, data: dict) -> str:
-    text = ("Shapley values on log time: the factors multiply to FA2 / FA1-style exactly. "
-            "ns: the 95% bootstrap interval contains 1.")
+    game = game_of(mode)
+    text = (f"Shapley values on log time: the factors multiply to {game.top} / {game.base} "
+            "exactly. ns: the 95% bootstrap interval contains 1.")
     for flag, why in data.get("not_applicable", {}).items():
         text += f" {flag}: {why}."
     return text
 
 
 def summary_table(mode: str, data: dict) -> Grid:
-    s = data["summary"]
+    s, game = data["summary"], game_of(mode)
     grid = Grid(f"{mode}: contributions over the grid ({data['cells_in_summary']} cells, "
                 "geometric mean of factors, 95% CI)",
-                ["improvement", "alone on FA1-style", "removed from FA2", "Shapley"],
+                ["improvement", f"alone on {game.base}", f"removed from {game.top}", "Shapley"],
                 _game_caption(mode, data))
-    for flag in FLAGS:
+    for flag in game.players:
         if flag in data["players"]:
             grid.add(flag, factor(s[f"alone/{flag}"]), factor(s[f"removed/{flag}"]),
                      factor(s[f"shapley/{flag}"]))
@@ -216,17 +235,49 @@ def summary_table(mode: str, data: dict) -> Grid:
             name = interaction_name(t)
             grid.add(f"interaction {name.replace('x', ' x ')}", "", "", factor(s[f"interaction/{name}"]))
     product = math.exp(sum(s[f"shapley/{f}"]["log"] for f in players))
-    grid.add("total FA2 / FA1-style", "", "", factor(s["total"]) + f" (Shapley product {product:.2f}x)")
+    grid.add(f"total {game.top} / {game.base}", "", "",
+             factor(s["total"]) + f" (Shapley product {product:.2f}x)")
     return grid
 
 
 def by_seqlen_table(mode: str, data: dict) -> Grid:
+    game = game_of(mode)
     grid = Grid(f"{mode}: contributions by seqlen (geometric mean over head_dim, mask, dtype)",
-                ["seqlen", "FA2 / FA1-style"] + [f"Shapley {f}" for f in FLAGS],
+                ["seqlen", f"{game.top} / {game.base}"] + [f"Shapley {f}" for f in game.players],
                 _game_caption(mode, data))
     for seqlen, s in data["by_seqlen"].items():
         grid.add(seqlen, factor(s["total"]),
-                 *[factor(s[f"shapley/{f}"]) if f in data["players"] else "n/a" for f in FLAGS])
+                 *[factor(s[f"shapley/{f}"]) if f in data["players"] else "n/a"
+                   for f in game.players])
+    return grid
+
+
+def fa3_reference_table(mode: str, data: dict) -> Grid:
+    """The switch game's "removed from all-on" in this run's cells like FA3's ablation cell
+    (d=128, 8k, full; geometric mean over dtypes) beside FA3's on the H100
+    (ablations/paper/fa3-h100-fwd.json, fa2check.ablate.paper), labelled as a reference."""
+    ref = fa3_reference()
+    like = ref["cell"]
+    top, _ = names(mode)
+    rows = [r for r in data["cells"] if r["contributions"] is not None
+            and (r["cell"]["head_dim"], r["cell"]["seqlen"], r["cell"]["causal"])
+            == (like["head_dim"], like["seqlen"], like["causal"])]
+    where = (f"d={like['head_dim']} {like['seqlen'] // 1024}k "
+             f"{'causal' if like['causal'] else 'full'}")
+    grid = Grid(f"{mode}: the switches against FlashAttention-3's ablation (reference: "
+                f"{ref['gpu']}, another GPU and kernel)",
+                ["switch", "FA3 technique", f"ours: removed from all-on, {where}",
+                 "FA3: all-on / without", "mapping"],
+                f"Reference: {ref['source']} (ablations/paper/fa3-h100-fwd.json). Ours: the "
+                f"geometric mean over this run's {len(rows)} {where} cell(s), point estimate"
+                + ("" if rows else " (none in this run)") + ".")
+    for switch in data["players"]:
+        ours = _geomean([r["contributions"][f"removed/{switch}"]["factor"] for r in rows])
+        fa3 = ref["without"][switch]
+        grid.add(switch, fa3["fa3"], num(ours, "{:.3f}x"), f"{ref['removed'][switch]:.3f}x",
+                 fa3["mapping"])
+    mine = _geomean([r["stats"][top]["tflops"] for r in rows if top in r["stats"]])
+    grid.add("all on, TFLOP/s", "", num(mine), f"{ref['all_on_tflops']:.0f}", "")
     return grid
 
 
@@ -401,13 +452,17 @@ def tables(results: dict, analysis: dict, detail: bool = True, headline_last: bo
     headline, details = [], []
     same_run = analysis.get("same_run", analysis["modes"])  # every view, before any selection
     for mode, data in analysis["modes"].items():
+        fa2_game = game_of(mode) is FA2_GAME
         if data["summary"] is not None:
             headline.append(summary_table(mode, data))
             headline.append(by_seqlen_table(mode, data))
             base = same_run.get(view_of(mode)[0])
-            if view_of(mode)[1] and base and base["summary"] is not None:
+            if fa2_game and view_of(mode)[1] and base and base["summary"] is not None:
                 headline.append(backends_table(mode, base, data))
-        headline.append(versus_sdpa_table(mode, data))
+            if not fa2_game:
+                headline.append(fa3_reference_table(mode, data))
+        if fa2_game:  # the switch game's view has the same peers as its FA2 view
+            headline.append(versus_sdpa_table(mode, data))
         details.append(performance_table(mode, data, analysis["matmul_tflops"]))
         details.append(contributions_table(mode, data))
     if results.get("tile_sources"):

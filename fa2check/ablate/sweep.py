@@ -70,6 +70,18 @@ class Settings:
     gluon: bool = False  # also time the Gluon forward of every variant (fwd mode)
     gluon_max_seqlen: int = 4096
     shards: int = 1  # processes that gate and time disjoint sets of cells, one GPU each
+    hopper_switches: bool = False  # also time the Hopper lattice's 3 switch variants (fwd; D66)
+
+    def __post_init__(self):
+        if self.hopper_switches and self.kernels != HOPPER:
+            raise ValueError(f"--hopper-switches times the Hopper chassis's switches (pingpong, "
+                             f"overlap), which only --kernels {HOPPER} has; the run's kernels are "
+                             f"{self.kernels!r} (--kernels auto picks {HOPPER} only on sm_90, or "
+                             "with --plan, where every cell fits the chassis)")
+        if self.hopper_switches and "fwd" not in self.modes:
+            raise ValueError(f"--hopper-switches: the switches exist in the forward only (the "
+                             f"backward runs variant.fa2); the modes {','.join(self.modes)} "
+                             "have no forward of their own to time them in: add --mode fwd")
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -86,11 +98,23 @@ def kernels_for(mode: str, cell, settings: Settings) -> list[str]:
     """Names of our kernels timed in a mode and cell: the Triton variants, and with
     settings.gluon the Gluon forward of every variant (forward only; dtypes and head dims it
     supports, seqlen up to gluon_max_seqlen), a second backend whose split_q is the warp
-    partitioning itself."""
-    names = primary_names(mode, settings)
+    partitioning itself; with settings.hopper_switches the switch variants (fwd only)."""
+    names = primary_names(mode, settings) + switch_names(mode, settings)
     if mode == "fwd" and not gluon_skipped(cell, settings):
         names += [kernel_name(v, GLUON) for v in variants_for(mode)]
     return names
+
+
+def switch_names(mode: str, settings: Settings) -> list[str]:
+    """With --hopper-switches, the Hopper lattice's variants other than FA2 (FA2 with
+    pingpong, overlap, both: "hopper+defer+seqpar+splitq+pingpong"), in the forward only (the
+    switches exist there alone; the backward of a switch variant is FA2's). Like the Gluon
+    kernels they are left out of a cell they fail, not costing it the 8 variants (D66)."""
+    from kernels import Variant
+
+    if not settings.hopper_switches or mode != "fwd":
+        return []
+    return [kernel_name(v, HOPPER) for v in Variant.hopper() if v.hopper_switches]
 
 
 def primary_names(mode: str, settings: Settings) -> list[str]:
@@ -163,7 +187,9 @@ class Configs:
 
         kernel_backend, variant = parse_kernel_name(str(name))
         width = max(cell.head_dim, cell.dv)  # as flash_attention: the wider of q's and v's
-        base = default_config(width, self.on_gpu, variant, cell.dtype, kernel_backend,
+        # a Hopper switch variant runs its FA2 variant's tiles (tuning.part_variant, D66)
+        base = default_config(width, self.on_gpu, tuning.part_variant("fwd", variant),
+                              cell.dtype, kernel_backend,
                               causal=cell.causal, seqlen_q=cell.seqlen, seqlen_k=cell.seqlen,
                               gpu=self.gpu)
         fwd, bwd = self.fields("fwd", str(name), cell), self.fields("bwd", str(name), cell)
@@ -183,9 +209,11 @@ class Configs:
 
 
 def key_of(part: str, name: str, cell) -> tuning.TuneKey:
-    """The key whose winner a kernel's part uses in a cell (the backward's is Triton's)."""
-    variant = name if part == "fwd" else str(tuning.part_variant(part,
-                                                                 parse_kernel_name(name)[1]))
+    """The key whose winner a kernel's part uses in a cell (the backward's is Triton's; a
+    Hopper switch variant's is its FA2 variant's, tuning.part_variant)."""
+    kernel_backend, variant = parse_kernel_name(name)
+    tiles_of = tuning.part_variant(part, variant)
+    variant = kernel_name(tiles_of, kernel_backend) if part == "fwd" else str(tiles_of)
     return tuning.TuneKey(part, variant, cell.head_dim, cell.causal,
                           tuning.band_of(part, cell.seqlen))
 

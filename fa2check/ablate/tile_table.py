@@ -30,11 +30,10 @@ def table_bands(tune_seqlen: int) -> dict:
 def part_of(name: str, part: str):
     """(kernel backend, variant) whose entry a kernel's part reads: the backward's is Triton's,
     one key per variant (split_q reaches the backward, D50); the Hopper chassis's backward has
-    fixed tiles and reads only the preprocess's block from it (D61)."""
+    fixed tiles and reads only the preprocess's block from it (D61); a Hopper switch variant
+    reads its FA2 variant's (tuning.part_variant, D66)."""
     backend, variant = parse_kernel_name(name)
-    if part == "bwd":
-        return "triton", tuning.part_variant(part, variant)
-    return backend, variant
+    return ("triton" if part == "bwd" else backend), tuning.part_variant(part, variant)
 
 
 def entries_from(records: dict, cells, configs, run: dict) -> dict:
@@ -83,6 +82,7 @@ def sources(cells, names_for, on_gpu: bool, gpu: str | None) -> list[dict]:
     for cell in cells:
         for name, parts in names_for(cell):
             backend, variant = parse_kernel_name(name)
+            variant = tuning.part_variant("fwd", variant)  # a switch variant: FA2's tiles
             found = lookup(gpu or "", backend, variant, cell.head_dim, cell.causal, cell.dtype,
                            cell.seqlen, cell.seqlen) if on_gpu else {}
             for part in parts:

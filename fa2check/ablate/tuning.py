@@ -203,8 +203,10 @@ def variant_of(key: TuneKey):
 
 
 def part_variant(part: str, variant):
-    """The variant whose config a part uses (each part its own since D50)."""
-    return variant
+    """The variant whose config a part uses: each part its own since D50, a Hopper switch
+    variant its FA2 variant's (`variant.fa2`): the switches change the schedule only, so their
+    game compares schedules on the same tiles, as ablations/probes/hopper_switches.py did (D66)."""
+    return variant.fa2
 
 
 def fields_of(config, part: str) -> dict:
