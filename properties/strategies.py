@@ -39,6 +39,7 @@ from dataclasses import dataclass, field, replace
 import torch
 from hypothesis import strategies as st
 
+from fa2check.core.implementations import OURS, lattice
 from fa2check.core.problems import DTYPES, Problem
 from kernels import SUPPORTED_HEAD_DIMS, TILE_HEAD_DIMS, Variant, default_config
 from kernels.config import block_d
@@ -264,11 +265,17 @@ class Space:
     max_batch: int = 2
     max_heads_q: int = 10
     max_seqlen: int | None = None  # None: twice the largest tile, plus one
+    impl: str = OURS  # whose lattice the variants are drawn from (GPU)
 
     @classmethod
-    def for_device(cls, on_gpu: bool, **changes) -> "Space":
-        """The interpreter's space (tiny problems) or the GPU's (a bit larger)."""
-        base = cls(on_gpu=True, max_batch=3, max_heads_q=16) if on_gpu else cls()
+    def for_device(cls, on_gpu: bool, impl: str | None = None, **changes) -> "Space":
+        """The interpreter's space (tiny problems) or the GPU's (a bit larger). On the GPU the
+        variants are every one `impl` takes (fa2check.core.implementations.lattice: for the
+        Hopper chassis also FA2 with its switches, D66); the interpreter draws the 8 FA2
+        variants (no Hopper chassis runs there)."""
+        impl = impl or OURS
+        base = (cls(on_gpu=True, max_batch=3, max_heads_q=16, impl=impl,
+                    variants=tuple(lattice(impl))) if on_gpu else cls(impl=impl))
         return replace(base, **{k: v for k, v in changes.items() if v is not None})
 
     def tiles(self) -> tuple[int, ...]:
@@ -289,7 +296,7 @@ class Space:
         names = {"variants": [str(v) for v in self.variants], "dtypes": list(self.dtypes),
                  "head_dims": list(self.head_dims), "causal": list(self.causal),
                  "distributions": list(self.distributions), "layouts": list(self.layouts)}
-        full = Space.for_device(self.on_gpu)
+        full = Space.for_device(self.on_gpu, self.impl)
         narrowed = [f"{k}={v}" for k, v in names.items()
                     if len(v) != len(getattr(full, k))]
         sizes = (f"batch <= {self.max_batch}, heads_q <= {self.max_heads_q}, seqlen <= "

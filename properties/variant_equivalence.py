@@ -7,6 +7,10 @@ equal) is run on the same inputs:
 - defer_norm_agree, split_q_agree: these change the arithmetic (per-tile normalisation;
   per-slice statistics merged), so o, lse, dq, dk and dv must agree within the pass rule's
   allowed error for the problem: max|a - b| <= c * baseline + floor.
+- pingpong_bitwise, overlap_bitwise: a variant with Hopper switches on (the chassis's second
+  lattice, D59) is built on FA2 all on, so no FA2 flag of it can flip; each of its switches is
+  turned off instead. A switch only changes how the same products are issued (the same
+  operations in the same order), so the forward o and lse are bitwise equal.
 An implementation that ignores `variant` passes trivially (it returns the same thing).
 """
 from __future__ import annotations
@@ -56,11 +60,17 @@ def run(impl, variant, case: Case, device: str) -> PropertyResult:
 
 
 FLAGS = ("seq_parallel", "defer_norm", "split_q")
+CHECK_NAMES = ("seq_parallel_bitwise", "defer_norm_agree", "split_q_agree", "pingpong_bitwise",
+               "overlap_bitwise")
 
 
 def flip_checks(ref: Reference, variant, mine, outputs_of) -> list[Check]:
     """seq_parallel_bitwise, defer_norm_agree and split_q_agree: `mine` (the outputs of
-    `variant`) against outputs_of(the variant with one switch flipped)."""
+    `variant`) against outputs_of(the variant with one switch flipped); for a variant with
+    Hopper switches on, <switch>_bitwise against it with that switch off."""
+    if variant.hopper_switches:
+        return [_switch_off(variant, switch, mine, outputs_of)
+                for switch in variant.hopper_switches]
     allowed = allowed_errors(ref, mine)
     checks = []
     for flag in FLAGS:
@@ -73,3 +83,10 @@ def flip_checks(ref: Reference, variant, mine, outputs_of) -> list[Check]:
         check.numbers["other_variant"] = str(flipped)
         checks.append(check)
     return checks
+
+
+def _switch_off(variant, switch: str, mine, outputs_of) -> Check:
+    flipped = replace(variant, **{switch: False})
+    check = bitwise(f"{switch}_bitwise", mine, outputs_of(flipped))
+    check.numbers["other_variant"] = str(flipped)
+    return check

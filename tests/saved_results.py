@@ -10,14 +10,17 @@ from fa2check.ablate.grids import Cell
 
 
 def synthetic_results(date="2026-11-30T10:00:00+00:00", modes=("fwd", "bwd"), device="cuda",
-                       gluon=False, n_cells=2, kernels="triton"):
+                       gluon=False, n_cells=2, kernels="triton", switches=None, head_dim=64):
     """A results file as fa2check.ablate.sweep.run writes it, with made-up timings; gluon: the fwd
     mode also has Gluon kernels, whose split_q is worth less (0.1 instead of 0.3 on log time);
-    kernels "hopper": our 8 variants are the Hopper chassis's ("hopper+defer+seqpar+splitq")."""
+    kernels "hopper": our 8 variants are the Hopper chassis's ("hopper+defer+seqpar+splitq").
+    switches ({frozenset of switches: log speedup over FA2}, kernels "hopper"): the fwd mode
+    also has the switch variants (--hopper-switches), each sample FA2's same sample divided by
+    exp(its log speedup), so every median's ratio to FA2's is that factor exactly."""
     rng = np.random.default_rng(7)
     effects = {"defer_norm": 0.03, "seq_parallel": 0.8, "split_q": 0.3}
     gluon_effects = {**effects, "split_q": 0.1}
-    cells = [Cell(4, 32, 32, seqlen, 64, "bfloat16", c)
+    cells = [Cell(4, 32, 32, seqlen, head_dim, "bfloat16", c)
              for seqlen in (4096, 8192)[:max(1, n_cells // 2)] for c in (False, True)]
     entries = []
     for cell in cells:
@@ -32,6 +35,11 @@ def synthetic_results(date="2026-11-30T10:00:00+00:00", modes=("fwd", "bwd"), de
                     centre = 3.0 * math.exp(-sum(sizes[p] for p in s))
                     samples[prefix + str(C.variant_for(s, players))] = [
                         list(centre * (1 + rng.normal(0, 0.01, 30))) for _ in range(3)]
+            if switches and mode == "fwd":
+                fa2 = samples[f"{kernels}{C.variant_for(frozenset(), C.SWITCHES)}"]
+                for on, speedup in switches.items():
+                    samples[f"{kernels}{C.variant_for(on, C.SWITCHES)}"] = [
+                        [x / math.exp(speedup) for x in run] for run in fa2]
             samples["sdpa-flash"] = [list(1.1 * (1 + rng.normal(0, 0.01, 30))) for _ in range(3)]
             for name in samples:
                 entry["gate"][name] = {"passed": True, "worst_ratio": 0.3, "checks": [], "error": None}
@@ -42,7 +50,8 @@ def synthetic_results(date="2026-11-30T10:00:00+00:00", modes=("fwd", "bwd"), de
             "provenance": {"device": device, "gpu": "Synthetic GPU", "sms": 132, "date": date,
                            "git_commit": "abc123", "torch": "x", "triton": "y", "command": "test"},
             "settings": {"modes": list(modes), "repeats": 3, "warmup_ms": 5, "rep_ms": 20,
-                         **({} if kernels == "triton" else {"kernels": kernels})},
+                         **({} if kernels == "triton" else {"kernels": kernels}),
+                         **({"hopper_switches": True} if switches else {})},
             "cells": entries, "configs": [], "repeats_done": 3, "stopped_by_budget": False,
             "matmul": {"bfloat16": {"flops": 2 * 8192 ** 3, "samples": [[1.4] * 5] * 3}}}
 

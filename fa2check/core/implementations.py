@@ -4,7 +4,8 @@ flash_attention's signature, named as MODULE:FUNC.
     ours                  kernels:flash_attention, one column per variant
     gluon                 fa2check.adapters:gluon (our forward in Gluon), one column per variant
     hopper                fa2check.adapters:hopper (the wgmma/TMA chassis), one column per
-                          variant
+                          variant of both lattices: the 8 FA2 variants and FA2 with the
+                          Hopper switches (pingpong, overlap, both; D59, D66)
     sdpa                  ours and the four torch SDPA adapters beside it
     sdpa_math (etc.)      fa2check.adapters:sdpa_math
     flex                  fa2check.adapters:flex (torch's flex_attention, compiled)
@@ -82,9 +83,18 @@ def default_specs(device: str) -> list[str]:
     return ["ours", "gluon"] if device == "cuda" else ["ours"]
 
 
+def lattice(impl: str) -> list:
+    """Every variant an implementation takes: the 8 FA2 variants, and for the Hopper chassis
+    also FA2 with each combination of its switches (`Variant.hopper()` less FA2 itself)."""
+    from kernels import Variant
+
+    return Variant.all() + ([v for v in Variant.hopper() if v.hopper_switches]
+                            if impl == HOPPER else [])
+
+
 def columns(impl_specs: list[str] | None, variant_names: list[str] | None) -> list[Column]:
-    """Ours gets every variant (or the ones asked for); another implementation gets one
-    column with FA2's variant, or one per variant asked for."""
+    """Ours gets every variant of its lattice (or the ones asked for); another implementation
+    gets one column with FA2's variant, or one per variant asked for."""
     from kernels import Variant
 
     impls = list(dict.fromkeys(n for spec in (impl_specs or ["ours"]) for n in expand(spec)))
@@ -92,12 +102,9 @@ def columns(impl_specs: list[str] | None, variant_names: list[str] | None) -> li
     out = []
     for impl in impls:
         module, _, name = impl.partition(":")
-        if impl == OURS:
-            out += [Column(impl, str(v), str(v)) for v in (asked or Variant.all())]
-        elif impl == GLUON:
-            out += [Column(impl, str(v), f"gluon {v}") for v in (asked or Variant.all())]
-        elif impl == HOPPER:
-            out += [Column(impl, str(v), f"hopper {v}") for v in (asked or Variant.all())]
+        if impl in PER_VARIANT:
+            prefix = {OURS: "", GLUON: "gluon ", HOPPER: "hopper "}[impl]
+            out += [Column(impl, str(v), f"{prefix}{v}") for v in (asked or lattice(impl))]
         elif asked and len(asked) > 1:
             out += [Column(impl, str(v), f"{name} {v}") for v in asked]
         else:

@@ -182,7 +182,7 @@ def main(argv=None) -> int:
     except ValueError as error:
         raise SystemExit(str(error)) from None
     space = Space.for_device(
-        device == "cuda", variants=variants, dtypes=_tuple(args.dtype),
+        device == "cuda", impl=impl_name, variants=variants, dtypes=_tuple(args.dtype),
         head_dims=_tuple(args.head_dim), causal=(BOOLS[args.causal],) if args.causal else None,
         distributions=_tuple([d for d in args.distribution or DISTRIBUTIONS
                               if d not in args.skip_distribution]), layouts=_tuple(args.layout),

@@ -1,0 +1,169 @@
+"""fa2check.ablate --hopper-switches (docs/decisions.md D66): the Hopper lattice's switch
+variants (FA2 + pingpong, + overlap, + both) timed in the forward beside the 8 FA2 variants,
+and a second game over the two switches, with FA2 as its baseline.
+
+Each test was shown to fail on a broken copy of the code, then the code restored:
+- the exact Shapley values: with SWITCH_GAME's players swapped (("overlap", "pingpong") while
+  the tables still read them in order) the test still passes by name, so the break used was
+  contributions.variant_for ignoring `on` for the switches (all on): every factor came out 1.0x
+  and the test failed; with analysis.views not adding the switch view, it failed (no view);
+- the report: with report.tables skipping the FA3 reference table, it failed;
+- the plan: with sweep.switch_names returning [] (the option ignored), it failed (18 and 16
+  instead of 24 and 22);
+- the refusals: with Settings.__post_init__'s checks removed, both failed (no error);
+- the tiles: with tuning.part_variant returning the variant itself, it failed (the switch
+  variants' own keys);
+- verify's hopper columns: with implementations.lattice ignoring `impl`, it failed (8
+  columns);
+- the fuzzer's space: with Space.for_device not taking `impl`'s lattice, it failed (no switch
+  variant drawn); the flips: with flip_checks flipping the FA2 flags of a switch variant, it
+  failed (ValueError: built on FA2)."""
+import math
+
+import pytest
+from hypothesis import find
+
+from fa2check.ablate import contributions as C
+from fa2check.ablate.analysis import analyse_results
+from fa2check.ablate.grids import Cell
+from fa2check.ablate.paper import fa3_reference
+from kernels import Variant
+from saved_results import synthetic_results
+
+PP, OV = frozenset({"pingpong"}), frozenset({"overlap"})
+# log speedups over FA2: pingpong alone 0.1, overlap alone -0.05, and together 0.07 (their
+# interaction 0.02): Shapley pingpong 0.1 + 0.01, overlap -0.05 + 0.01
+SWITCHES = {PP: 0.1, OV: -0.05, PP | OV: 0.07}
+SWITCH_VIEW = "fwd hopper switches"
+
+
+def _switch_results(**kwargs):
+    return synthetic_results(modes=("fwd", "bwd"), kernels="hopper", switches=SWITCHES,
+                              n_cells=4, **kwargs)
+
+
+def test_the_switch_game_recovers_the_built_in_factors_exactly():
+    analysis = analyse_results(_switch_results(), n_draws=50)
+    assert list(analysis["modes"]) == ["fwd hopper", SWITCH_VIEW, "bwd hopper"]
+    data = analysis["modes"][SWITCH_VIEW]
+    assert data["players"] == list(C.SWITCHES) and data["game"] == "switches"
+    expected = {"shapley/pingpong": 0.11, "shapley/overlap": -0.04, "alone/pingpong": 0.1,
+                "alone/overlap": -0.05, "removed/pingpong": 0.12, "removed/overlap": -0.03,
+                "interaction/pingpongxoverlap": 0.02, "total": 0.07}
+    for summary in [data["summary"], *data["by_seqlen"].values()]:
+        for name, log in expected.items():
+            assert summary[name]["factor"] == pytest.approx(math.exp(log), rel=1e-9), name
+    assert data["cells_in_summary"] == 4 and sorted(data["by_seqlen"]) == [4096, 8192]
+    for row in data["cells"]:
+        assert row["contributions"]["shapley/pingpong"]["significant"]
+    # the FA2 game of the same run keeps its three flags
+    assert analysis["modes"]["fwd hopper"]["players"] == list(C.FLAGS)
+
+
+def test_the_report_shows_the_switch_game_beside_fa3s_ablation():
+    from fa2check.ablate import report
+
+    results = _switch_results(head_dim=128)
+    analysis = analyse_results(results, n_draws=50)
+    text = report.markdown(results, analysis)
+    assert "fwd hopper switches: contributions over the grid" in text
+    assert "| improvement | alone on FA2 | removed from FA2 + both switches | Shapley |" in text
+    assert "total FA2 + both switches / FA2" in text
+    assert f"{math.exp(0.11):.2f}x" in text and "interaction pingpong x overlap" in text
+    ref = fa3_reference()
+    assert ref["removed"]["overlap"] == pytest.approx(661 / 582)  # the file as the paper prints it
+    # FA3's factors (from the file) beside ours at d=128 8k full (removed from all-on)
+    row = next(line for line in text.splitlines() if line.startswith("| overlap | GEMM-softmax"))
+    assert f"| {math.exp(-0.03):.3f}x | {ref['removed']['overlap']:.3f}x |" in row
+    assert "--hopper-switches: FA2 + pingpong, + overlap and + both timed in fwd" in text
+    assert "not in bwd" in text
+
+
+def _plan(switches: bool):
+    from fa2check.ablate.sweep import Settings, plan_estimate
+
+    cells = [Cell(1, 16, 16, 8192, 128, "bfloat16", c) for c in (False, True)]
+    return plan_estimate(cells, Settings(modes=["fwd"], kernels="hopper", backends=(),
+                                         hopper_switches=switches, workers=15))
+
+
+def test_the_plan_counts_the_switch_variants_at_about_fa2s_cost():
+    from fa2check.ablate import plan
+
+    with_switches, without = _plan(True), _plan(False)
+    assert without["measurements_per_sweep"] == 16
+    assert with_switches["measurements_per_sweep"] == 16 + 2 * 3
+    assert with_switches["compile_jobs"][1] == without["compile_jobs"][1] + 2 * 3
+    fa2 = sum(plan.measurement_s(plan.predicted_ms(Cell(1, 16, 16, 8192, 128, "bfloat16", c),
+                                                   "fwd", "hopper" + str(Variant()), Variant()),
+                                 5.0, 20.0) for c in (False, True))
+    assert with_switches["sweep_s"] - without["sweep_s"] == pytest.approx(3 * fa2)
+    assert with_switches["precompile_final_s"] > without["precompile_final_s"]
+
+
+def test_the_option_is_refused_without_the_chassis_or_the_forward():
+    from fa2check.ablate import main
+    from fa2check.ablate.sweep import Settings
+
+    with pytest.raises(ValueError, match="only --kernels hopper has"):
+        Settings(modes=["fwd"], kernels="triton", hopper_switches=True)
+    with pytest.raises(ValueError, match="exist in the forward only"):
+        Settings(modes=["bwd", "fwd+bwd"], kernels="hopper", hopper_switches=True)
+    with pytest.raises(SystemExit, match="only --kernels hopper has"):
+        main(["--plan", "--kernels", "triton", "--hopper-switches", "--seqlen", "8192"])
+    Settings(modes=["fwd", "fwd+bwd"], kernels="hopper", hopper_switches=True)  # fwd: taken
+
+
+def test_switch_variants_run_their_fa2_variants_tiles():
+    from fa2check.ablate.sweep import key_of
+
+    cell = Cell(1, 16, 16, 8192, 128, "bfloat16", True)
+    fa2 = key_of("fwd", "hopper" + str(Variant()), cell)
+    for v in Variant.hopper()[1:]:
+        assert key_of("fwd", "hopper" + str(v), cell) == fa2
+        assert key_of("bwd", "hopper" + str(v), cell) == key_of("bwd", "hopper" + str(Variant()),
+                                                                 cell)
+
+
+def test_verify_hopper_columns_are_both_lattices():
+    from fa2check.core.implementations import columns
+
+    hopper = [c.variant for c in columns(["hopper"], None)]
+    assert hopper == [str(v) for v in Variant.all() + Variant.hopper()[1:]]
+    assert [c.variant for c in columns(["ours"], None)] == [str(v) for v in Variant.all()]
+    assert [c.variant for c in columns(["gluon"], None)] == [str(v) for v in Variant.all()]
+
+
+def test_the_fuzzer_draws_the_switch_variants_for_the_hopper_chassis_on_a_gpu():
+    from fa2check.core.implementations import HOPPER, OURS
+    from properties.strategies import Space, variants
+
+    space = Space.for_device(True, impl=HOPPER)
+    drawn = find(variants(space), lambda v: v.pingpong and v.overlap)
+    assert drawn == Variant(pingpong=True, overlap=True)
+    assert set(space.variants) == set(Variant.all() + Variant.hopper())
+    assert space.describe().startswith("everything")  # the chassis's lattice is its whole space
+    for on_gpu, impl in ((True, OURS), (False, HOPPER), (False, OURS)):
+        assert not any(v.hopper_switches for v in Space.for_device(on_gpu, impl=impl).variants)
+
+
+def test_a_switch_variants_flips_turn_each_switch_off_bitwise():
+    import torch
+
+    from fa2check.core.checks import Outputs
+    from properties.variant_equivalence import flip_checks
+
+    o = torch.zeros(1, 1, 4, 8)
+    mine = Outputs(o=o, lse=torch.zeros(1, 1, 4))
+    seen = []
+
+    def outputs_of(other):
+        seen.append(other)
+        return Outputs(o=o + (other == Variant()), lse=mine.lse)  # FA2's o differs
+
+    checks = flip_checks(None, Variant(pingpong=True, overlap=True), mine, outputs_of)
+    assert [c.name for c in checks] == ["pingpong_bitwise", "overlap_bitwise"]
+    assert seen == [Variant(overlap=True), Variant(pingpong=True)]
+    assert all(c.passed for c in checks)
+    [check] = flip_checks(None, Variant(pingpong=True), mine, outputs_of)
+    assert not check.passed and check.numbers["other_variant"] == str(Variant())
