@@ -7,7 +7,9 @@ Each test was shown to fail on a broken copy of the code, then the code restored
   the tables still read them in order) the test still passes by name, so the break used was
   contributions.variant_for ignoring `on` for the switches (all on): every factor came out 1.0x
   and the test failed; with analysis.views not adding the switch view, it failed (no view);
-- the report: with report.tables skipping the FA3 reference table, it failed;
+- the report: with report.tables skipping the FA3 reference table, it failed; with the plots'
+  colours indexed in Variant.all() alone (the code before), tflops_plot raised ValueError;
+  with analysis keeping every hopper name in the switch view's stats, it failed;
 - the plan: with sweep.switch_names returning [] (the option ignored), it failed (18 and 16
   instead of 24 and 22);
 - the refusals: with Settings.__post_init__'s checks removed, both failed (no error);
@@ -60,7 +62,7 @@ def test_the_switch_game_recovers_the_built_in_factors_exactly():
     assert analysis["modes"]["fwd hopper"]["players"] == list(C.FLAGS)
 
 
-def test_the_report_shows_the_switch_game_beside_fa3s_ablation():
+def test_the_report_shows_the_switch_game_beside_fa3s_ablation(tmp_path):
     from fa2check.ablate import report
 
     results = _switch_results(head_dim=128)
@@ -77,6 +79,13 @@ def test_the_report_shows_the_switch_game_beside_fa3s_ablation():
     assert f"| {math.exp(-0.03):.3f}x | {ref['removed']['overlap']:.3f}x |" in row
     assert "--hopper-switches: FA2 + pingpong, + overlap and + both timed in fwd" in text
     assert "not in bwd" in text
+    from fa2check.ablate.plots import contributions_plot, tflops_plot
+
+    tflops_plot(results, analysis, str(tmp_path / "tflops.png"))
+    contributions_plot(results, analysis, str(tmp_path / "contributions.png"))
+    switch_view = analysis["modes"][SWITCH_VIEW]["cells"][0]["stats"]
+    assert sorted(n for n in switch_view if n.startswith("hopper")) == sorted(
+        "hopper" + str(v) for v in Variant.hopper())  # the game's 4, not the 8 FA2 variants
 
 
 def _plan(switches: bool):

@@ -85,6 +85,9 @@ def analyse_results(results: dict, n_draws: int = DEFAULT_DRAWS, seed: int = 0) 
         timed = {name for entry in results["cells"]
                  for name in entry["modes"].get(mode, {}).get("samples", {})}
         players, game_name = players_for(view, timed), game_of(view).name
+        # the view's contenders: its game's variants (all of them, timed or not) and the peers
+        mine = {prefix + str(variant_for(s, game_of(view).players))
+                for s in subsets(game_of(view).players)}
         rng = np.random.default_rng([seed, MODES.index(mode)]
                                     + ([1 + PREFIXED.index(prefix)] if prefix else [])
                                     + ([len(PREFIXED) + 1] if game_name == "switches" else []))
@@ -100,7 +103,7 @@ def analyse_results(results: dict, n_draws: int = DEFAULT_DRAWS, seed: int = 0) 
                                 **{n: f"error: {e}" for n, e in info.get("errors", {}).items()}},
                    "stats": contender_stats(cell, mode, {
                        n: runs for n, runs in info["samples"].items()
-                       if n in PEERS or kernel_backend_of(n) == (prefix or "triton")},
+                       if n in PEERS or n in mine},
                        matmul,
                        info.get("clock")),
                    "clock": info.get("clock", {}),

@@ -13,9 +13,16 @@ BACKEND_STYLE = {"sdpa-flash": ("tab:gray", "-"), "sdpa-cudnn": ("black", "-"),
                  "sdpa-efficient": ("tab:gray", "--"), "sdpa-math": ("tab:gray", ":"),
                  "api": ("tab:cyan", "-."), "flex": ("tab:gray", "-.")}
 VARIANT_COLOURS = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown",
-                   "tab:pink", "tab:olive"]  # in Variant.all() order: FA2 first, FA1-style last
+                   "tab:pink", "tab:olive", "tab:cyan", "tab:gray", "black"]
+# in Variant.all() order (FA2 first, FA1-style last), then the Hopper switches' (D66)
 FLAG_COLOURS = {"defer_norm": "tab:blue", "seq_parallel": "tab:orange", "split_q": "tab:green",
                 "pingpong": "tab:purple", "overlap": "tab:red"}
+
+
+def _lattice():
+    from kernels import Variant
+
+    return Variant.all() + [v for v in Variant.hopper() if v.hopper_switches]
 
 
 def _facets(analysis):
@@ -57,12 +64,10 @@ def _cells(analysis, mode, head_dim, causal, dtype):
 
 
 def tflops_plot(results, analysis, path):
-    from kernels import Variant
-
     rows, cols = _facets(analysis)
     plt, fig, axes = _figure(rows, cols)
     for i, (mode, head_dim) in enumerate(rows):
-        fa2, fa1 = names(mode)
+        (fa2, fa1), game = names(mode), game_of(mode)
         for j, (causal, dtype) in enumerate(cols):
             ax = axes[i][j]
             cells = _cells(analysis, mode, head_dim, causal, dtype)
@@ -78,11 +83,12 @@ def tflops_plot(results, analysis, path):
                     ax.plot(xs, ys, style, color=colour, marker=".", label=BACKEND_LABELS[name])
                 else:
                     variant = parse_kernel_name(name)[1]
-                    label = name + (" FA2" if name == fa2 else " FA1-style" if name == fa1 else "")
+                    label = name + (f" {game.top}" if name == fa2 else
+                                    f" {game.base}" if name == fa1 else "")
                     width = 2.5 if name in (fa2, fa1) else 1.0
                     style = "--" if not variant.seq_parallel else "-"
                     ax.plot(xs, ys, style, linewidth=width, marker="o", markersize=3, label=label,
-                            color=VARIANT_COLOURS[Variant.all().index(variant)])
+                            color=VARIANT_COLOURS[_lattice().index(variant)])
             ax.set_xscale("log", base=2)
             ax.set_xticks([r["cell"]["seqlen"] for r in cells], [str(r["cell"]["seqlen"]) for r in cells],
                           fontsize=7)
@@ -135,8 +141,8 @@ def contributions_plot(results, analysis, path):
             ax.set_xlabel("seqlen")
             ax.set_ylabel("log2 speedup")
             ax.grid(alpha=0.3, axis="y")
-            if i == 0 and j == len(cols) - 1:
-                ax.legend(fontsize=6, loc="center left", bbox_to_anchor=(1.0, 0.5))
+            if j == len(cols) - 1 and (i == 0 or game_of(rows[i - 1][0]) is not game):
+                ax.legend(fontsize=6, loc="center left", bbox_to_anchor=(1.0, 0.5))  # each game's
     _title(fig, results, "Shapley contributions (log2 speedup; faded: 95% CI contains 0)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
