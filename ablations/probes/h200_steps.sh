@@ -13,6 +13,9 @@
 #                  filter), then the head-dims probe
 #   hopper         the chassis's num_splits GPU tests and fa2check.verify --impl hopper
 #   switches       ablations/probes/hopper_switches.py at d=128 8k (oracle checks, then times)
+#   switches-ablate  fa2check.ablate --kernels hopper --hopper-switches at d=128 8k, full and
+#                  causal, forward (D66): the 8 FA2 variants, FA2 + pingpong / overlap / both,
+#                  sdpa flash and cuDNN; the switches' Shapley table beside FA3's (budget 150 s)
 #   fa1            the chassis's FA1-style rows as % of matmul at d=128 1k-8k, with FA1's num_splits
 #                  (`+h`): ablations/probes/fa1_schedule.py --backend hopper
 #   d96            the head-dims probe at 96 and 128 only (bf16, 4k and 8k, forward)
@@ -55,6 +58,7 @@ for s in "$@"; do case $s in
   hopper) step hopper-splits-tests 60 python3 -m pytest -q -m gpu tests/test_hopper_splits.py -rf
           step hopper-verify 90 python3 -m fa2check.verify --impl hopper --json "$W/verify-hopper.json" $C ;;
   switches) step switches 110 python3 ablations/probes/hopper_switches.py --out "$W/switches" --head-dims 128 --seqlens 8192 --timeout 50 --budget 100 $C ;;
+  switches-ablate) step switches-ablate 170 python3 -m fa2check.ablate --kernels hopper --hopper-switches --mode fwd --seqlen 8192 --head-dim 128 --causal both --backends sdpa-flash,sdpa-cudnn --budget-s 150 $C --out "$W/switches-ablate" --no-plots ;;
   fa1) step fa1 150 python3 ablations/probes/fa1_schedule.py --backend hopper --head-dims 128 --seqlens 1024,2048,8192 --out "$W/fa1" $C ;;
   d96) step d96 100 python3 ablations/probes/head_dims.py --head-dims 96,128 --seqlens 4096,8192 --out "$W/d96" --budget-s 85 $C ;;
   verify-d40) step verify-d40 60 python3 -m fa2check.verify --tier full --property causal_masking --variant=-defer+seqpar-splitq --variant=+defer+seqpar-splitq '--case=q>k-b1-h4/1-q16384-k1000-d40-float32-causal-s302' --json "$W/verify-d40.json" $C ;;
