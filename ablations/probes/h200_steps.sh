@@ -56,7 +56,7 @@ for s in "$@"; do case $s in
   head-dims) step head-dims-tests 110 python3 -m pytest -q -m gpu tests/test_head_dims.py -rf -k "$HEAD_DIMS_TESTS"
              step head-dims-probe 90 python3 ablations/probes/head_dims.py --out "$W/head-dims" --budget-s 75 $C ;;
   hopper) step hopper-splits-tests 60 python3 -m pytest -q -m gpu tests/test_hopper_splits.py -rf
-          step hopper-verify 90 python3 -m fa2check.verify --impl hopper --json "$W/verify-hopper.json" $C ;;
+          step hopper-verify 130 python3 -m fa2check.verify --impl hopper --json "$W/verify-hopper.json" $C ;;
   switches) step switches 110 python3 ablations/probes/hopper_switches.py --out "$W/switches" --head-dims 128 --seqlens 8192 --timeout 50 --budget 100 $C ;;
   switches-ablate) step switches-ablate 170 python3 -m fa2check.ablate --kernels hopper --hopper-switches --mode fwd --seqlen 8192 --head-dim 128 --causal both --backends sdpa-flash,sdpa-cudnn --budget-s 150 $C --out "$W/switches-ablate" --no-plots ;;
   fa1) step fa1 150 python3 ablations/probes/fa1_schedule.py --backend hopper --head-dims 128 --seqlens 1024,2048,8192 --out "$W/fa1" $C ;;
@@ -69,7 +69,7 @@ for s in "$@"; do case $s in
         step flex-time 90 python3 -m fa2check.ablate --seqlen 8192 --head-dim 128 --mode fwd --kernels triton --backends sdpa-flash,sdpa-cudnn,flex --rep-ms 100 --budget-s 80 $C --out "$W/flex" --no-plots ;;
   hopper-bwd) step hopper-bwd 160 python3 ablations/probes/hopper_backward.py --out "$W/hopper-bwd" --check-timeout 90 --time-timeout 60 $C ;;
   hopper-bwd-tests) step hopper-bwd-tests 120 python3 -m pytest -q -m gpu tests/test_hopper_backward.py -rf ;;
-  hopper-verify) step hopper-verify 90 python3 -m fa2check.verify --impl hopper --json "$W/verify-hopper.json" $C ;;
+  hopper-verify) step hopper-verify 130 python3 -m fa2check.verify --impl hopper --json "$W/verify-hopper.json" $C ;;
   *) echo "unknown step $s"; exit 2 ;;
 esac; done
 echo; printf "%-18s %4s %8s\n" step rc wall_s

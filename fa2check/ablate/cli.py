@@ -178,22 +178,19 @@ def settings_from(args, kernels: str = "triton"):
     kernels or the forward) exits with its reason."""
     modes = args.mode or [GRID_MODES.get(args.grid, "fwd,bwd")]
     try:
-        return _settings(args, kernels, modes)
+        return Settings(modes=parse_modes(modes), repeats=args.repeats,
+                        warmup_ms=args.warmup_ms, rep_ms=args.rep_ms, tune=args.retune,
+                        retune_keys=tuple(args.retune_key), table_out=args.table_out,
+                        kernels=kernels, tune_seqlen=args.tune_seqlen,
+                        tune_rep_ms=args.tune_rep_ms,
+                        backends=tuple(b for b in args.backends.split(",") if b),
+                        math_max_seqlen=args.math_max_seqlen, budget_s=args.budget_s,
+                        workers=args.jobs or tuning.default_workers(), seed=args.seed,
+                        configs_from=tuple(args.configs_from), gluon=args.gluon,
+                        gluon_max_seqlen=args.gluon_max_seqlen, shards=args.shards,
+                        hopper_switches=args.hopper_switches)
     except ValueError as error:
         raise SystemExit(str(error)) from None
-
-
-def _settings(args, kernels, modes):
-    return Settings(modes=parse_modes(modes), repeats=args.repeats,
-                    warmup_ms=args.warmup_ms, rep_ms=args.rep_ms, tune=args.retune,
-                    retune_keys=tuple(args.retune_key), table_out=args.table_out, kernels=kernels,
-                    tune_seqlen=args.tune_seqlen, tune_rep_ms=args.tune_rep_ms,
-                    backends=tuple(b for b in args.backends.split(",") if b),
-                    math_max_seqlen=args.math_max_seqlen, budget_s=args.budget_s,
-                    workers=args.jobs or tuning.default_workers(), seed=args.seed,
-                    configs_from=tuple(args.configs_from), gluon=args.gluon,
-                    gluon_max_seqlen=args.gluon_max_seqlen, shards=args.shards,
-                    hopper_switches=args.hopper_switches)
 
 
 def resolve_kernels(choice: str, cells, device: str | None) -> str:
