@@ -3,10 +3,10 @@ variants (FA2 + pingpong, + overlap, + both) timed in the forward beside the 8 F
 and a second game over the two switches, with FA2 as its baseline.
 
 Each test was shown to fail on a broken copy of the code, then the code restored:
-- the exact Shapley values: with SWITCH_GAME's players swapped (("overlap", "pingpong") while
-  the tables still read them in order) the test still passes by name, so the break used was
-  contributions.variant_for ignoring `on` for the switches (all on): every factor came out 1.0x
-  and the test failed; with analysis.views not adding the switch view, it failed (no view);
+- the exact Shapley values: reversing SWITCH_GAME's players changes no value (each is keyed
+  by its name; the test still passed), so the break used was contributions.variant_for
+  turning every switch on whatever `on` says: every factor came out 1.0x and the test failed;
+  with analysis.views not adding the switch view, it failed (no view);
 - the report: with report.tables skipping the FA3 reference table, it failed; with the plots'
   colours indexed in Variant.all() alone (the code before), tflops_plot raised ValueError;
   with analysis keeping every hopper name in the switch view's stats, it failed;
