@@ -66,6 +66,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
 
 from .forward import LOG2E
+from .tma import tma_ready
 from .hopper_forward import (HOPPER_DTYPES, HOPPER_HEAD_DIMS, SHARED_LIMIT, _gl_dtype,
                              _in_partition, mma_layout)
 
@@ -426,20 +427,16 @@ def unsupported(q, k, v) -> str | None:
         return f"dtype {name} (takes {' or '.join(HOPPER_DTYPES)})"
     if q.shape[-1] not in HOPPER_HEAD_DIMS or v.shape[-1] != q.shape[-1]:
         return f"head_dim {q.shape[-1]}, head_dim_v {v.shape[-1]} (takes 64 or 128, equal)"
-    if not q.is_cuda or __import__("torch").cuda.get_device_capability(q.device) != (9, 0):
+    import torch
+
+    if not q.is_cuda or torch.cuda.get_device_capability(q.device) != (9, 0):
         return "not an sm_90 device"
     if q.shape[0] * q.shape[1] * (q.shape[2] + BLOCK_N.value) >= 2**31:
         return "the row statistics' int32 offsets (batch * heads_q * seqlen_q too large)"
     for n, t in (("q", q), ("k", k), ("v", v)):
-        if not _tma_ready(t):
+        if not tma_ready(t):
             return f"{n} is not TMA-ready (strides {tuple(t.stride())})"
     return None
-
-
-def _tma_ready(t) -> bool:
-    """Unit stride along head_dim, 16-byte aligned strides and data."""
-    return not (t.stride(-1) != 1 or any(s * t.element_size() % 16 for s in t.stride()[:-1])
-                or t.data_ptr() % 16)
 
 
 def _descriptors(q, k, v, do):
@@ -461,7 +458,7 @@ def hopper_attn_bwd(q, k, v, o, stats, do, dlse, causal, softmax_scale, variant,
 
     batch, heads_q, seqlen_q, head_dim = q.shape
     heads_kv, seqlen_k = k.shape[1], k.shape[2]
-    do = do if _tma_ready(do) else do.contiguous()
+    do = do if tma_ready(do) else do.contiguous()
     delta, stat2, inv_l, padded_q = bwd_preprocess(q, k, v, o, stats, do, dlse, variant,
                                                    config, o_res, row_multiple=BLOCK_M.value)
     dq = torch.zeros((batch, heads_q, seqlen_q, head_dim), device=q.device,

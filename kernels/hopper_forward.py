@@ -77,6 +77,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
 
 from .forward import LN2 as _LN2, LOG2E, empty_outputs
+from .tma import tma_ready
 
 LN2 = gl.constexpr(_LN2)
 ROWS_PER_WARPGROUP = gl.constexpr(64)  # a wgmma's M: 16 rows for each of 4 warps
@@ -1054,9 +1055,7 @@ def check_hopper_call(q, k, v, variant, config, causal: bool = True):
         why = (f"the hopper backend's tiles need {need} bytes of shared memory at block_n "
                f"{config.block_n}, {config.num_stages} stages (sm_90: {SHARED_LIMIT}); use fewer")
     for name, t in (("q", q), ("k", k), ("v", v)):
-        if why is None and (t.stride(-1) != 1 or any(s * t.element_size() % 16
-                                                     for s in t.stride()[:-1])
-                            or t.data_ptr() % 16):
+        if why is None and not tma_ready(t):
             why = (f"the hopper backend reads {name} through TMA: it needs a unit stride along "
                    f"head_dim and 16-byte aligned strides and data, got strides {t.stride()}")
     if why:
