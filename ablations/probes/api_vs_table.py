@@ -51,7 +51,7 @@ def main():
             for name in (("api", "table") if r % 2 == 0 else ("table", "api")):
                 times[name].append(time_ms(calls[name]))
         ratios = sorted(a / t for a, t in zip(times["api"], times["table"]))
-        q1, med, q3 = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
+        q1, _, q3 = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
         rows.append({"cell": str(cell), "api_ms": times["api"], "table_ms": times["table"],
                      "ratio_median": statistics.median(ratios), "ratio_q25": q1,
                      "ratio_q75": q3, "same_tiles": api == table,
