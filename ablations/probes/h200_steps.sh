@@ -52,7 +52,7 @@ for s in "$@"; do case $s in
   api) step api 100 python3 -m fa2check.ablate --seqlen 8192 --head-dim 128 --mode fwd --kernels triton --backends sdpa-flash,api --rep-ms 100 --budget-s 85 $C --out "$W/api" --no-plots ;;
   paper) B=${PAPER_BUDGET_S:-570}  # the ablation's own budget; the step's timeout 20 s more
          step paper $((B + 20)) python3 -m fa2check.ablate --grid paper --mode fwd,fwd+bwd --budget-s $B $C --out "$W/paper" ;;
-  verify-full) step verify-full 300 python3 -m fa2check.verify --tier full --json "$W/verify-full.json" $C ;;
+  verify-full) step verify-full ${VERIFY_TIMEOUT:-300} python3 -m fa2check.verify --tier full --json "$W/verify-full.json" $C ;;
   head-dims) step head-dims-tests 110 python3 -m pytest -q -m gpu tests/test_head_dims.py -rf -k "$HEAD_DIMS_TESTS"
              step head-dims-probe 90 python3 ablations/probes/head_dims.py --out "$W/head-dims" --budget-s 75 $C ;;
   hopper) step hopper-splits-tests 60 python3 -m pytest -q -m gpu tests/test_hopper_splits.py -rf
