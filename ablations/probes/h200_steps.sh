@@ -67,7 +67,8 @@ for s in "$@"; do case $s in
              step gpu-tests 240 python3 -m pytest -q -m gpu -rf $XDIST ${GPU_TESTS:-tests} ;;
   flex) step flex-verify 70 python3 -m fa2check.verify --impl flex --json "$W/verify-flex.json" $C
         step flex-time 90 python3 -m fa2check.ablate --seqlen 8192 --head-dim 128 --mode fwd --kernels triton --backends sdpa-flash,sdpa-cudnn,flex --rep-ms 100 --budget-s 80 $C --out "$W/flex" --no-plots ;;
-  hopper-bwd) step hopper-bwd 160 python3 ablations/probes/hopper_backward.py --out "$W/hopper-bwd" --check-timeout 90 --time-timeout 60 $C ;;
+  hopper-bwd) T=${HOPPER_BWD_TIME_S:-60}  # phase 2 (times); phase 1 (checks) 90 s
+              step hopper-bwd $((T + 100)) python3 ablations/probes/hopper_backward.py --out "$W/hopper-bwd" --check-timeout 90 --time-timeout $T $C ;;
   hopper-bwd-tests) step hopper-bwd-tests 120 python3 -m pytest -q -m gpu tests/test_hopper_backward.py -rf ;;
   hopper-verify) step hopper-verify 130 python3 -m fa2check.verify --impl hopper --json "$W/verify-hopper.json" $C ;;
   *) echo "unknown step $s"; exit 2 ;;
