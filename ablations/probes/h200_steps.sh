@@ -32,6 +32,10 @@
 #                  compiles in parallel, then the backward's times and its split_q factor)
 #   hopper-bwd-tests  the chassis backward's GPU tests (tests/test_hopper_backward.py)
 #   hopper-verify  fa2check.verify --impl hopper alone
+#   ncu            Nsight Compute over ablations/probes/stall_probe.py's cases (NCU_CASES, space
+#                  separated, NCU_MODE fwd or fwd+bwd): speed of light, memory, warp states and
+#                  scheduler sections, DRAM and shared-memory bytes; the report, its details
+#                  and raw pages as CSV (NCU_TAG names the files: several ncu steps a call)
 set -u
 OUT=${OUT:-out}; mkdir -p "$OUT"
 W=$(mktemp -d)  # the steps write here; $OUT gets one archive of it after every step, so a run
@@ -71,6 +75,14 @@ for s in "$@"; do case $s in
               step hopper-bwd $((T + 100)) python3 ablations/probes/hopper_backward.py --out "$W/hopper-bwd" --check-timeout 90 --time-timeout $T $C ;;
   hopper-bwd-tests) step hopper-bwd-tests 120 python3 -m pytest -q -m gpu tests/test_hopper_backward.py -rf ;;
   hopper-verify) step hopper-verify 130 python3 -m fa2check.verify --impl hopper --json "$W/verify-hopper.json" $C ;;
+  ncu) T=ncu-${NCU_TAG:-1}
+       step $T ${NCU_TIMEOUT:-200} ncu --clock-control none --profile-from-start off \
+         --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
+         --section SchedulerStats --metrics dram__bytes_read.sum,dram__bytes_write.sum,smsp__sass_data_bytes_mem_shared.sum \
+         -o "$W/$T" python3 ablations/probes/stall_probe.py --mode ${NCU_MODE:-fwd} $NCU_CASES
+       ncu -i "$W/$T.ncu-rep" --csv --page details > "$W/$T-details.csv" 2>&1
+       ncu -i "$W/$T.ncu-rep" --csv --page raw > "$W/$T-raw.csv" 2>&1
+       python3 ablations/probes/stall_probe.py --summarize "$W/$T-details.csv" | tee -a "$W/$T.log" ;;
   *) echo "unknown step $s"; exit 2 ;;
 esac; done
 echo; printf "%-18s %4s %8s\n" step rc wall_s

@@ -7,7 +7,9 @@ GPU's kernel time.
         [--mode fwd|fwd+bwd] [--breakdown] [--json P]
 
 IMPL is `fa2` (our kernels, all improvements on, the launcher's GPU default config with the
-given fields on top, as in compare_kernels.py) or an SDPA backend name (`sdpa-flash`, ...).
+given fields on top, as in compare_kernels.py), `BACKEND@VARIANT` (kernels' backend `triton`,
+`gluon` or `hopper`, a Variant name such as `-defer-seqpar-splitq`: that backend's default
+config for the variant, fields on top) or an SDPA backend name (`sdpa-flash`, ...).
 Cells are the paper grid's (bf16, 16k tokens, 2048 = heads * head_dim). For each case:
 - bench_ms: median of do_bench, as `fa2check.ablate` times the call (L2 flushed first); the
   call is the forward, or with --mode fwd+bwd the forward and torch.autograd.grad of q, k, v;
@@ -62,17 +64,22 @@ def make_case(spec: str, mode: str):
 
     if impl in BACKENDS:  # forced around the whole measurement, as fa2check.ablate does
         return timed(sdpa), impl
-    if impl != "fa2":
-        raise SystemExit(f"unknown IMPL {impl!r}: fa2 or one of {', '.join(BACKENDS)}")
     from compare_kernels import config_overrides  # this script's folder is on sys.path
-    from kernels import TileConfig, flash_attention
-    from kernels.config import default_config
+    from kernels import TileConfig, Variant, flash_attention
+    from kernels.config import BACKENDS as KERNEL_BACKENDS, default_config
 
-    config = replace(default_config(d, True, None, torch.bfloat16),
+    kernel_backend, _, name = ("triton@+defer+seqpar+splitq" if impl == "fa2" else impl).partition("@")
+    if kernel_backend not in KERNEL_BACKENDS or not name:
+        raise SystemExit(f"unknown IMPL {impl!r}: fa2, BACKEND@VARIANT (BACKEND one of "
+                         f"{', '.join(KERNEL_BACKENDS)}) or one of {', '.join(BACKENDS)}")
+    variant = Variant.parse(name)
+    config = replace(default_config(d, True, variant, torch.bfloat16, kernel_backend,
+                                    causal=causal, seqlen_q=seqlen, seqlen_k=seqlen),
                      **config_overrides(fields, TileConfig))
 
     def ours(q, k, v, causal):
-        return flash_attention(q, k, v, causal=causal, config=config)
+        return flash_attention(q, k, v, causal=causal, variant=variant, config=config,
+                               backend=kernel_backend)
 
     return timed(ours), None
 
