@@ -144,9 +144,11 @@ def heuristic_config(head_dim: int, on_gpu: bool, variant=None, dtype=None,
                                                                        variant.seq_parallel)
         # FA1's schedule: one K/V stage, its room given to the partial-state ring (D55)
         stages = 2 if seq_parallel else 1
-        # block_n 128 where its buffers fit in shared memory (causal None counts the causal
-        # buffers of D53: FA1's split-Q causal schedule at head_dim 128 takes 64)
-        block_n = next((n for n in (128, 64) if shared_bytes(
+        # the widest K/V tile whose buffers fit in shared memory (causal None counts the causal
+        # buffers of D53: FA1's split-Q causal schedule at head_dim 128 takes 64); FA1's own
+        # split-K tile is 256 keys (D67), which fits its one-stage schedule only
+        widths = (256, 128, 64) if not (split_q or seq_parallel) else (128, 64)
+        block_n = next((n for n in widths if shared_bytes(
             head_dim, n, stages, split_q, seq_parallel, causal=causal is not False)
             <= SHARED_LIMIT), 64)
         # the backward fields are the Triton backward's for this variant (its gradients where

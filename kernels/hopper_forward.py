@@ -296,7 +296,8 @@ def _load_partial_state(o_tmp_desc, stats_desc, state, t, j, i, after_itself, bh
                         ROWS: gl.constexpr, SPLIT_Q: gl.constexpr):
     """FA1's schedule, step t = (row block i, K/V tile j): both consumers' partial state of
     row block i (fp32 output, m, l), as tile j - 1 left it in HBM (FA1's o_tmp), into state
-    ring slot t % 2. Tile 0 has no state to load: the slot's ready barrier is only arrived on,
+    ring slot t % 2, buffer t % ST_SLOTS (with one buffer, the load of step t waits for
+    step t - 1 to free it, so the state is not prefetched). Tile 0 has no state to load: the slot's ready barrier is only arrived on,
     so that every step completes one phase of it.
 
     Synchronisation: st_free[s] completes once per step on slot s, when both consumers have
@@ -312,9 +313,14 @@ def _load_partial_state(o_tmp_desc, stats_desc, state, t, j, i, after_itself, bh
     Neither wait can see a later phase of its barrier: a consumer finishes step t (and so
     completes later phases) only after this load's ready barrier."""
     st_acc, st_stats, st_ready, st_free, o_desc = state
+    ST_SLOTS: gl.constexpr = st_acc.type.shape[0] // 2  # buffers (2, or 1: state_slots)
     s = t % 2
-    mbarrier.wait(st_free.index(s), ((t // 2) & 1) ^ 1)
+    # with one buffer step t - 1 must have freed it: r is the step whose barrier slot and
+    # phase say which step's release to wait for, as in _load_q
+    r = t + 2 - ST_SLOTS
+    mbarrier.wait(st_free.index(r % 2), ((r // 2) & 1) ^ 1)
     ready = st_ready.index(s)
+    b = t % ST_SLOTS
     if j == 0:  # a fresh state: nothing to load
         mbarrier.arrive(ready, count=1)
     else:
@@ -324,9 +330,9 @@ def _load_partial_state(o_tmp_desc, stats_desc, state, t, j, i, after_itself, bh
         for c in gl.static_range(2):
             row, col = _partial_state(i, ROWS, o_tmp_desc.block_type.shape[2], c, SPLIT_Q)
             tma.async_copy_global_to_shared(o_tmp_desc, [bh, row, col], ready,
-                                            st_acc.index(2 * s + c))
+                                            st_acc.index(2 * b + c))
             tma.async_copy_global_to_shared(stats_desc, [bh, 2 * c, row], ready,
-                                            st_stats.index(2 * s + c))
+                                            st_stats.index(2 * b + c))
 
 
 @gluon.jit
@@ -710,16 +716,16 @@ def _stats_rows(stats_buf):
 
 
 @gluon.jit
-def _store_partial_state(m_i, l_i, acc, o_tmp_desc, stats_desc, state, s, i, bh,
+def _store_partial_state(m_i, l_i, acc, o_tmp_desc, stats_desc, state, b, i, bh,
                          ROWS: gl.constexpr, SPLIT_Q: gl.constexpr, CONSUMER: gl.constexpr):
-    """My part of row block i's partial state through my half of state ring slot s (the
+    """My part of row block i's partial state through my half of state buffer b (the
     buffer its load arrived in, read already) to HBM with TMA stores, complete in global
     memory on return (the producer may load it for the next step)."""
     st_acc, st_stats, st_ready, st_free, o_desc = state
     BM: gl.constexpr = ROWS_PER_WARPGROUP
     COLS: gl.constexpr = acc.type.shape[1]
-    acc_buf = st_acc.index(2 * s + CONSUMER)
-    stats_buf = st_stats.index(2 * s + CONSUMER)
+    acc_buf = st_acc.index(2 * b + CONSUMER)
+    stats_buf = st_stats.index(2 * b + CONSUMER)
     acc_buf.reshape([BM, COLS]).store(acc)
     stats = _stats_rows(stats_buf)
     stats.index(0).store(m_i)
@@ -817,6 +823,7 @@ def _consumer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
         r, splits, last = _fa1_split(row_blocks, causal)
         Q_SLOTS: gl.constexpr = q_smem.type.shape[0] // Q_BOXES
         st_acc, st_stats, st_ready, st_free, o_desc = state
+        ST_SLOTS: gl.constexpr = st_acc.type.shape[0] // 2  # state buffers (state_slots)
         # my row blocks that see no key at all (causal, seqlen_q > seqlen_k): O = 0, L = -inf
         for i in range(r, _first_row_block(0, seqlen_q, seqlen_k, causal, ROWS, BLOCK_N),
                        splits):
@@ -834,14 +841,15 @@ def _consumer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
                                                BLOCK_N), row_blocks, splits):
                 row0 = i * ROWS + MY_BOX * BM
                 s = t % 2  # the state ring's slot (the Q ring's barriers use the same index)
+                b = t % ST_SLOTS  # and its buffer
                 # acc: what the last K/V tile left in HBM (FA1's o_tmp), prefetched by TMA into
                 # the state ring, read by _fold_tile where it is used
-                acc = st_acc.index(2 * s + CONSUMER)
+                acc = st_acc.index(2 * b + CONSUMER)
                 if j == 0:
                     m_i, l_i = m_0, l_0
                 else:
                     mbarrier.wait(st_ready.index(s), (t // 2) & 1)
-                    stats = _stats_rows(st_stats.index(2 * s + CONSUMER))
+                    stats = _stats_rows(st_stats.index(2 * b + CONSUMER))
                     m_i = stats.index(0).load(row_layout)
                     l_i = stats.index(1).load(row_layout)
                 mbarrier.wait(q_ready.index(s), (t // 2) & 1)
@@ -852,11 +860,11 @@ def _consumer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
                                            sanitised, n_sanitised, DEFER_NORM, SPLIT_Q,
                                            SEQ_PARALLEL, CONSUMER)
                 if j == _tiles_seen(i * ROWS, seqlen_q, seqlen_k, causal, ROWS, BLOCK_N) - 1:
-                    _store_outputs_tma(m_i, l_i, acc, o_desc, st_acc.index(2 * s + CONSUMER),
+                    _store_outputs_tma(m_i, l_i, acc, o_desc, st_acc.index(2 * b + CONSUMER),
                                        LSE, M, L, off_b, off_h, row0, seqlen_q, qk_scale,
                                        stride_lb, stride_lh, DEFER_NORM, SPLIT_Q, CONSUMER)
                 else:
-                    _store_partial_state(m_i, l_i, acc, o_tmp_desc, stats_desc, state, s, i,
+                    _store_partial_state(m_i, l_i, acc, o_tmp_desc, stats_desc, state, b, i,
                                          bh, ROWS, SPLIT_Q, CONSUMER)
                 # slot s is read (and, unless this was row block i's last tile, its state
                 # complete in HBM): the compiler's barrier of my 128 threads before the arrive
@@ -888,9 +896,11 @@ def _hopper_attn_fwd(q_desc, k_desc, v_desc, O, LSE, M, L, o_tmp_desc, stats_des
                      stride_lb, stride_lh, DEFER_NORM: gl.constexpr,
                      SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr, IS_CAUSAL: gl.constexpr,
                      STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, Q_SLOTS: gl.constexpr,
-                     PINGPONG: gl.constexpr = False, OVERLAP: gl.constexpr = False):
+                     STATE_SLOTS: gl.constexpr = 2, PINGPONG: gl.constexpr = False,
+                     OVERLAP: gl.constexpr = False):
     """Grid (row blocks, B * Hq) with seq_parallel, (splits, B * Hq) without. Q_SLOTS: Q buffers
     (1 with seq_parallel; FA1's schedule reloads Q every step: 2, or 1 where 2 do not fit).
+    STATE_SLOTS: FA1's schedule's state buffers (state_slots).
     PINGPONG, OVERLAP: FlashAttention-3's schedules, on FA2 all on only (D59)."""
     gl.static_assert(not (PINGPONG or OVERLAP) or (DEFER_NORM and SPLIT_Q and SEQ_PARALLEL),
                      "PINGPONG and OVERLAP are built on FA2 (DEFER_NORM, SPLIT_Q, SEQ_PARALLEL)")
@@ -929,7 +939,7 @@ def _hopper_attn_fwd(q_desc, k_desc, v_desc, O, LSE, M, L, o_tmp_desc, stats_des
     # FA1's schedule: the state ring, two slots of both consumers' partial state (fp32 output
     # in O_TMP's box, m and l in STATS_TMP's), loaded by the producer and written back by the
     # consumers through the slot it arrived in; seq_parallel keeps a placeholder of one box
-    ST_BUFS: gl.constexpr = 1 if SEQ_PARALLEL else 4  # slot * 2 + consumer
+    ST_BUFS: gl.constexpr = 1 if SEQ_PARALLEL else 2 * STATE_SLOTS  # buffer * 2 + consumer
     st_acc = gl.allocate_shared_memory(gl.float32, [ST_BUFS] + o_tmp_desc.block_type.shape,
                                        o_tmp_desc.layout)
     st_stats = gl.allocate_shared_memory(gl.float32, [ST_BUFS] + stats_desc.block_type.shape,
@@ -1010,41 +1020,64 @@ STAGES = {True: (2, 3), False: (1, 2, 3)}  # K/V stages by seq_parallel (FA1's s
 
 def shared_bytes(head_dim: int, block_n: int, stages: int, split_q: bool,
                  seq_parallel: bool = True, q_slots: int | None = None,
-                 causal: bool = True) -> int:
+                 causal: bool = True, st_slots: int | None = None) -> int:
     """Shared memory of the chassis's buffers: Q (one or two warpgroups' rows; q_slots buffers,
     by default `q_buffers`'s), the K/V ring, split-K's exchange (partial outputs, 64 x D/2
     float32 a consumer, and the row statistics' buffers, 2 x 2 x 64 float32) and, in FA1's
-    schedule, the state ring (2 slots x 2 consumers x (64 x D or D/2 + 2 x 64) float32);
-    causal: the first non-finite keys of masked tiles (4 x D int32)."""
+    schedule, the state ring (st_slots buffers, by default `state_slots`'s, x 2 consumers x
+    (64 x D or D/2 + 2 x 64) float32); causal: the first non-finite keys of masked tiles
+    (4 x D int32)."""
     rows = ROWS_PER_WARPGROUP.value
+    if st_slots is None:
+        st_slots = state_slots(head_dim, block_n, stages, split_q, seq_parallel, causal)
     if q_slots is None:
         q_slots = q_buffers(head_dim, block_n, stages, split_q, seq_parallel, causal)
     q = q_slots * (2 if split_q else 1) * rows * head_dim * 2
     ring = stages * 2 * block_n * head_dim * 2
     exchange = 0 if split_q else 2 * rows * (head_dim // 2) * 4 + 4 * rows * 4
     cols = head_dim if split_q else head_dim // 2
-    state = 0 if seq_parallel else 2 * 2 * (rows * cols + 2 * rows) * 4
+    state = 0 if seq_parallel else st_slots * 2 * (rows * cols + 2 * rows) * 4
     bad_keys = 4 * head_dim * 4 if causal else 0
     return q + ring + exchange + state + bad_keys
+
+
+def state_slots(head_dim: int, block_n: int, stages: int, split_q: bool,
+                seq_parallel: bool, causal: bool = True) -> int:
+    """FA1's schedule's state buffers: 2 (the next step's state arrives while this one
+    computes), or 1 where 2 do not fit beside one Q buffer (block_n 256 at head_dim 128: then
+    a step's state is loaded once the step before has stored its own)."""
+    if seq_parallel:
+        return 2  # unused: seq_parallel allocates a placeholder
+    two = shared_bytes(head_dim, block_n, stages, split_q, False, q_slots=1, causal=causal,
+                       st_slots=2)
+    return 2 if two <= SHARED_LIMIT else 1
 
 
 def q_buffers(head_dim: int, block_n: int, stages: int, split_q: bool,
               seq_parallel: bool, causal: bool = True) -> int:
     """Q buffers: 1 with seq_parallel (Q is loaded once); FA1's schedule loads Q every step
     into 2 (the next step's Q arrives while this one computes), or 1 where 2 do not fit
-    (split-Q at head_dim 128: then the next Q is loaded once both consumers' S = Q K^T is done,
-    under their softmax and P V)."""
+    beside `state_slots`'s state buffers (split-Q at head_dim 128: then the next Q is loaded
+    once both consumers' S = Q K^T is done, under their softmax and P V)."""
     if seq_parallel:
         return 1
     two = shared_bytes(head_dim, block_n, stages, split_q, False, q_slots=2, causal=causal)
     return 2 if two <= SHARED_LIMIT else 1
 
 
+def block_ns(variant) -> tuple[int, ...]:
+    """K/V tile widths: 64 or 128; split-K also 256 (128 keys a consumer, FA1's own tile at
+    head_dim 64 and 128 on the A100: fmha_fwd_hdim*.cu), which fits sm_90's shared memory in
+    FA1's one-stage schedule only."""
+    return (64, 128) if variant.split_q else (64, 128, 256)
+
+
 def check_hopper_call(q, k, v, variant, config, causal: bool = True):
     """Raise ValueError for what the Hopper chassis cannot do (the Triton backend can)."""
     why = unsupported(q.dtype, q.shape[-1], v.shape[-1])
-    if why is None and config.block_n not in (64, 128):
-        why = f"the hopper backend takes block_n 64 or 128, got {config.block_n}"
+    if why is None and config.block_n not in block_ns(variant):
+        why = (f"the hopper backend takes block_n {' or '.join(map(str, block_ns(variant)))} "
+               f"for {variant}, got {config.block_n}")
     stages = STAGES[variant.seq_parallel]
     if why is None and config.num_stages not in stages:
         why = (f"the hopper backend takes num_stages {' or '.join(map(str, stages))} for "
@@ -1091,7 +1124,7 @@ def fa1_splits(config, batch_heads: int, row_blocks: int, device) -> int:
 
 def hopper_attn_fwd(q, k, v, causal, softmax_scale, variant, config):
     """`kernels.forward.attn_fwd`'s contract (without the rounding residual), computed by the
-    Hopper chassis. config: block_n (64 or 128) and num_stages are used; a row block is 128
+    Hopper chassis. config: block_n (`block_ns`) and num_stages are used; a row block is 128
     rows (split-Q) or 64 (split-K) by design. Without seq_parallel, FA1's schedule: one
     program per (batch, head) and split (config.fa1_splits, 0: FA1's heuristic), its row
     blocks' fp32 partial outputs and statistics in scratch buffers between K/V tiles."""
@@ -1132,7 +1165,9 @@ def hopper_attn_fwd(q, k, v, causal, softmax_scale, variant, config):
         PINGPONG=variant.pingpong, OVERLAP=variant.overlap,
         CONSUMER_REGS=consumer_registers(variant.split_q, variant.seq_parallel),
         Q_SLOTS=q_buffers(head_dim, config.block_n, config.num_stages, variant.split_q,
-                          variant.seq_parallel, bool(causal)), num_warps=4)
+                          variant.seq_parallel, bool(causal)),
+        STATE_SLOTS=state_slots(head_dim, config.block_n, config.num_stages, variant.split_q,
+                                variant.seq_parallel, bool(causal)), num_warps=4)
     return o, stats
 
 
@@ -1159,7 +1194,9 @@ def sm90_signature(variant, dtype="bfloat16", head_dim=128, block_n=128, stages=
                   "PINGPONG": variant.pingpong, "OVERLAP": variant.overlap,
                   "CONSUMER_REGS": consumer_registers(variant.split_q, variant.seq_parallel),
                   "Q_SLOTS": q_buffers(head_dim, block_n, stages, variant.split_q,
-                                       variant.seq_parallel, causal)}
+                                       variant.seq_parallel, causal),
+                  "STATE_SLOTS": state_slots(head_dim, block_n, stages, variant.split_q,
+                                             variant.seq_parallel, causal)}
     signature.update({name: "constexpr" for name in constexprs})
     return signature, constexprs
 

@@ -75,6 +75,10 @@ def main():
     p.add_argument("--head-dims", default="128,64")
     p.add_argument("--backend", choices=("triton", "hopper"), default="triton",
                    help="whose kernels: Triton's, or the Hopper chassis's forward")
+    p.add_argument("--block-ns", default="",
+                   help="with --backend hopper: also time the FA1-schedule variants at these K/V "
+                        "tile widths (comma-separated, e.g. 128,256), labelled `bn=N`, where the "
+                        "variant takes them and they differ from the default's")
     p.add_argument("--ncu-cell", action="store_true", help="run the FA1-schedule forward of "
                    f"{NCU_CELL} once (profile it with ncu) and print its model bytes")
     p.add_argument("--render", metavar="JSON", help="print a saved run as markdown and exit")
@@ -110,6 +114,13 @@ def main():
                 for var in Variant.all()]
         runs += [(name + " fa1-heuristic-splits", var, replace(config, fa1_splits=0))
                  for name, var, config in runs if not var.seq_parallel]
+        if args.block_ns:
+            from kernels.hopper_forward import block_ns
+
+            runs += [(f"{name} bn={n}", var, replace(config, block_n=n))
+                     for n in map(int, args.block_ns.split(","))
+                     for name, var, config in runs[:len(Variant.all())]
+                     if not var.seq_parallel and n in block_ns(var) and n != config.block_n]
         for name, var, config in runs:
             try:
                 row["ms"][name] = time_ms(lambda: flash_attention(

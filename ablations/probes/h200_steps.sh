@@ -1,7 +1,7 @@
 #!/bin/bash
 # Question: the ablation's wall times (issue #32) and the GPU-only checks of a change, in one
 # device call. Each step is named on the command line and runs under its own timeout; its log and
-# results go into $OUT/all.tgz (rewritten after every step); the last lines are a short table
+# results go into $OUT/$ARCHIVE.tgz (default all.tgz, rewritten after every step); the last lines are a table
 # (step, exit code, wall seconds).
 #   COMMIT=<hash> bash ablations/probes/h200_steps.sh quick-cold quick-warm api head-dims ...
 # Steps:
@@ -16,8 +16,9 @@
 #   switches-ablate  fa2check.ablate --kernels hopper --hopper-switches at d=128 8k, full and
 #                  causal, forward (D66): the 8 FA2 variants, FA2 + pingpong / overlap / both,
 #                  sdpa flash and cuDNN; the switches' Shapley table beside FA3's (budget 150 s)
-#   fa1            the chassis's FA1-style rows as % of matmul at d=128 1k-8k, with FA1's num_splits
-#                  (`+h`): ablations/probes/fa1_schedule.py --backend hopper
+#   fa1            the chassis's FA1-style rows as % of matmul at d=128 1k-8k (FA1_SEQLENS), with
+#                  FA1's num_splits (`+h`) and other K/V tile widths (FA1_BLOCK_NS, e.g. 128,256):
+#                  ablations/probes/fa1_schedule.py --backend hopper
 #   d96            the head-dims probe at 96 and 128 only (bf16, 4k and 8k, forward)
 #   verify-d40     the full tier's case that failed at b393333 (D64: float32 d=40 causal, split-K
 #                  with seq_parallel)
@@ -29,7 +30,9 @@
 #                  d=128, full and causal (about 160 s in all); its GPU tests:
 #                  GPU_TESTS=tests/test_flex.py ... gpu-tests
 #   hopper-bwd     ablations/probes/hopper_backward.py (oracle checks of the 8 variants, their
-#                  compiles in parallel, then the backward's times and its split_q factor)
+#                  compiles in parallel, then the backward's times and its split_q factor;
+#                  HOPPER_BWD_TIME_S the times' budget, HOPPER_BWD_ARGS e.g. "--no-checks
+#                  --head-dims 128")
 #   hopper-bwd-tests  the chassis backward's GPU tests (tests/test_hopper_backward.py)
 #   hopper-verify  fa2check.verify --impl hopper alone
 #   ncu            Nsight Compute over ablations/probes/stall_probe.py's cases (NCU_CASES, space
@@ -41,6 +44,7 @@ OUT=${OUT:-out}; mkdir -p "$OUT"
 W=$(mktemp -d)  # the steps write here; $OUT gets one archive of it after every step, so a run
                 # cut short still returns what finished (the device returns a few files only)
 C=${COMMIT:+--commit $COMMIT}
+ARCHIVE=${ARCHIVE:-all}  # $OUT/$ARCHIVE.tgz: name it when one device call runs this script twice
 declare -A RC WALL
 ORDER=()
 step() {  # step NAME TIMEOUT COMMAND...
@@ -49,7 +53,7 @@ step() {  # step NAME TIMEOUT COMMAND...
   timeout "$limit" "$@" > "$W/$name.log" 2>&1
   RC[$name]=$?; WALL[$name]=$(( $(date +%s) - t0 )); ORDER+=("$name")
   echo "$name rc=${RC[$name]} wall=${WALL[$name]}s"; tail -3 "$W/$name.log"
-  tar czf "$OUT/all.tgz.part" -C "$W" . && mv "$OUT/all.tgz.part" "$OUT/all.tgz"
+  tar czf "$OUT/$ARCHIVE.tgz.part" -C "$W" . && mv "$OUT/$ARCHIVE.tgz.part" "$OUT/$ARCHIVE.tgz"
 }
 for s in "$@"; do case $s in
   quick-cold|quick-warm) step $s 170 python3 -m fa2check.ablate --grid quick --budget-s 150 $C --out "$W/$s" --no-plots ;;
@@ -63,7 +67,7 @@ for s in "$@"; do case $s in
           step hopper-verify 130 python3 -m fa2check.verify --impl hopper --json "$W/verify-hopper.json" $C ;;
   switches) step switches 110 python3 ablations/probes/hopper_switches.py --out "$W/switches" --head-dims 128 --seqlens 8192 --timeout 50 --budget 100 $C ;;
   switches-ablate) step switches-ablate 170 python3 -m fa2check.ablate --kernels hopper --hopper-switches --mode fwd --seqlen 8192 --head-dim 128 --causal both --backends sdpa-flash,sdpa-cudnn --budget-s 150 $C --out "$W/switches-ablate" --no-plots ;;
-  fa1) step fa1 150 python3 ablations/probes/fa1_schedule.py --backend hopper --head-dims 128 --seqlens 1024,2048,8192 --out "$W/fa1" $C ;;
+  fa1) step fa1 150 python3 ablations/probes/fa1_schedule.py --backend hopper --head-dims 128 --seqlens ${FA1_SEQLENS:-1024,2048,8192} ${FA1_BLOCK_NS:+--block-ns $FA1_BLOCK_NS} --out "$W/fa1" $C ;;
   d96) step d96 100 python3 ablations/probes/head_dims.py --head-dims 96,128 --seqlens 4096,8192 --out "$W/d96" --budget-s 85 $C ;;
   verify-d40) step verify-d40 60 python3 -m fa2check.verify --tier full --property causal_masking --variant=-defer+seqpar-splitq --variant=+defer+seqpar-splitq '--case=q>k-b1-h4/1-q16384-k1000-d40-float32-causal-s302' --json "$W/verify-d40.json" $C ;;
   verify-gluon) step verify-gluon 120 python3 -m fa2check.verify --tier full --impl fa2check.adapters:gluon --variant=-defer+seqpar-splitq --variant=+defer-seqpar-splitq --property gqa_reduction --property causal_masking --json "$W/verify-gluon.json" $C ;;
@@ -72,7 +76,7 @@ for s in "$@"; do case $s in
   flex) step flex-verify 70 python3 -m fa2check.verify --impl flex --json "$W/verify-flex.json" $C
         step flex-time 90 python3 -m fa2check.ablate --seqlen 8192 --head-dim 128 --mode fwd --kernels triton --backends sdpa-flash,sdpa-cudnn,flex --rep-ms 100 --budget-s 80 $C --out "$W/flex" --no-plots ;;
   hopper-bwd) T=${HOPPER_BWD_TIME_S:-60}  # phase 2 (times); phase 1 (checks) 90 s
-              step hopper-bwd $((T + 100)) python3 ablations/probes/hopper_backward.py --out "$W/hopper-bwd" --check-timeout 90 --time-timeout $T $C ;;
+              step hopper-bwd $((T + 100)) python3 ablations/probes/hopper_backward.py --out "$W/hopper-bwd" --check-timeout 90 --time-timeout $T $HOPPER_BWD_ARGS $C ;;
   hopper-bwd-tests) step hopper-bwd-tests 120 python3 -m pytest -q -m gpu tests/test_hopper_backward.py -rf ;;
   hopper-verify) step hopper-verify 130 python3 -m fa2check.verify --impl hopper --json "$W/verify-hopper.json" $C ;;
   ncu) T=ncu-${NCU_TAG:-1}

@@ -142,7 +142,8 @@ GLUON_FWD_SPACE = [(64, 32, 4, 1), (64, 64, 4, 1), (128, 32, 8, 1), (128, 64, 8,
 # design; block_n and the K/V ring's stages are its tile choices, less those whose buffers pass
 # the shared memory a block may use (hopper_forward.shared_bytes, SHARED_LIMIT).
 HOPPER_FWD_SPACE = [(64, 128, 4, 1), (64, 128, 4, 2), (64, 128, 4, 3), (64, 64, 4, 1),
-                    (64, 64, 4, 2), (64, 64, 4, 3)]  # 1 stage: FA1's schedule only (D55)
+                    (64, 64, 4, 2), (64, 64, 4, 3),  # 1 stage: FA1's schedule only (D55)
+                    (64, 256, 4, 1), (64, 256, 4, 2)]  # 256 keys: split-K only (D67)
 # The interpreter: two small candidates, so the tuning code path runs cheaply on a CPU.
 CPU_FWD_SPACE = [(32, 16, 4, 1), (16, 32, 4, 1, True)]
 CPU_BWD_SPACE = [(16, 32, 4, 1, False), (32, 16, 4, 1, True)]
@@ -224,8 +225,10 @@ def candidates(part: str, head_dim: int, variant, on_gpu: bool,
     if kernel_backend == "hopper" and part == "fwd":
         from kernels.hopper_forward import SHARED_LIMIT, STAGES, shared_bytes
 
+        from kernels.hopper_forward import block_ns
+
         return [dict(zip(FWD_FIELDS, c)) for c in HOPPER_FWD_SPACE
-                if c[3] in STAGES[variant.seq_parallel]
+                if c[3] in STAGES[variant.seq_parallel] and c[1] in block_ns(variant)
                 and shared_bytes(head_dim, c[1], c[3], variant.split_q, variant.seq_parallel,
                                  causal=causal) <= SHARED_LIMIT]
     if part == "bwd" and not variant.split_q and on_gpu:  # FA1's backward shape (D50)
