@@ -3,7 +3,10 @@
 For the variant under test and each switch, the variant with that switch flipped (the others
 equal) is run on the same inputs:
 - seq_parallel_bitwise: seq_parallel only changes which program handles which query rows, and
-  each row's arithmetic is the same, so the forward o and lse are bitwise equal.
+  each row's arithmetic is the same, so the forward o and lse are bitwise equal, where both
+  variants cut the keys into tiles of the same width (our kernels' tiles are tuned per variant:
+  the Hopper chassis's FA1 schedule takes 256 keys a tile under split-K, FA2's 128, D67);
+  otherwise seq_parallel_agree: within the pass rule's allowed error, as below.
 - defer_norm_agree, split_q_agree: these change the arithmetic (per-tile normalisation;
   per-slice statistics merged), so o, lse, dq, dk and dv must agree within the pass rule's
   allowed error for the problem: max|a - b| <= c * baseline + floor.
@@ -19,6 +22,7 @@ import functools
 from dataclasses import replace
 
 from fa2check.core.checks import Reference
+from fa2check.core.implementations import key_tile
 from fa2check.core.problems import Problem
 
 from .base import Case, Check, PropertyResult, allowed_errors, bitwise, call, within
@@ -56,17 +60,19 @@ def run(impl, variant, case: Case, device: str) -> PropertyResult:
     ref = _reference(case, device)
     mine = _outputs(impl, variant, case, device)
     return PropertyResult.judge(NAME, case, flip_checks(
-        ref, variant, mine, lambda other: _outputs(impl, other, case, device)))
+        ref, variant, mine, lambda other: _outputs(impl, other, case, device),
+        lambda v: key_tile(impl, v, case.problem)))
 
 
 FLAGS = ("seq_parallel", "defer_norm", "split_q")
-CHECK_NAMES = ("seq_parallel_bitwise", "defer_norm_agree", "split_q_agree", "pingpong_bitwise",
-               "overlap_bitwise")
+CHECK_NAMES = ("seq_parallel_bitwise", "seq_parallel_agree", "defer_norm_agree", "split_q_agree",
+               "pingpong_bitwise", "overlap_bitwise")
 
 
-def flip_checks(ref: Reference, variant, mine, outputs_of) -> list[Check]:
-    """seq_parallel_bitwise, defer_norm_agree and split_q_agree: `mine` (the outputs of
-    `variant`) against outputs_of(the variant with one switch flipped); for a variant with
+def flip_checks(ref: Reference, variant, mine, outputs_of, key_tile_of=None) -> list[Check]:
+    """seq_parallel_bitwise (seq_parallel_agree where key_tile_of(variant), the keys a K/V tile
+    holds, differs between the two), defer_norm_agree and split_q_agree: `mine` (the outputs
+    of `variant`) against outputs_of(the variant with one switch flipped); for a variant with
     Hopper switches on, <switch>_bitwise against it with that switch off."""
     if variant.hopper_switches:
         return [_switch_off(variant, switch, mine, outputs_of)
@@ -76,10 +82,13 @@ def flip_checks(ref: Reference, variant, mine, outputs_of) -> list[Check]:
     for flag in FLAGS:
         flipped = replace(variant, **{flag: not getattr(variant, flag)})
         other = outputs_of(flipped)
-        if flag == "seq_parallel":
+        tiles = (key_tile_of(variant), key_tile_of(flipped)) if key_tile_of else (None, None)
+        if flag == "seq_parallel" and tiles[0] == tiles[1]:
             check = bitwise("seq_parallel_bitwise", mine, other)
         else:
             check = within(f"{flag}_agree", mine, other, allowed)
+        if tiles[0] != tiles[1]:
+            check.numbers["key_tiles"] = tiles
         check.numbers["other_variant"] = str(flipped)
         checks.append(check)
     return checks

@@ -315,3 +315,34 @@ def test_every_property_has_cases_with_unique_ids_in_both_tiers():
         for tier in ("quick", "full"):
             ids = [c.id for c in module.CASES[tier]]
             assert ids and len(ids) == len(set(ids)), (name, tier)
+
+
+def test_seq_parallel_flip_is_bitwise_only_between_tiles_of_one_width():
+    """variant_equivalence's seq_parallel flip: bitwise where both variants' K/V tiles hold as
+    many keys (a 1-ulp change fails it), within the pass rule where they do not (D67: the
+    chassis's FA1 split-K at 256 keys, FA2's at 128); a large change fails that too."""
+    import torch
+
+    from fa2check.core.checks import Outputs, Reference
+    from fa2check.core.problems import Problem
+    from kernels import Variant
+    from properties.variant_equivalence import flip_checks
+
+    ref = Reference(Problem(1, 2, 2, 16, 16, 16, "float32", False, seed=3), "cpu", backward=False)
+    mine = Outputs(o=ref.baseline.o.clone(), lse=ref.baseline.lse.clone())
+    nudged = Outputs(o=torch.nextafter(mine.o, torch.full_like(mine.o, 2.0)), lse=mine.lse)
+    wrong = Outputs(o=mine.o + 0.1, lse=mine.lse)
+    fa1 = Variant(False, False, False)
+
+    def seqpar(others, tiles):
+        outputs = dict(zip((True, False), others))  # by seq_parallel: only its flip turns it on
+        checks = flip_checks(ref, fa1, mine, lambda v: outputs[v.seq_parallel],
+                             lambda v: tiles[v.seq_parallel])
+        return next(c for c in checks if c.name.startswith("seq_parallel"))
+
+    same = seqpar((nudged, mine), {True: 128, False: 128})
+    assert same.name == "seq_parallel_bitwise" and not same.passed
+    other = seqpar((nudged, mine), {True: 128, False: 256})
+    assert other.name == "seq_parallel_agree" and other.passed
+    assert other.numbers["key_tiles"] == (256, 128)
+    assert not seqpar((wrong, mine), {True: 128, False: 256}).passed

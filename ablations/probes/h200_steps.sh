@@ -53,8 +53,9 @@ step() {  # step NAME TIMEOUT COMMAND...
   timeout "$limit" "$@" > "$W/$name.log" 2>&1
   RC[$name]=$?; WALL[$name]=$(( $(date +%s) - t0 )); ORDER+=("$name")
   echo "$name rc=${RC[$name]} wall=${WALL[$name]}s"; tail -3 "$W/$name.log"
-  tar czf "$OUT/$ARCHIVE.tgz.part" -C "$W" . && mv "$OUT/$ARCHIVE.tgz.part" "$OUT/$ARCHIVE.tgz"
+  archive
 }
+archive() { tar czf "$OUT/$ARCHIVE.tgz.part" -C "$W" . && mv "$OUT/$ARCHIVE.tgz.part" "$OUT/$ARCHIVE.tgz"; }
 for s in "$@"; do case $s in
   quick-cold|quick-warm) step $s 170 python3 -m fa2check.ablate --grid quick --budget-s 150 $C --out "$W/$s" --no-plots ;;
   api) step api 100 python3 -m fa2check.ablate --seqlen 8192 --head-dim 128 --mode fwd --kernels triton --backends sdpa-flash,api --rep-ms 100 --budget-s 85 $C --out "$W/api" --no-plots ;;
@@ -86,7 +87,8 @@ for s in "$@"; do case $s in
          -o "$W/$T" python3 ablations/probes/stall_probe.py --mode ${NCU_MODE:-fwd} $NCU_CASES
        ncu -i "$W/$T.ncu-rep" --csv --page details > "$W/$T-details.csv" 2>&1
        ncu -i "$W/$T.ncu-rep" --csv --page raw > "$W/$T-raw.csv" 2>&1
-       python3 ablations/probes/stall_probe.py --summarize "$W/$T-details.csv" | tee -a "$W/$T.log" ;;
+       python3 ablations/probes/stall_probe.py --summarize "$W/$T-details.csv" | tee -a "$W/$T.log"
+       archive ;;
   *) echo "unknown step $s"; exit 2 ;;
 esac; done
 echo; printf "%-18s %4s %8s\n" step rc wall_s

@@ -137,3 +137,25 @@ def accepting_variant(fn):
         return fn(*args, **kwargs)
 
     return without_variant
+
+
+def key_tile(impl, variant, problem) -> int | None:
+    """The keys a K/V tile holds when `impl`, if it is one of our kernels' entry points
+    (kernels.flash_attention or the gluon and hopper adapters), runs `variant` on `problem`
+    here: the tile fixes the order of each row's sums, so two variants on tiles of different
+    widths need not agree bitwise (variant_equivalence). None for any other implementation."""
+    import torch
+
+    from kernels import default_config, flash_attention
+    from kernels.interface import interpreting
+
+    from . import adapters
+
+    backend = {flash_attention: "triton", adapters.gluon: "gluon",
+               adapters.hopper: "hopper"}.get(impl)
+    if backend is None:
+        return None
+    p = problem
+    on_gpu = torch.cuda.is_available() and not interpreting()
+    return default_config(max(p.head_dim, p.head_dim_v), on_gpu, variant, p.dtype, backend,
+                          causal=p.causal, seqlen_q=p.seqlen_q, seqlen_k=p.seqlen_k).block_n

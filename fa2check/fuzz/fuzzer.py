@@ -88,7 +88,7 @@ from properties.strategies import DISTRIBUTIONS, Example, Space, coverage_keys, 
 from ..core.checks import Reference
 from ..core.environment import ROOT, select_device
 from ..core.explain import explain
-from ..core.implementations import Column, Unsupported, accepting_variant
+from ..core.implementations import Column, Unsupported, accepting_variant, key_tile
 from ..core.passrule import FORWARD_OUTPUTS, GRADIENT_OUTPUTS, rounding_floor
 
 CHECKS = {
@@ -288,8 +288,9 @@ def _run_checks(impl, example: Example, ref: Reference, device: str, checks) -> 
         runs = determinism.compare_runs(impl, variant, ref, [out, again])
         results += [c for c in runs if not (extreme and c.name == "dq_spread")]
     if "variant_flips" in checks and not extreme:
-        results += variant_equivalence.flip_checks(ref, variant, out,
-                                                   lambda other: call(impl, other, ref))
+        results += variant_equivalence.flip_checks(
+            ref, variant, out, lambda other: call(impl, other, ref),
+            lambda v: key_tile(impl, v, p))
     return results
 
 
