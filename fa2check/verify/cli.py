@@ -1,7 +1,8 @@
 """python -m fa2check.verify: every property against every variant, one verdict.
 
 Runs each property (properties/) on its cases for the tier, for each column: our kernels' 8
-variants by default, or the implementations given with --impl. Prints a table property x
+variants by default (on a GPU also the Hopper chassis's lattice on sm_90, the Gluon forward's 8
+variants on any other), or the implementations given with --impl. Prints a table property x
 column (PASS/FAIL/ERROR and the worst error ratio) with a legend, each failure in words (what
 was expected, what came out) with a command that reproduces just that case, writes every
 case's numbers with the seed and the environment to --json, and exits non-zero iff a check
@@ -41,7 +42,7 @@ def parse_args(argv=None):
                              "forward), 'hopper' (the sm_90 chassis), 'sdpa' (ours and torch "
                              "SDPA's four backends), 'flex' (torch's flex_attention, compiled) "
                              "or one of sdpa_flash, sdpa_cudnn, sdpa_efficient, sdpa_math; default: ours, "
-                             "and gluon too on a GPU")
+                             "and on a GPU also hopper on sm_90, gluon on any other")
     parser.add_argument("--variant", action="append", default=None,
                         help="variant such as +defer+seqpar+splitq, or fa2/fa1 (repeatable; "
                              "default: all 8 for ours, FA2's for other implementations)")
