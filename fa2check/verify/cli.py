@@ -115,6 +115,14 @@ def main(argv=None) -> int:
         console.print(f"precompile: {timeline['precompile_jobs']} jobs in "
                       f"{timeline['precompile_s']:.0f} s; then the cases: "
                       + ", ".join(f"{s:.0f} s" for s in timeline["phases_s"]))
+        slowest = timeline.get("precompile", [])[:3]
+        if slowest:
+            console.print("slowest compile jobs: " + "; ".join(map(_job_words, slowest)),
+                          soft_wrap=True)
+    if timeline.get("gpu_budget"):
+        budget = timeline["gpu_budget"]
+        console.print(f"GPU memory budget: {budget['budget_bytes'] / 2**30:.1f} GiB for "
+                      f"{budget['workers']} workers", soft_wrap=True)
     if args.json_path:
         write_json(args.json_path, {
             "environment": describe_environment(device, commit=args.commit), "tier": tier,
@@ -126,6 +134,15 @@ def main(argv=None) -> int:
             "results": records})
         console.print(f"wrote {args.json_path}")
     return 1 if counts["fail"] or counts["error"] or interrupted else 0
+
+
+def _job_words(job: dict) -> str:
+    """A precompile job of the timeline (precompile.summary) in one phrase."""
+    dims = (f"d{job['head_dim']}" if job["head_dim_v"] == job["head_dim"]
+            else f"d{job['head_dim']}/{job['head_dim_v']}")
+    return (f"{job['seconds']:.0f} s {'+'.join(job['impls'])} {job['variant']} {job['dtype']} "
+            f"{dims} {'causal' if job['causal'] else 'full'}"
+            f"{' with backward' if job['backward'] else ''}")
 
 
 def _interrupt(signum, frame):
