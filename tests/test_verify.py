@@ -6,6 +6,7 @@ import json
 import shlex
 
 import pytest
+import torch
 
 from conftest import DEVICE
 from doubles import without_variant
@@ -13,7 +14,8 @@ from fa2check import verify
 from fa2check.core.checks import Reference
 from fa2check.adapters import sdpa_efficient, sdpa_flash, sdpa_math
 from fa2check.core.explain import format_ratio
-from fa2check.core.implementations import Column, Unsupported, columns, default_specs
+from fa2check.core.implementations import (GLUON, HOPPER, Column, Unsupported, columns,
+                                          default_specs, lattice)
 from fa2check.core.problems import Problem
 from fa2check.verify import verdicts
 from fa2check.verify.runner import Task, plan, run_task
@@ -27,7 +29,7 @@ LSE_CASE = PROPERTIES["lse_bounds"].CASES["quick"][0]
 def test_columns():
     assert [c.label for c in columns(None, None)] == [str(v) for v in Variant.all()]
     assert default_specs("cpu") == ["ours"]  # the interpreter cannot run Gluon
-    on_gpu = [c.label for c in columns(default_specs("cuda"), None)]
+    on_gpu = [c.label for c in columns(default_specs("cuda", (8, 0)), None)]  # not sm_90
     assert on_gpu == [str(v) for v in Variant.all()] + [f"gluon {v}" for v in Variant.all()]
     with_sdpa = [c.label for c in columns(["sdpa"], None)]
     assert with_sdpa[8:] == ["sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "sdpa_math"]
@@ -35,6 +37,21 @@ def test_columns():
     assert [c.label for c in columns(["ours"], ["fa1"])] == ["-defer-seqpar-splitq"]
     with pytest.raises(ValueError, match="MODULE:FUNC"):
         columns(["no_such_thing"], None)
+
+
+def test_default_columns_on_sm90_are_ours_and_the_hopper_chassis(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    assert default_specs("cuda") == ["ours", "hopper"]
+    labels = [c.label for c in columns(default_specs("cuda"), None)]
+    assert labels[:8] == [str(v) for v in Variant.all()]
+    assert labels[8:] == [f"hopper {v}" for v in lattice(HOPPER)]
+    for capability in ((8, 0), (10, 0), (12, 0)):
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None,
+                            c=capability: c)
+        assert default_specs("cuda") == ["ours", "gluon"], capability
+    assert default_specs("cpu") == ["ours"]
+    assert [c.impl for c in columns(["gluon"], None)] == [GLUON] * 8
 
 
 def test_plan_selects_cases_and_refuses_unknown_ones():

@@ -1,5 +1,8 @@
 """fa2check.verify.precompile: the calls each property declares are the calls it makes, and the
-compile jobs cover each (column, call) of the full tier once, costliest first."""
+compile jobs cover each (column, call) of the full tier once, costliest first; a job reports
+its compile class and seconds."""
+import time
+
 import pytest
 import torch
 
@@ -82,3 +85,18 @@ def test_a_job_calls_the_implementation_with_each_call(monkeypatch):
         q, _, _, do = precompile.inputs(c, "cpu")
         expected.append((q.stride(), do.stride(), case.backward, Variant()))
     assert seen == expected and expected[0] != expected[1]
+
+
+def test_a_compile_job_reports_its_class_and_seconds(monkeypatch):
+    monkeypatch.setattr(precompile, "run_impl", lambda *args, **kwargs: time.sleep(0.01))
+    case = PROPERTIES["memory_safety"].CASES["quick"][1]
+    declared = calls(PROPERTIES["memory_safety"], case)
+    job = [(columns(None, ["fa2"])[0], c) for c in declared]
+    summary = precompile.compile_job(job, "cpu")
+    p = case.problem
+    assert {k: summary[k] for k in ("variant", "dtype", "head_dim", "causal", "backward",
+                                    "impls")} == {
+        "variant": str(Variant()), "dtype": p.dtype, "head_dim": p.head_dim,
+        "causal": p.causal, "backward": declared[0].backward, "impls": ["triton"]}
+    assert [c["layout"] for c in summary["calls"]] == [c.layout for c in declared]
+    assert summary["seconds"] >= sum(c["seconds"] for c in summary["calls"]) >= 0.02

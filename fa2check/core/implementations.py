@@ -77,10 +77,18 @@ def expand(spec: str) -> list[str]:
     return [spec]
 
 
-def default_specs(device: str) -> list[str]:
-    """--impl's default: ours, and on a GPU also ours with the Gluon forward (which Triton's
-    interpreter cannot run)."""
-    return ["ours", "gluon"] if device == "cuda" else ["ours"]
+def default_specs(device: str, capability: tuple[int, int] | None = None) -> list[str]:
+    """--impl's default: ours, and on a GPU also a second forward of ours: on sm_90 (compute
+    capability (9, 0), read from the GPU when not given) the Hopper chassis, the forward of
+    record there; elsewhere the Gluon forward. Triton's interpreter runs neither."""
+    if device != "cuda":
+        return ["ours"]
+    if capability is None:
+        import torch
+
+        capability = (tuple(torch.cuda.get_device_capability())
+                      if torch.cuda.is_available() else None)
+    return ["ours", "hopper"] if capability == (9, 0) else ["ours", "gluon"]
 
 
 def lattice(impl: str) -> list:

@@ -1,7 +1,8 @@
 """python -m fa2check.verify: every property against every variant, one verdict.
 
 Runs each property (properties/) on its cases for the tier, for each column: our kernels' 8
-variants by default, or the implementations given with --impl. Prints a table property x
+variants by default (on a GPU also the Hopper chassis's lattice on sm_90, the Gluon forward's 8
+variants on any other), or the implementations given with --impl. Prints a table property x
 column (PASS/FAIL/ERROR and the worst error ratio) with a legend, each failure in words (what
 was expected, what came out) with a command that reproduces just that case, writes every
 case's numbers with the seed and the environment to --json, and exits non-zero iff a check
@@ -41,7 +42,7 @@ def parse_args(argv=None):
                              "forward), 'hopper' (the sm_90 chassis), 'sdpa' (ours and torch "
                              "SDPA's four backends), 'flex' (torch's flex_attention, compiled) "
                              "or one of sdpa_flash, sdpa_cudnn, sdpa_efficient, sdpa_math; default: ours, "
-                             "and gluon too on a GPU")
+                             "and on a GPU also hopper on sm_90, gluon on any other")
     parser.add_argument("--variant", action="append", default=None,
                         help="variant such as +defer+seqpar+splitq, or fa2/fa1 (repeatable; "
                              "default: all 8 for ours, FA2's for other implementations)")
@@ -114,6 +115,14 @@ def main(argv=None) -> int:
         console.print(f"precompile: {timeline['precompile_jobs']} jobs in "
                       f"{timeline['precompile_s']:.0f} s; then the cases: "
                       + ", ".join(f"{s:.0f} s" for s in timeline["phases_s"]))
+        slowest = timeline.get("precompile", [])[:3]
+        if slowest:
+            console.print("slowest compile jobs: " + "; ".join(map(_job_words, slowest)),
+                          soft_wrap=True)
+    if timeline.get("gpu_budget"):
+        budget = timeline["gpu_budget"]
+        console.print(f"GPU memory budget: {budget['budget_bytes'] / 2**30:.1f} GiB for "
+                      f"{budget['workers']} workers", soft_wrap=True)
     if args.json_path:
         write_json(args.json_path, {
             "environment": describe_environment(device, commit=args.commit), "tier": tier,
@@ -125,6 +134,15 @@ def main(argv=None) -> int:
             "results": records})
         console.print(f"wrote {args.json_path}")
     return 1 if counts["fail"] or counts["error"] or interrupted else 0
+
+
+def _job_words(job: dict) -> str:
+    """A precompile job of the timeline (precompile.summary) in one phrase."""
+    dims = (f"d{job['head_dim']}" if job["head_dim_v"] == job["head_dim"]
+            else f"d{job['head_dim']}/{job['head_dim_v']}")
+    return (f"{job['seconds']:.0f} s {'+'.join(job['impls'])} {job['variant']} {job['dtype']} "
+            f"{dims} {'causal' if job['causal'] else 'full'}"
+            f"{' with backward' if job['backward'] else ''}")
 
 
 def _interrupt(signum, frame):

@@ -16,6 +16,7 @@ Costliest jobs first, so that the longest compiles do not start last.
 from __future__ import annotations
 
 import functools
+import time
 
 import torch
 
@@ -93,16 +94,37 @@ def inputs(call: Call, device: str):
     return tuple(nan_view(t, call.layout) if call.layout else t for t in tensors)
 
 
-def compile_job(job: list[tuple[Column, Call]], device: str):
-    """Run each call of the job once; whatever it raises, its case will report."""
+def compile_job(job: list[tuple[Column, Call]], device: str) -> dict:
+    """Run each call of the job once; whatever it raises, its case will report. Returns the
+    job's compile class in words and its seconds, each call's too (the verify timeline)."""
+    start, timed = time.perf_counter(), []
     for column, call in job:
         q, k, v, do = inputs(call, device)
         dlse = torch.zeros(q.shape[:3], device=device)
+        call_start = time.perf_counter()
         try:
             run_impl(accepting_variant(column.load()), q, k, v, do, dlse, call.backward,
                      causal=call.problem.causal, softmax_scale=None,
                      variant=column.load_variant(), return_lse=True)
         except Exception:  # noqa: BLE001 - unsupported shapes and crashes are the cases' to report
             pass
+        if device == "cuda":
+            torch.cuda.synchronize()
+        timed.append((column, call, time.perf_counter() - call_start))
     if device == "cuda":
         torch.cuda.empty_cache()
+    return summary(job, time.perf_counter() - start, [t for _, _, t in timed])
+
+
+def summary(job: list[tuple[Column, Call]], seconds: float, call_seconds: list[float]) -> dict:
+    """A compile job in words: what its calls share (variant, dtype, head dims, mask,
+    backward) and each call's implementation, shapes, layout and seconds."""
+    column, call = job[0]
+    p = call.problem
+    return {"seconds": round(seconds, 3), "variant": column.variant, "dtype": p.dtype,
+            "head_dim": p.head_dim, "head_dim_v": p.head_dim_v, "causal": p.causal,
+            "backward": call.backward,
+            "impls": sorted({BACKENDS.get(c.impl, "triton") for c, _ in job}),
+            "calls": [{"impl": BACKENDS.get(c.impl, "triton"), "problem": str(c_call.problem),
+                       "layout": c_call.layout, "seconds": round(t, 3)}
+                      for (c, c_call), t in zip(job, call_seconds)]}

@@ -11,6 +11,8 @@ every other group has finished, when the kernels they need are in Triton's on-di
 On the GPU with several workers, a precompile pass (fa2check.verify.precompile) first compiles
 every kernel the cases declare, each once, spread over all workers, costliest first; the
 groups then find their kernels in Triton's on-disk cache (decisions D57).
+The workers share the GPU's memory through one budget (fa2check.verify.gpu_budget): a task
+starts when its estimated peak fits beside the other workers' running tasks and caches.
 """
 from __future__ import annotations
 
@@ -31,7 +33,7 @@ from properties.base import PropertyResult
 from ..core.environment import select_device
 from ..core.explain import explain_failures
 from ..core.implementations import Column, Unsupported, accepting_variant, takes_variant
-from . import precompile
+from . import gpu_budget, precompile
 
 
 @dataclass(frozen=True)
@@ -64,9 +66,23 @@ def plan(tier: str, columns: list[Column], property_names=None, case_ids=None, s
     return tasks
 
 
-def run_task(task: Task, device: str) -> dict:
+def task_bytes(task: Task) -> int:
+    """The task's estimated peak GPU bytes (gpu_budget.task_bytes)."""
+    return gpu_budget.task_bytes(task.property, task.case.problem, task.case.backward,
+                                 task.column.ours)
+
+
+def run_task(task: Task, device: str, budget: gpu_budget.Budget | None = None) -> dict:
     """Run one task; an implementation that raises gives an 'error' record, not an abort. A
-    failed case's message says, check by check, what was expected and what came out."""
+    failed case's message says, check by check, what was expected and what came out. With a
+    `budget` (several workers on one GPU) the task waits until its estimate fits in it."""
+    estimate = task_bytes(task) if device == "cuda" else 0
+    waited = time.perf_counter()
+    if budget is not None:
+        budget.acquire(estimate)
+    waited = time.perf_counter() - waited
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
     started = time.time()
     variant = task.column.variant
     try:
@@ -86,15 +102,27 @@ def run_task(task: Task, device: str) -> dict:
         result = PropertyResult(task.property, task.case, "unsupported", message=str(error))
         trace = None
     except Exception as error:  # noqa: BLE001 - any crash of the implementation is a failure
-        result = PropertyResult(task.property, task.case, "error",
-                                message=f"{type(error).__name__}: {error}".splitlines()[0])
+        message = f"{type(error).__name__}: {error}".splitlines()[0]
+        if isinstance(error, torch.cuda.OutOfMemoryError):  # reported as it is, never retried
+            message = (f"{message} [{budget.describe(estimate)}]" if budget is not None else
+                       f"{message} [no GPU memory budget: one process; this task estimated "
+                       f"at {gpu_budget.gib(estimate)}]")
+        result = PropertyResult(task.property, task.case, "error", message=message)
         trace = traceback.format_exc()
+    memory = {}
     if device == "cuda":
+        # the estimate, the peak PyTorch reserved in this process during the task (its caches
+        # from earlier tasks included) and the wait for the budget: to check the estimate
+        memory = {"gpu_estimate_bytes": estimate,
+                  "gpu_peak_bytes": torch.cuda.max_memory_reserved(),
+                  "gpu_wait_s": round(waited, 3)}
         torch.cuda.empty_cache()  # many workers share the GPU: hand back what this task cached
+    if budget is not None:
+        budget.release(gpu_budget.resident_bytes() if device == "cuda" else 0)
     record = result.as_dict()
     # variant: what was passed to the implementation (None: it takes none)
     record.update(column=task.column.label, impl=task.column.impl, variant=variant,
-                  seconds=round(time.time() - started, 3))
+                  seconds=round(time.time() - started, 3), **memory)
     for check in record["checks"]:
         if not check["passed"]:
             check["explanation"] = explain_failures([check])
@@ -125,7 +153,9 @@ def _cost(group: list[Task]) -> float:
 
 def execute(tasks: list[Task], device: str, jobs: int, on_record, timeline=None) -> list[dict]:
     """Run every task; `on_record(record)` is called as each finishes (progress). `timeline`
-    (a dict) gets the precompile pass's job count and seconds and each phase's seconds."""
+    (a dict) gets the precompile pass's job count and seconds, each compile job's seconds and
+    compile class (precompile.compile_job), each phase's seconds and, on the GPU with
+    workers, the memory budget."""
     records = []
     timeline = {} if timeline is None else timeline
 
@@ -135,7 +165,7 @@ def execute(tasks: list[Task], device: str, jobs: int, on_record, timeline=None)
 
     phases = groups(tasks, device)
     compiles = precompile.jobs(tasks) if device == "cuda" else []
-    timeline.update(precompile_jobs=len(compiles), precompile_s=0.0, phases_s=[])
+    timeline.update(precompile_jobs=len(compiles), precompile_s=0.0, phases_s=[], precompile=[])
     jobs = min(jobs, max([len(compiles)] + [len(phase) for phase in phases]))
     if jobs <= 1:
         for phase in phases:
@@ -151,19 +181,29 @@ def execute(tasks: list[Task], device: str, jobs: int, on_record, timeline=None)
 
 def _execute_in_workers(compiles, phases, device, jobs, collect, timeline):
     """One pool for the compile jobs and all phases; a phase starts when the previous one has
-    finished."""
+    finished. On the GPU the cases share one memory budget, sized once the compile jobs have
+    given every worker its CUDA context and kernels."""
     context = multiprocessing.get_context("spawn")  # CUDA and Triton need a fresh process
     results = context.Queue()
     threads = max(1, (os.cpu_count() or 1) // jobs)
+    budget = gpu_budget.Budget(context) if device == "cuda" else None
     pool = ProcessPoolExecutor(jobs, mp_context=context, initializer=_init_worker,
-                               initargs=(results, threads))
+                               initargs=(results, threads, budget))
     try:
         start = time.perf_counter()
         done, _ = wait([pool.submit(precompile.compile_job, job, device) for job in compiles],
                        return_when=FIRST_EXCEPTION)
-        for future in done:
-            future.result()  # a worker that died (compile_job itself raises nothing)
+        # a worker that died raises here (compile_job itself raises nothing)
+        timeline["precompile"] = sorted((future.result() for future in done),
+                                        key=lambda job: -job["seconds"])
         timeline["precompile_s"] = time.perf_counter() - start
+        if budget is not None:
+            free, total = pool.submit(_memory_info).result()
+            budget.set_total(gpu_budget.budget_bytes(free, jobs))
+            timeline["gpu_budget"] = {"free_bytes": free, "total_bytes": total,
+                                      "budget_bytes": budget.total, "workers": jobs,
+                                      "fraction": gpu_budget.FRACTION,
+                                      "worker_growth_bytes": gpu_budget.WORKER_GROWTH}
         for phase in phases:
             start = time.perf_counter()
             futures = [pool.submit(_run_group, group, device) for group in phase]
@@ -186,17 +226,23 @@ def _execute_in_workers(compiles, phases, device, jobs, collect, timeline):
 
 
 _results = None
+_budget = None
 
 
-def _init_worker(results, threads):
-    global _results
-    _results = results
+def _init_worker(results, threads, budget=None):
+    global _results, _budget
+    _results, _budget = results, budget
 
     select_device()  # TRITON_INTERPRET comes from the parent's environment
 
     torch.set_num_threads(threads)
 
 
+def _memory_info() -> tuple[int, int]:
+    """(free, total) bytes of the GPU, seen from a worker (the parent keeps no CUDA context)."""
+    return torch.cuda.mem_get_info()
+
+
 def _run_group(group: list[Task], device: str):
     for task in group:
-        _results.put(run_task(task, device))
+        _results.put(run_task(task, device, _budget))
