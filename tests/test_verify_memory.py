@@ -47,10 +47,10 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before)
 
 
 def linear_only(property_name, problem, backward, ours=True):
-    """A planted bug: an estimate that forgets the oracle's (B, H, Sq, Sk) scores."""
+    """A planted bug: an estimate that forgets the oracle's (B, H, Sq, Sk) scores (and the
+    fixed allowance, which alone exceeds lse_bounds' peak at this size)."""
     p = problem
-    return (p.batch * p.heads_q * p.seqlen_q * (p.head_dim + p.head_dim_v) * 2 * 8
-            + gpu_budget.FIXED)
+    return p.batch * p.heads_q * p.seqlen_q * (p.head_dim + p.head_dim_v) * 2 * 8
 
 
 @pytest.mark.parametrize("estimate", [gpu_budget.task_bytes, linear_only],
