@@ -146,3 +146,51 @@ def test_fa1_schedule_moves_its_partial_state_by_tma(head_dim):
         assert usage["tma_loads"] >= 2 and usage["tma_stores"] >= 2, usage  # O_TMP, STATS_TMP
         assert usage["global_loads"] == 0, usage
         assert usage["complete_waits"] >= 1, usage
+
+
+FA1_WIDE_PROBE = """
+import json, re
+from fa2check.inspect.compile_gate import ptxas_usage, rerun_ptxas
+from kernels import Variant
+from kernels.hopper_forward import compile_for_sm90
+k = compile_for_sm90(Variant(False, False, False), head_dim=128, block_n={n}, stages=1)
+print(json.dumps(dict(ptxas_usage(rerun_ptxas(k.asm["ptx"])), shared=k.metadata.shared,
+                      instr_shapes=sorted(set(re.findall(r"instrShape = \\[(\\d+, \\d+, \\d+)\\]",
+                                                         k.asm["ttgir"]))))))
+"""
+
+
+@pytest.mark.parametrize("block_n", [256, pytest.param(128, marks=pytest.mark.xfail(
+    strict=True, reason="planted: at 128 keys a consumer's S is 64 keys wide"))])
+def test_fa1_split_k_takes_fa1s_256_keys_128_a_consumer(block_n):
+    """D67: FA1's split-K at its own 256-key tile (d=128, FA1's schedule): each consumer's S
+    is 64 rows x 128 keys, P V in halves of D, no spills, within sm_90's 227 KB."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    proc = subprocess.run([sys.executable, "-c", FA1_WIDE_PROBE.format(n=block_n)], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    usage = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert usage["instr_shapes"] == ["16, 128, 16", "16, 64, 16"], usage
+    assert usage["spill_stores"] == usage["spill_loads"] == 0, usage
+    assert usage["shared"] <= 232448, usage
+
+
+def test_fa1_schedule_state_buffers_and_tile_widths():
+    """D67: split-K alone takes 256 keys; at 256 keys and d=128 one state buffer fits beside
+    two Q buffers, at 128 keys two state buffers; the heuristic gives FA1's split-K 256."""
+    from kernels import TileConfig, Variant
+    from kernels.config import heuristic_config
+    from kernels.hopper_forward import (SHARED_LIMIT, block_ns, q_buffers, shared_bytes,
+                                        state_slots)
+
+    fa1_k, fa1_q = Variant(False, False, False), Variant(False, False, True)
+    assert 256 in block_ns(fa1_k) and 256 not in block_ns(fa1_q)
+    assert (state_slots(128, 256, 1, False, False, False), q_buffers(128, 256, 1, False, False,
+                                                                      False)) == (1, 2)
+    assert state_slots(128, 128, 1, False, False, False) == 2
+    for n in (128, 256):
+        assert shared_bytes(128, n, 1, False, False, causal=False) <= SHARED_LIMIT
+    assert heuristic_config(128, True, fa1_k, "bfloat16", "hopper", causal=False).block_n == 256
+    assert heuristic_config(128, True, Variant(), "bfloat16", "hopper", causal=False).block_n == 128
+    assert isinstance(heuristic_config(64, True, fa1_k, "bfloat16", "hopper"), TileConfig)
