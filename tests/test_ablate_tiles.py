@@ -112,7 +112,7 @@ def test_hopper_kernels_of_record_get_the_contributions_and_the_report(tmp_path)
 def test_kernel_names_and_the_hopper_tile_space():
     from fa2check.ablate import sweep, tuning
     from fa2check.ablate.contenders import kernel_name, parse_kernel_name
-    from kernels.hopper_forward import SHARED_LIMIT, STAGES, shared_bytes
+    from kernels.hopper_forward import SHARED_LIMIT, STAGES, block_ns, shared_bytes
 
     for backend in ("triton", "gluon", "hopper"):
         for v in Variant.all():
@@ -120,8 +120,10 @@ def test_kernel_names_and_the_hopper_tile_space():
     assert kernel_name(Variant(), "hopper") == "hopper+defer+seqpar+splitq"
     for v in Variant.all():
         space = tuning.candidates("fwd", 128, v, True, "hopper")
-        assert space and all(c["block_m"] == 64 and c["block_n"] in (64, 128)
+        assert space and all(c["block_m"] == 64 and c["block_n"] in block_ns(v)
                              and c["num_stages"] in STAGES[v.seq_parallel] for c in space)
+        # FA1's 256-key split-K tile (D67): in the space where it fits, FA1's schedule
+        assert any(c["block_n"] == 256 for c in space) == (not v.split_q and not v.seq_parallel)
         assert all(shared_bytes(128, c["block_n"], c["num_stages"], v.split_q, v.seq_parallel,
                                 causal=False) <= SHARED_LIMIT for c in space)
     key = tuning.TuneKey("fwd", str(Variant()), 128, True, "")
