@@ -297,8 +297,8 @@ def _load_partial_state(o_tmp_desc, stats_desc, state, t, j, i, after_itself, bh
     """FA1's schedule, step t = (row block i, K/V tile j): both consumers' partial state of
     row block i (fp32 output, m, l), as tile j - 1 left it in HBM (FA1's o_tmp), into state
     ring slot t % 2, buffer t % ST_SLOTS (with one buffer, the load of step t waits for
-    step t - 1 to free it, so the state is not prefetched). Tile 0 has no state to load: the slot's ready barrier is only arrived on,
-    so that every step completes one phase of it.
+    step t - 1 to free it, so the state is not prefetched). Tile 0 has no state to load: the
+    slot's ready barrier is only arrived on, so that every step completes one phase of it.
 
     Synchronisation: st_free[s] completes once per step on slot s, when both consumers have
     read the slot, written their new state through it and waited for those TMA stores to

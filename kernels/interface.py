@@ -32,6 +32,18 @@ if interpreting():
     patch_bf16()
 
 
+def call_config(q, k, v, causal, variant=Variant(), backend="triton") -> TileConfig:
+    """The tiles flash_attention picks for this call when it is given no config."""
+    on_gpu = q.is_cuda and not interpreting()
+    # tiles sized for the wider of q's and v's head dims (the accumulator is v's)
+    config = default_config(max(q.shape[-1], v.shape[-1]), on_gpu, variant, q.dtype, backend,
+                            causal=bool(causal), seqlen_q=q.shape[2], seqlen_k=k.shape[2],
+                            gpu=_gpu_name(q.device.index) if on_gpu else None)
+    if config.tma and not _tma_possible(k, v, backend):  # a tuned tile's TMA needs aligned K/V
+        config = replace(config, tma=False)
+    return config
+
+
 def flash_attention(q, k, v, *, causal=False, softmax_scale=None, variant=Variant(),
                     return_lse=False, config: TileConfig | None = None, backend="triton"):
     """softmax(q k^T * softmax_scale [+ causal mask]) v, differentiable in q, k and v.
@@ -70,13 +82,7 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, variant=Varian
         softmax_scale = head_dim ** -0.5
     on_gpu = q.is_cuda and not interpreting()
     if config is None:
-        # tiles sized for the wider of q's and v's head dims (the accumulator is v's)
-        config = default_config(max(head_dim, v.shape[-1]), on_gpu, variant, q.dtype, backend,
-                                causal=bool(causal),
-                                seqlen_q=q.shape[2], seqlen_k=k.shape[2],
-                                gpu=_gpu_name(q.device.index) if on_gpu else None)
-        if config.tma and not _tma_possible(k, v, backend):  # a tuned tile's TMA needs aligned K/V
-            config = replace(config, tma=False)
+        config = call_config(q, k, v, causal, variant, backend)
     _check_config(config, variant, on_gpu)  # the Gluon launcher checks what it cannot run
     if config.tma:
         _check_tma(k, v, backend)

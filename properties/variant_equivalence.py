@@ -61,7 +61,7 @@ def run(impl, variant, case: Case, device: str) -> PropertyResult:
     mine = _outputs(impl, variant, case, device)
     return PropertyResult.judge(NAME, case, flip_checks(
         ref, variant, mine, lambda other: _outputs(impl, other, case, device),
-        lambda v: key_tile(impl, v, case.problem)))
+        lambda v: key_tile(impl, v, ref.q, ref.k, ref.v, ref.problem.causal)))
 
 
 FLAGS = ("seq_parallel", "defer_norm", "split_q")

@@ -223,9 +223,7 @@ def candidates(part: str, head_dim: int, variant, on_gpu: bool,
         return [dict(zip(FWD_FIELDS, c)) for c in GLUON_FWD_SPACE
                 if not bad_tiles(variant.split_q, *c[:3])]
     if kernel_backend == "hopper" and part == "fwd":
-        from kernels.hopper_forward import SHARED_LIMIT, STAGES, shared_bytes
-
-        from kernels.hopper_forward import block_ns
+        from kernels.hopper_forward import SHARED_LIMIT, STAGES, block_ns, shared_bytes
 
         return [dict(zip(FWD_FIELDS, c)) for c in HOPPER_FWD_SPACE
                 if c[3] in STAGES[variant.seq_parallel] and c[1] in block_ns(variant)

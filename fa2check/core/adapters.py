@@ -119,23 +119,17 @@ def hopper(q, k, v, *, causal=False, softmax_scale=None, variant=None, return_ls
     over the shared memory) is Unsupported."""
     from kernels import Variant, flash_attention
     from kernels.hopper_forward import check_hopper_call
+    from kernels.interface import call_config
 
     variant = variant or Variant()
     if not q.is_cuda or torch.cuda.get_device_capability(q.device)[0] != 9:
         raise Unsupported("the hopper backend runs on sm_90 GPUs only")
     try:
-        check_hopper_call(q, k, v, variant, config or _hopper_config(q, k, variant, causal),
-                          causal)
+        check_hopper_call(q, k, v, variant,
+                          config or call_config(q, k, v, causal, variant, "hopper"), causal)
     except ValueError as e:
         raise Unsupported(str(e)) from None
     return flash_attention(q, k, v, causal=causal, softmax_scale=softmax_scale, variant=variant,
                            return_lse=return_lse, config=config, backend="hopper")
 
 
-def _hopper_config(q, k, variant, causal):
-    """The tiles flash_attention(backend="hopper") picks for this call."""
-    from kernels.config import default_config
-
-    return default_config(q.shape[-1], True, variant, q.dtype, backend="hopper",
-                          causal=bool(causal), seqlen_q=q.shape[2], seqlen_k=k.shape[2],
-                          gpu=torch.cuda.get_device_name(q.device))

@@ -147,23 +147,17 @@ def accepting_variant(fn):
     return without_variant
 
 
-def key_tile(impl, variant, problem) -> int | None:
+def key_tile(impl, variant, q, k, v, causal) -> int | None:
     """The keys a K/V tile holds when `impl`, if it is one of our kernels' entry points
-    (kernels.flash_attention or the gluon and hopper adapters), runs `variant` on `problem`
-    here: the tile fixes the order of each row's sums, so two variants on tiles of different
-    widths need not agree bitwise (variant_equivalence). None for any other implementation."""
-    import torch
-
-    from kernels import default_config, flash_attention
-    from kernels.interface import interpreting
+    (kernels.flash_attention or the gluon and hopper adapters), runs `variant` on these
+    inputs (kernels.interface.call_config): the tile fixes the order of each row's sums, so
+    two variants on tiles of different widths need not agree bitwise (variant_equivalence).
+    None for any other implementation."""
+    from kernels import flash_attention
+    from kernels.interface import call_config
 
     from . import adapters
 
     backend = {flash_attention: "triton", adapters.gluon: "gluon",
                adapters.hopper: "hopper"}.get(impl)
-    if backend is None:
-        return None
-    p = problem
-    on_gpu = torch.cuda.is_available() and not interpreting()
-    return default_config(max(p.head_dim, p.head_dim_v), on_gpu, variant, p.dtype, backend,
-                          causal=p.causal, seqlen_q=p.seqlen_q, seqlen_k=p.seqlen_k).block_n
+    return None if backend is None else call_config(q, k, v, causal, variant, backend).block_n

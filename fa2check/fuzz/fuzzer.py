@@ -290,7 +290,7 @@ def _run_checks(impl, example: Example, ref: Reference, device: str, checks) -> 
     if "variant_flips" in checks and not extreme:
         results += variant_equivalence.flip_checks(
             ref, variant, out, lambda other: call(impl, other, ref),
-            lambda v: key_tile(impl, v, p))
+            lambda v: key_tile(impl, v, ref.q, ref.k, ref.v, p.causal))
     return results
 
 
