@@ -364,7 +364,9 @@ def _attn_bwd_dq_row_block(Q, K, V, DO, DQ, STAT, INV_L, DELTA, start_m, off_b, 
              mask=_head_cols(row_ok[:, None], HEAD_DIM, BLOCK_D, 1))
 
 
-@triton.jit
+# the head counts are not specialised (an MQA call's heads_kv == 1 would be): MHA, GQA and MQA
+# calls share one compile (D70)
+@triton.jit(do_not_specialize=["heads_q", "heads_kv"])
 def _attn_bwd(Q, K, V, DO, DQ, DK, DV, STAT, INV_L, DELTA,
               stride_qb, stride_qh, stride_qm, stride_qd,
               stride_kb, stride_kh, stride_kn, stride_kd,

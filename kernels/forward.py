@@ -777,7 +777,9 @@ def _needs_repair(O, FLAGS, blocks, row_blocks, heads_q, n_blocks, stride_ob, st
     return has_nan
 
 
-@triton.jit
+# group_size is not specialised: MHA (group_size == 1) and GQA calls share one compile, at the
+# cost of one integer division a program (D70)
+@triton.jit(do_not_specialize=["group_size"])
 def _attn_fwd(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, KD1, VD1, ACC_TMP, M_TMP, L_TMP,
               stride_qb, stride_qh, stride_qm, stride_qd,
               stride_kb, stride_kh, stride_kn, stride_kd,

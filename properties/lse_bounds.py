@@ -23,6 +23,7 @@ import torch
 from fa2check.core.checks import Reference
 from fa2check.core.oracle import mp_reference_rows
 from fa2check.core.problems import Problem
+from fa2check.core.shared_memo import shared
 
 from .base import (Case, Check, PropertyResult, call, from_output_checks, scores, seeded_rows,
                    visible_counts)
@@ -52,16 +53,28 @@ CASES = {
 @functools.lru_cache(maxsize=2)
 def _prepared(case: Case, device: str):
     """Reference, float64 scores and mpmath lse of sampled rows: shared by every variant."""
-    # "peaked": inputs scaled by 3 give logits of order 10, so one key dominates most rows and
-    # L sits near the lower bound
-    scale = 3.0 if case.kind == "peaked" else 1.0
-    inputs = case.problem.inputs(device, scale=scale)
+    inputs = _inputs(case, device)
     ref = Reference(case.problem, device, backward=False, inputs=inputs)
     s = scores(ref.q, ref.k, case.problem.causal)
-    return ref, s, _mp_rows(case, ref)
+    return ref, s, _shared_mp_rows(case, device, inputs)
 
 
-def _mp_rows(case: Case, ref: Reference) -> list[tuple[int, int, int, float]]:
+def prepare(case: Case, device: str):
+    """What the verify runner computes once for every column's process: the mpmath rows."""
+    _shared_mp_rows(case, device, _inputs(case, device))
+
+
+def _inputs(case: Case, device: str):
+    # "peaked": inputs scaled by 3 give logits of order 10, so one key dominates most rows and
+    # L sits near the lower bound
+    return case.problem.inputs(device, scale=3.0 if case.kind == "peaked" else 1.0)
+
+
+def _shared_mp_rows(case: Case, device: str, inputs):
+    return shared(f"{NAME} mpmath rows {case!r} {device}", lambda: _mp_rows(case, *inputs[:3]))
+
+
+def _mp_rows(case: Case, q, k, v) -> list[tuple[int, int, int, float]]:
     """(batch, head, row, mpmath lse) for rows sampled within MP_BUDGET products."""
     p = case.problem
     seen = visible_counts(p)
@@ -75,8 +88,8 @@ def _mp_rows(case: Case, ref: Reference) -> list[tuple[int, int, int, float]]:
             cost += row_cost
     out = []
     for batch, head in {(0, 0), (p.batch - 1, p.heads_q - 1)}:
-        v1 = ref.v[..., :1]  # lse does not depend on V: one column keeps mpmath's work small
-        rows = mp_reference_rows(ref.q.cpu(), ref.k.cpu(), v1.cpu(), picked, batch=batch,
+        v1 = v[..., :1]  # lse does not depend on V: one column keeps mpmath's work small
+        rows = mp_reference_rows(q.cpu(), k.cpu(), v1.cpu(), picked, batch=batch,
                                  head=head, causal=p.causal)
         out += [(batch, head, row, float(lse)) for row, (_, lse) in zip(picked, rows)]
     return out

@@ -137,8 +137,8 @@ def _forward_specialization(fn, case: Case, repair: bool = False, o_residual: bo
     pointers = {"Q": io, "K": io, "V": io, "O": io, "O_RES": io, "LSE": "fp32", "M": "fp32",
                 "L": "fp32", "FLAGS": "i32", "ACC_TMP": "fp32", "M_TMP": "fp32", "L_TMP": "fp32"}
     # contiguous: stride_*d == 1; stride_*m/n, *h, *b are multiples of head_dim, hence of 16.
-    # The stats strides (multiples of seqlen_q), heads_q and group_size stay plain i32: the
-    # runtime would make group_size == 1 (plain MHA) a constexpr, which drops one division.
+    # The stats strides (multiples of seqlen_q), heads_q and group_size stay plain i32 (the
+    # kernel does not specialise group_size: D70).
     unit = [f"stride_{t}d" for t in "qkvo"] + list(case.length_one)
     div16 = [f"stride_{name}" for name in ("qb", "qh", "qm", "kb", "kh", "kn")
              ] if case.head_dim % 16 == 0 else []

@@ -14,10 +14,11 @@ by about a quarter for the CUDA caching allocator's block rounding.
 An implementation other than our kernels (SDPA's math backend, flex) may materialise the
 scores too: one float32 forward-and-backward's worth more.
 
-The budget: FRACTION of the GPU memory free once every worker holds its CUDA context and
-compiled kernels, less WORKER_GROWTH a worker for what its context still loads later (cuBLAS
-and the like: the H200 run of fb1824b showed 2.1-4.6 GiB a worker outside PyTorch's
-allocator). A worker's share of the counter is its task's estimate while the task runs, then
+The budget, sized when the run starts: FRACTION of the GPU memory free then, less WORKER_BASE a
+worker for its CUDA context and compiled kernels (66d3218: 16 workers held 41.4 GB of the
+H200's 150.1 GB once their compile jobs had run) and WORKER_GROWTH a worker for what its
+context still loads later (cuBLAS and the like: the H200 run of fb1824b showed 2.1-4.6 GiB a
+worker outside PyTorch's allocator). A worker's share of the counter is its task's estimate while the task runs, then
 what PyTorch still reserves in it (the properties' cached references) once the task is done.
 A task larger than the whole budget runs when no other task runs, so nothing waits forever.
 """
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 GIB = 1 << 30
 FRACTION = 0.8
+WORKER_BASE = 5 * GIB // 2
 WORKER_GROWTH = 2 * GIB
 FIXED = 256 << 20  # per task: small buffers, the allocator's rounding of small blocks
 
@@ -48,8 +50,8 @@ def task_bytes(property_name: str, problem, backward: bool, ours: bool = True) -
 
 
 def budget_bytes(free: int, workers: int) -> int:
-    """The budget for `workers` processes, given the GPU's free bytes once they have started."""
-    return max(0, int(FRACTION * free) - workers * WORKER_GROWTH)
+    """The budget for `workers` processes, given the GPU's free bytes before they start."""
+    return max(0, int(FRACTION * (free - workers * WORKER_BASE)) - workers * WORKER_GROWTH)
 
 
 def gib(n: int) -> str:

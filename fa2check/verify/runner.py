@@ -6,11 +6,12 @@ checks and numbers. Tasks are grouped so that work that shares something runs in
   shape class, and a split-K forward takes 10-45 s to compile, so each group compiles its own
   kernels once and the groups compile in parallel, one worker process per CPU core.
 - on the CPU interpreter, by case: the oracle of a case is computed once for every column.
-Properties marked RUNS_LAST (variant_equivalence: it calls the other variants too) run after
-every other group has finished, when the kernels they need are in Triton's on-disk cache.
-On the GPU with several workers, a precompile pass (fa2check.verify.precompile) first compiles
-every kernel the cases declare, each once, spread over all workers, costliest first; the
-groups then find their kernels in Triton's on-disk cache (decisions D57).
+On the GPU with several workers, compile jobs (fa2check.verify.precompile: every kernel the
+cases declare, each once, costliest first) and groups share one pool (`Schedule`): a group
+starts as soon as the compile jobs of its kernels have finished, which it then finds in
+Triton's on-disk cache, so the cases run beside the remaining compiles (D57, D70).
+Properties marked RUNS_LAST (variant_equivalence: it calls the other variants too) wait for
+every compile job.
 The workers share the GPU's memory through one budget (fa2check.verify.gpu_budget): a task
 starts when its estimated peak fits beside the other workers' running tasks and caches.
 """
@@ -19,19 +20,23 @@ from __future__ import annotations
 import multiprocessing
 import os
 import queue as queue_module
+import tempfile
 import time
 import traceback
 import warnings
-from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, replace
+from functools import partial
+from typing import Callable
 
 import torch
 
 from properties import PROPERTIES
-from properties.base import PropertyResult
+from properties.base import PropertyResult, calls
 
 from ..core.environment import select_device
 from ..core.explain import explain_failures
+from ..core import shared_memo
 from ..core.implementations import Column, Unsupported, accepting_variant, takes_variant
 from . import gpu_budget, precompile
 
@@ -132,7 +137,8 @@ def run_task(task: Task, device: str, budget: gpu_budget.Budget | None = None) -
 
 
 def groups(tasks: list[Task], device: str) -> list[list[list[Task]]]:
-    """Phases of groups of tasks (see the module docstring), costliest groups first."""
+    """Phases of groups of tasks (see the module docstring), costliest groups first: the
+    RUNS_LAST properties' groups form the second phase."""
     phases = ({}, {})
     for task in tasks:
         p = task.case.problem
@@ -151,11 +157,85 @@ def _cost(group: list[Task]) -> float:
             + p.seqlen_q * p.seqlen_k * 1e-7)
 
 
+class Schedule:
+    """What a free worker takes next: a ready group (the GPU's work) before a job; a group is
+    ready once every job it needs has finished. Jobs go in their order (the compile jobs
+    costliest first, so the longest compiles start early)."""
+
+    def __init__(self, n_jobs: int, groups_needing: list[tuple[list[Task], set[int]]]):
+        self._jobs = list(range(n_jobs))[::-1]  # pop() takes the first
+        self._waiting = groups_needing
+        self._ready: list[list[Task]] = []
+        self._done: set[int] = set()
+        self._promote()
+
+    def _promote(self):
+        ready = [group for group, needs in self._waiting if needs <= self._done]
+        self._waiting = [(group, needs) for group, needs in self._waiting
+                         if not needs <= self._done]
+        self._ready += ready
+
+    def take(self):
+        """("group", tasks), ("job", job index) or None (nothing can start now)."""
+        if self._ready:
+            return "group", self._ready.pop(0)
+        if self._jobs:
+            return "job", self._jobs.pop()
+        return None
+
+    def finished(self, index: int):
+        self._done.add(index)
+        self._promote()
+
+
+def jobs_before_cases(tasks: list[Task]) -> list[tuple[object, Callable]]:
+    """(key, job) for the work each case shares with other processes, done once: a property's
+    `prepare` of a case (what every column derives from the case alone, e.g. lse_bounds'
+    mpmath rows), then the compile jobs (fa2check.verify.precompile), costliest first. A job
+    is called with the device; a compile job returns its timeline entry."""
+    prepares = dict.fromkeys(_prepare_key(task) for task in tasks if _prepare_key(task))
+    return ([(key, partial(_prepare, *key[1:])) for key in prepares]
+            + [(precompile.compile_class(*job[0]), partial(precompile.compile_job, job))
+               for job in precompile.jobs(tasks)])
+
+
+def _prepare_key(task: Task):
+    return (("prepare", task.property, task.case)
+            if hasattr(PROPERTIES[task.property], "prepare") else None)
+
+
+def _prepare(name: str, case, device: str) -> None:
+    try:
+        PROPERTIES[name].prepare(case, device)
+    except Exception:  # noqa: BLE001 - the case's tasks prepare again and report what it raises
+        pass
+    if device == "cuda":
+        torch.cuda.empty_cache()
+
+
+def _needs(phases: list[list[list[Task]]], jobs) -> list[tuple[list[Task], set[int]]]:
+    """Each group with the jobs (jobs_before_cases) it waits for: those of its own tasks; a
+    RUNS_LAST group (the second phase) waits for all of them."""
+    index = {key: i for i, (key, _) in enumerate(jobs)}
+    out = []
+    for group in (group for phase in phases for group in phase):
+        if jobs and getattr(PROPERTIES[group[0].property], "RUNS_LAST", False):
+            needs = set(range(len(jobs)))
+        else:
+            keys = {_prepare_key(task) for task in group} - {None}
+            keys |= {precompile.compile_class(task.column, call) for task in group
+                     if task.column.ours
+                     for call in calls(PROPERTIES[task.property], task.case)}
+            needs = {index[key] for key in keys} if jobs else set()
+        out.append((group, needs))
+    return out
+
+
 def execute(tasks: list[Task], device: str, jobs: int, on_record, timeline=None) -> list[dict]:
     """Run every task; `on_record(record)` is called as each finishes (progress). `timeline`
-    (a dict) gets the precompile pass's job count and seconds, each compile job's seconds and
-    compile class (precompile.compile_job), each phase's seconds and, on the GPU with
-    workers, the memory budget."""
+    (a dict) gets the number of compile jobs, when the last finished (precompile_s, from the
+    start) and each one's seconds and compile class (precompile.compile_job), when the last
+    case finished (cases_s) and, on the GPU with workers, the memory budget."""
     records = []
     timeline = {} if timeline is None else timeline
 
@@ -164,59 +244,72 @@ def execute(tasks: list[Task], device: str, jobs: int, on_record, timeline=None)
         on_record(record)
 
     phases = groups(tasks, device)
-    compiles = precompile.jobs(tasks) if device == "cuda" else []
-    timeline.update(precompile_jobs=len(compiles), precompile_s=0.0, phases_s=[], precompile=[])
-    jobs = min(jobs, max([len(compiles)] + [len(phase) for phase in phases]))
+    before = jobs_before_cases(tasks) if device == "cuda" else []
+    timeline.update(precompile_jobs=sum(key[0] != "prepare" for key, _ in before),
+                    precompile_s=0.0, precompile=[])
+    jobs = min(jobs, max([len(before)] + [len(phase) for phase in phases]))
+    start = time.perf_counter()
     if jobs <= 1:
         for phase in phases:
-            start = time.perf_counter()
             for group in phase:
                 for task in group:
                     collect(run_task(task, device))
-            timeline["phases_s"].append(time.perf_counter() - start)
     else:
-        _execute_in_workers(compiles, phases, device, jobs, collect, timeline)
+        with tempfile.TemporaryDirectory(prefix="fa2check-verify-") as shared_dir:
+            os.environ[shared_memo.ENV] = shared_dir  # the workers inherit it when spawned
+            try:
+                _execute_in_workers([job for _, job in before], _needs(phases, before), device,
+                                    jobs, collect, timeline)
+            finally:
+                del os.environ[shared_memo.ENV]
+    timeline["cases_s"] = time.perf_counter() - start
     return records
 
 
-def _execute_in_workers(compiles, phases, device, jobs, collect, timeline):
-    """One pool for the compile jobs and all phases; a phase starts when the previous one has
-    finished. On the GPU the cases share one memory budget, sized once the compile jobs have
-    given every worker its CUDA context and kernels."""
+def _execute_in_workers(before, groups_needing, device, jobs, collect, timeline):
+    """One pool for the jobs before the cases and the groups, as `Schedule` orders them. On
+    the GPU the cases share one memory budget, sized at the start from the free memory less
+    what each worker's CUDA context and kernels will hold (gpu_budget.budget_bytes)."""
     context = multiprocessing.get_context("spawn")  # CUDA and Triton need a fresh process
     results = context.Queue()
     threads = max(1, (os.cpu_count() or 1) // jobs)
     budget = gpu_budget.Budget(context) if device == "cuda" else None
     pool = ProcessPoolExecutor(jobs, mp_context=context, initializer=_init_worker,
                                initargs=(results, threads, budget))
+    schedule = Schedule(len(before), groups_needing)
+    expected, received, running = sum(len(group) for group, _ in groups_needing), 0, {}
     try:
         start = time.perf_counter()
-        done, _ = wait([pool.submit(precompile.compile_job, job, device) for job in compiles],
-                       return_when=FIRST_EXCEPTION)
-        # a worker that died raises here (compile_job itself raises nothing)
-        timeline["precompile"] = sorted((future.result() for future in done),
-                                        key=lambda job: -job["seconds"])
-        timeline["precompile_s"] = time.perf_counter() - start
         if budget is not None:
             free, total = pool.submit(_memory_info).result()
             budget.set_total(gpu_budget.budget_bytes(free, jobs))
             timeline["gpu_budget"] = {"free_bytes": free, "total_bytes": total,
                                       "budget_bytes": budget.total, "workers": jobs,
                                       "fraction": gpu_budget.FRACTION,
+                                      "worker_base_bytes": gpu_budget.WORKER_BASE,
                                       "worker_growth_bytes": gpu_budget.WORKER_GROWTH}
-        for phase in phases:
-            start = time.perf_counter()
-            futures = [pool.submit(_run_group, group, device) for group in phase]
-            expected, received = sum(len(group) for group in phase), 0
-            while received < expected:
+        while received < expected or running:
+            while len(running) < jobs and (item := schedule.take()):
+                kind, what = item
+                future = (pool.submit(before[what], device) if kind == "job"
+                          else pool.submit(_run_group, what, device))
+                running[future] = item
+            done, _ = wait(running, timeout=0.2, return_when=FIRST_COMPLETED)
+            for future in done:
+                kind, what = running.pop(future)
+                result = future.result()  # a worker that died raises here (jobs raise nothing)
+                if kind == "job":
+                    if result is not None:  # a compile job's timeline entry
+                        timeline["precompile"].append(result)
+                        timeline["precompile_s"] = time.perf_counter() - start
+                    schedule.finished(what)
+            while True:  # the records that have arrived (a group's come before its end)
                 try:
-                    collect(results.get(timeout=0.5))
+                    collect(results.get(timeout=0.05 if running else 0.5))
                     received += 1
                 except queue_module.Empty:
-                    for future in futures:
-                        if future.done() and future.exception() is not None:
-                            raise future.exception()
-            timeline["phases_s"].append(time.perf_counter() - start)
+                    break
+        timeline["precompile"].sort(key=lambda job: -job["seconds"])
     except BaseException:  # interrupted (or a worker died): stop the workers, keep the records
         for process in list(getattr(pool, "_processes", {}).values()):
             process.terminate()
