@@ -265,7 +265,13 @@ def _consumer(args, SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr,
                     # underflowed to 0 gets dS = 0 too, as it would but for a non-finite dP
                     dst = gl.where(pt == 0.0, 0.0, dst)
                 dst = dst.to(dtype)
-                ds_smem.index(t % 2).slice(CONSUMER * KEYS, KEYS, 0).store(dst)
+                ds_buf = t % 2
+                if not SEQ_PARALLEL:
+                    # FA1's schedule walks every column block: the buffer through an opaque mov,
+                    # so that my threads' store addresses are formed in the step, not hoisted to
+                    # the kernel's entry and kept across every block (d=128: 16-28 bytes spilled)
+                    ds_buf = _in_partition(ds_buf)
+                ds_smem.index(ds_buf).slice(CONSUMER * KEYS, KEYS, 0).store(dst)
                 dk = warpgroup_mma(gl.convert_layout(dst, op_layout), q, dk, is_async=True)
                 dk = warpgroup_mma_wait(num_outstanding=0, deps=(dk,))
                 mbarrier.arrive(qd_empty.index(slot), count=1)  # Q_i, dO_i read: load the next

@@ -854,7 +854,12 @@ def _consumer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
                     l_i = stats.index(1).load(row_layout)
                 mbarrier.wait(q_ready.index(s), (t // 2) & 1)
                 q = q_smem.index((t % Q_SLOTS) * Q_BOXES + MY_BOX).reshape([BM, HEAD_DIM])
-                m_i, l_i, acc = _fold_tile(m_i, l_i, acc, q, k_smem, v_smem, slot, j, t, row0,
+                # the K/V slot through an opaque mov, once a step: the wgmma descriptors of
+                # K_j and V_j are then formed in the step, not hoisted out of the row blocks'
+                # loop and kept (spilled) across it, as in the backward (causal d=128: 20-28
+                # bytes spilled)
+                kv_slot = _in_partition(slot)
+                m_i, l_i, acc = _fold_tile(m_i, l_i, acc, q, k_smem, v_smem, kv_slot, j, t, row0,
                                            seqlen_q, seqlen_k, causal, qk_scale, q_empty,
                                            x_max, x_sum, x_out, bar_max, bar_out, x_bad,
                                            sanitised, n_sanitised, DEFER_NORM, SPLIT_Q,

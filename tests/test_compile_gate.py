@@ -129,14 +129,16 @@ def test_the_launcher_passes_the_register_cap(monkeypatch):
 
 
 def test_hopper_chassis_in_the_gate(tmp_path):
-    """The chassis's FA1 schedule (split-Q and split-K, causal, d=64 bf16) compiles in the gate
-    at heuristic_config's hopper tiles with wgmma, no spills (D58; split-Q spilled 76 bytes
-    here before), three partitions (the default consumer, the other consumer at 232 in both
-    splits, split-K's at 200 before, the producer) and one CTA an SM."""
+    """The chassis's FA1 schedule (split-Q and split-K, causal, d=64 and 128 bf16) compiles in
+    the gate at heuristic_config's hopper tiles with wgmma, no spills (D58; split-Q spilled 76
+    bytes here before; at d=128 split-K's 256 keys spilled 20, and without defer_norm split-Q
+    24-28, before FA1's step took an opaque K/V slot), three partitions (the default
+    consumer, the other consumer at 232 in both splits, split-K's at 200 before, the
+    producer) and one CTA an SM."""
     proc, reports = gate(tmp_path, "--kernel", "hopper_attn_fwd", "--dtype", "bfloat16",
-                         "--head-dim", "64", "--causal", "--variant=+defer-seqpar+splitq",
+                         "--head-dim", "64,128", "--causal", "--variant=+defer-seqpar+splitq",
                          "--variant=+defer-seqpar-splitq")
-    assert proc.returncode == 0 and len(reports) == 2, proc.stdout + proc.stderr
+    assert proc.returncode == 0 and len(reports) == 4, proc.stdout + proc.stderr
     for r in reports:
         assert r["wgmma"] and r["spill_stores"] == r["spill_loads"] == 0, r
         assert r["partition_registers"] == [216, 232, 56], r

@@ -2,15 +2,16 @@
 Gluon; ablations/probes/hopper_backward.py checks its gradients on the GPU).
 
 What the two settings of SPLIT_Q must be, read from the TTGIR and the PTX of one build each
-(FA2's other flags on; 6 builds, about 35 s with an empty Triton cache):
+(FA2's other flags on; 7 builds, about 40 s with an empty Triton cache):
   - every product on wgmma: S^T and dP^T (64 keys x 64 queries, K = D, both operands in shared
     memory), dV and dK (A, P^T or dS^T, from registers, 64 x D), and dQ (64 x D/2 from shared
     memory: K = 128 keys under split-Q, two of K = 64 under split-K); no mma.sync anywhere;
   - split-K's exchange: its consumers store float32 partials of dQ (64 x D/2) to shared memory
     and load the other's; split-Q stores and loads no float32 tile. Both meet once a step (one
     rendezvous: split-Q's consumers read each other's dS^T half, split-K's each other's partial);
-  - no spills (the FA1 baseline, split-K without defer_norm and seq_parallel, at d=128:
-    16-28 bytes, a strict xfail until it is 0: D61).
+  - no spills, the FA1 baseline (split-K without defer_norm and seq_parallel) at d=128
+    included, full and causal (16-28 bytes before its dS^T store took an opaque buffer index:
+    D61).
 
 Each assertion is shown to fail where it should (`test_the_checks_fail_on_the_wrong_build`):
 the split-Q checks on the split-K build and the reverse (the constexpr flipped), and the spill
@@ -44,11 +45,12 @@ for split_q, d, causal in ((True, 64, True), (False, 64, True), (True, 128, Fals
     out[f"{split_q} {d}"] = dict(ptxas_usage(rerun_ptxas(ptx)), ttgir=k.asm["ttgir"],
                                  mma_sync=ptx.count("mma.sync"),
                                  arrives=ptx.count("mbarrier.arrive"))
-# the one build that spills (the FA1 baseline at d=128), and split-Q
+# the FA1 baseline at d=128, full and causal (it spilled 16-28 bytes), and split-Q
 # starved of registers (the worker consumer at 200): the spill check must reject the latter
-for key, variant, regs in (("fa1 128", Variant(False, False, False), 240),
-                           ("starved 128", Variant(True, True, True), 200)):
-    k = compile_for_sm90(variant, head_dim=128, consumer_registers=regs)
+for key, variant, regs, causal in (("fa1 128", Variant(False, False, False), 240, False),
+                                   ("fa1 128 causal", Variant(False, False, False), 240, True),
+                                   ("starved 128", Variant(True, True, True), 200, False)):
+    k = compile_for_sm90(variant, head_dim=128, causal=causal, consumer_registers=regs)
     out[key] = ptxas_usage(rerun_ptxas(k.asm["ptx"]))
 print(json.dumps(out))
 """
@@ -124,10 +126,10 @@ def test_no_spills(builds, split_q, d):
     check_no_spills(builds[f"{split_q} {d}"])
 
 
-@pytest.mark.xfail(strict=True, reason="the FA1 baseline (-defer-seqpar-splitq) at d=128 "
-                   "spills 16-28 bytes (D61, open)")
-def test_split_k_d128_fa1_no_spills(builds):
-    check_no_spills(builds["fa1 128"])
+@pytest.mark.parametrize("key", ["fa1 128", "fa1 128 causal"])
+def test_split_k_d128_fa1_no_spills(builds, key):
+    """The FA1 baseline (-defer-seqpar-splitq) at d=128, FA1's schedule: no spills."""
+    check_no_spills(builds[key])
 
 
 def test_the_checks_fail_on_the_wrong_build(builds):
