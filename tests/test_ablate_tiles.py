@@ -8,6 +8,7 @@ before the table), test_a_run_takes_the_tables_tiles fails; with merge_into writ
 new entries, test_retune_merges fails on the kept foreign entry; with Budget.allows always
 True, the budget test fails (cells gated); with analysis.views ignoring the hopper prefix, the
 hopper render test fails (no "fwd hopper" tables)."""
+import itertools
 import json
 
 import pytest
@@ -118,14 +119,18 @@ def test_kernel_names_and_the_hopper_tile_space():
         for v in Variant.all():
             assert parse_kernel_name(kernel_name(v, backend)) == (backend, v)
     assert kernel_name(Variant(), "hopper") == "hopper+defer+seqpar+splitq"
-    for v in Variant.all():
-        space = tuning.candidates("fwd", 128, v, True, "hopper")
+    for v, causal in itertools.product(Variant.all(), (False, True)):
+        space = tuning.candidates("fwd", 128, v, True, "hopper", causal=causal)
         assert space and all(c["block_m"] == 64 and c["block_n"] in block_ns(v)
                              and c["num_stages"] in STAGES[v.seq_parallel] for c in space)
         # FA1's 256-key split-K tile (D67): in the space where it fits, FA1's schedule
         assert any(c["block_n"] == 256 for c in space) == (not v.split_q and not v.seq_parallel)
         assert all(shared_bytes(128, c["block_n"], c["num_stages"], v.split_q, v.seq_parallel,
-                                causal=False) <= SHARED_LIMIT for c in space)
+                                causal=causal) <= SHARED_LIMIT for c in space)
+    # causal split-Q at 128 keys and 3 stages needs 235,640 bytes compiled: not in the space
+    assert {"block_n": 128, "num_stages": 3} not in [
+        {k: c[k] for k in ("block_n", "num_stages")}
+        for c in tuning.candidates("fwd", 128, Variant(), True, "hopper", causal=True)]
     key = tuning.TuneKey("fwd", str(Variant()), 128, True, "")
     assert sweep.retune_key_matches(key, ["part=fwd,head_dim=128,causal=true"])
     assert not sweep.retune_key_matches(key, ["part=bwd"])

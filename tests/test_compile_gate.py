@@ -17,6 +17,7 @@ from fa2check.inspect.compile_gate import (SPECS, _forward_specialization, make_
                                            partition_registers, ptxas_usage)
 from kernels import TILE_HEAD_DIMS, Variant
 from kernels.forward import _attn_fwd
+from kernels.hopper_forward import shared_bytes
 
 DTYPES = ("float16", "bfloat16", "float32")
 
@@ -146,6 +147,12 @@ def test_hopper_chassis_in_the_gate(tmp_path):
         # heuristic_config's FA1 tiles: split-K takes FA1's own 256 keys (D67)
         assert r["block_n"] == (128 if "+splitq" in r["variant"] else 256), r
         assert r["num_stages"] == 1, r
+        # the tile space's shared-memory model covers the compiled kernel but for barriers and
+        # alignment (SHARED_LIMIT's 1024 bytes); causal's scratch was 2-4 KB short before
+        v = Variant.parse(r["variant"])
+        model = shared_bytes(r["head_dim"], r["block_n"], r["num_stages"], v.split_q,
+                             v.seq_parallel, causal=True)
+        assert 0 <= r["shared_bytes"] - model <= 1024, (r, model)
 
 
 def test_partition_registers_share_the_launchs_registers():
