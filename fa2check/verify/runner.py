@@ -34,9 +34,9 @@ import torch
 from properties import PROPERTIES
 from properties.base import PropertyResult, calls
 
+from ..core import shared_memo
 from ..core.environment import select_device
 from ..core.explain import explain_failures
-from ..core import shared_memo
 from ..core.implementations import Column, Unsupported, accepting_variant, takes_variant
 from . import gpu_budget, precompile
 
