@@ -8,7 +8,8 @@
 #   quick-cold / quick-warm  python -m fa2check.ablate --grid quick (cold, then warm Triton cache)
 #   api            the API against the table's FA2 row: --seqlen 8192 --head-dim 128, Triton kernels
 #   paper          the paper grid, forward and forward + backward, 3 sweeps
-#   verify-full    make verify's full tier (our Triton kernels and the Gluon forward)
+#   verify-full    make verify's full tier (ours and, on sm_90, the Hopper chassis); verify-warm
+#                  the same again (after verify-full: Triton's cache warm)
 #   head-dims      the GPU tests of odd head dims and v's own head dim (HEAD_DIMS_TESTS: a -k
 #                  filter), then the head-dims probe
 #   hopper         the chassis's num_splits GPU tests and fa2check.verify --impl hopper
@@ -61,7 +62,7 @@ for s in "$@"; do case $s in
   api) step api 100 python3 -m fa2check.ablate --seqlen 8192 --head-dim 128 --mode fwd --kernels triton --backends sdpa-flash,api --rep-ms 100 --budget-s 85 $C --out "$W/api" --no-plots ;;
   paper) B=${PAPER_BUDGET_S:-570}  # the ablation's own budget; the step's timeout 20 s more
          step paper $((B + 20)) python3 -m fa2check.ablate --grid paper --mode fwd,fwd+bwd --budget-s $B $C --out "$W/paper" ;;
-  verify-full) step verify-full ${VERIFY_TIMEOUT:-300} python3 -m fa2check.verify --tier full --json "$W/verify-full.json" $C ;;
+  verify-full|verify-warm) step $s ${VERIFY_TIMEOUT:-300} python3 -m fa2check.verify --tier full --json "$W/$s.json" $C ;;
   head-dims) step head-dims-tests 110 python3 -m pytest -q -m gpu tests/test_head_dims.py -rf -k "$HEAD_DIMS_TESTS"
              step head-dims-probe 90 python3 ablations/probes/head_dims.py --out "$W/head-dims" --budget-s 75 $C ;;
   hopper) step hopper-splits-tests 60 python3 -m pytest -q -m gpu tests/test_hopper_splits.py -rf
