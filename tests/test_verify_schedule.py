@@ -9,7 +9,7 @@ import pytest
 from fa2check.core import shared_memo
 from fa2check.core.implementations import columns, default_specs
 from fa2check.verify import precompile
-from fa2check.verify.runner import (Schedule, _execute_in_workers, _needs, groups,
+from fa2check.verify.runner import (Schedule, _execute_in_workers, _needs, execute, groups,
                                     jobs_before_cases, plan)
 from properties import PROPERTIES
 from properties.base import calls
@@ -114,3 +114,17 @@ def test_workers_run_the_jobs_before_the_cases_that_need_them():
         assert len(os.listdir(shared_dir)) == 2  # the rows and their lock
     assert [r["status"] for r in records] == ["pass"]
     assert len(timeline["precompile"]) == 1 and timeline["precompile_s"] > 0
+
+
+def test_an_interrupted_run_keeps_its_timeline():
+    """A run stopped by a signal (KeyboardInterrupt) still says how long it ran: the report
+    and its --json are written from the timeline (an H200 run lost its report to this)."""
+    tasks = plan("quick", columns(["ours"], ["fa2"]), ["lse_bounds"])
+    timeline = {}
+
+    def interrupt(record):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        execute(tasks, "cpu", 1, interrupt, timeline)
+    assert timeline["cases_s"] > 0 and timeline["precompile"] == []

@@ -113,8 +113,8 @@ def main(argv=None) -> int:
     console.print(", ".join(f"{n} {s}" for s, n in counts.items() if n) + f" ({elapsed:.0f} s)")
     if timeline.get("precompile_jobs"):
         console.print(f"precompile: {timeline['precompile_jobs']} jobs, the last done at "
-                      f"{timeline['precompile_s']:.0f} s; the cases beside them, the last done "
-                      f"at {timeline['cases_s']:.0f} s")
+                      f"{timeline['precompile_s']:.0f} s; the cases beside them until "
+                      f"{timeline['cases_s']:.0f} s")
         slowest = timeline.get("precompile", [])[:3]
         if slowest:
             console.print("slowest compile jobs: " + "; ".join(map(_job_words, slowest)),

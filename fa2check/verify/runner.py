@@ -249,20 +249,23 @@ def execute(tasks: list[Task], device: str, jobs: int, on_record, timeline=None)
                     precompile_s=0.0, precompile=[])
     jobs = min(jobs, max([len(before)] + [len(phase) for phase in phases]))
     start = time.perf_counter()
-    if jobs <= 1:
-        for phase in phases:
-            for group in phase:
-                for task in group:
-                    collect(run_task(task, device))
-    else:
-        with tempfile.TemporaryDirectory(prefix="fa2check-verify-") as shared_dir:
-            os.environ[shared_memo.ENV] = shared_dir  # the workers inherit it when spawned
-            try:
-                _execute_in_workers([job for _, job in before], _needs(phases, before), device,
-                                    jobs, collect, timeline)
-            finally:
-                del os.environ[shared_memo.ENV]
-    timeline["cases_s"] = time.perf_counter() - start
+    try:
+        if jobs <= 1:
+            for phase in phases:
+                for group in phase:
+                    for task in group:
+                        collect(run_task(task, device))
+        else:
+            with tempfile.TemporaryDirectory(prefix="fa2check-verify-") as shared_dir:
+                os.environ[shared_memo.ENV] = shared_dir  # the workers inherit it when spawned
+                try:
+                    _execute_in_workers([job for _, job in before], _needs(phases, before),
+                                        device, jobs, collect, timeline)
+                finally:
+                    del os.environ[shared_memo.ENV]
+    finally:  # an interrupted run's timeline too
+        timeline["cases_s"] = time.perf_counter() - start
+        timeline["precompile"].sort(key=lambda job: -job["seconds"])
     return records
 
 
@@ -309,7 +312,6 @@ def _execute_in_workers(before, groups_needing, device, jobs, collect, timeline)
                     received += 1
                 except queue_module.Empty:
                     break
-        timeline["precompile"].sort(key=lambda job: -job["seconds"])
     except BaseException:  # interrupted (or a worker died): stop the workers, keep the records
         for process in list(getattr(pool, "_processes", {}).values()):
             process.terminate()
