@@ -39,11 +39,20 @@ def compile_class(column: Column, call: Call) -> tuple:
     module docstring): the classes of the shapes, strides and 16-byte alignment of q, k, v
     and dO as laid out (built on the meta device: no memory) and of the GQA group."""
     p = call.problem
-    layout = tuple((tuple(map(_int_class, t.shape + t.stride())),
+    # our Triton kernels specialise nothing on the K/V head count or the GQA group (D70): MHA,
+    # GQA and MQA calls share their kernels; the Gluon and Hopper kernels specialise the group
+    grouped = column.impl != OURS
+    layout = tuple((tuple(map(_int_class, _heads_kept(t.shape, n, grouped) + t.stride())),
                     t.storage_offset() * t.element_size() % 16 == 0)
-                   for t in inputs(call, "meta"))
+                   for n, t in enumerate(inputs(call, "meta")))
     return (column.variant, p.dtype, p.head_dim, p.head_dim_v, p.causal, call.backward,
-            _int_class(p.heads_q // p.heads_kv), layout, _tiles(column, p))
+            _int_class(p.heads_q // p.heads_kv) if grouped else None, layout,
+            _tiles(column, p))
+
+
+def _heads_kept(shape, index: int, grouped: bool) -> tuple:
+    """The shape of q, k, v or dO (index 0-3), less k's and v's head count unless `grouped`."""
+    return tuple(shape) if grouped or index not in (1, 2) else (shape[0],) + tuple(shape[2:])
 
 
 @functools.lru_cache(maxsize=None)
