@@ -18,8 +18,9 @@ The budget, sized when the run starts: FRACTION of the GPU memory free then, les
 worker for its CUDA context and compiled kernels (66d3218: 16 workers held 41.4 GB of the
 H200's 150.1 GB once their compile jobs had run) and WORKER_GROWTH a worker for what its
 context still loads later (cuBLAS and the like: the H200 run of fb1824b showed 2.1-4.6 GiB a
-worker outside PyTorch's allocator). A worker's share of the counter is its task's estimate while the task runs, then
-what PyTorch still reserves in it (the properties' cached references) once the task is done.
+worker outside PyTorch's allocator). A worker's share of the counter is its task's estimate
+while the task runs, then what PyTorch still reserves in it (the properties' cached
+references) once the task is done.
 A task larger than the whole budget runs when no other task runs, so nothing waits forever.
 """
 from __future__ import annotations

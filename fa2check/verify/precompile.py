@@ -37,7 +37,8 @@ def _int_class(n: int) -> str:
 def compile_class(column: Column, call: Call) -> tuple:
     """What decides the kernels a call of `column` compiles, less the implementation (see the
     module docstring): the classes of the shapes, strides and 16-byte alignment of q, k, v
-    and dO as laid out (built on the meta device: no memory) and of the GQA group."""
+    and dO as laid out (built on the meta device: no memory) and, for the Gluon and Hopper
+    kernels, of the GQA group."""
     p = call.problem
     # our Triton kernels specialise nothing on the K/V head count or the GQA group (D70): MHA,
     # GQA and MQA calls share their kernels; the Gluon and Hopper kernels specialise the group
