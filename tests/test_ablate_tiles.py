@@ -128,9 +128,8 @@ def test_kernel_names_and_the_hopper_tile_space():
         assert all(shared_bytes(128, c["block_n"], c["num_stages"], v.split_q, v.seq_parallel,
                                 causal=causal) <= SHARED_LIMIT for c in space)
     # causal split-Q at 128 keys and 3 stages needs 235,640 bytes compiled: not in the space
-    assert {"block_n": 128, "num_stages": 3} not in [
-        {k: c[k] for k in ("block_n", "num_stages")}
-        for c in tuning.candidates("fwd", 128, Variant(), True, "hopper", causal=True)]
+    assert not any(c["block_n"] == 128 and c["num_stages"] == 3
+                   for c in tuning.candidates("fwd", 128, Variant(), True, "hopper", causal=True))
     key = tuning.TuneKey("fwd", str(Variant()), 128, True, "")
     assert sweep.retune_key_matches(key, ["part=fwd,head_dim=128,causal=true"])
     assert not sweep.retune_key_matches(key, ["part=bwd"])

@@ -2,7 +2,6 @@
 starting once the jobs of its kernels have finished, and never before (then its worker would
 compile them again)."""
 import os
-import tempfile
 
 import pytest
 
@@ -10,7 +9,7 @@ from fa2check.core import shared_memo
 from fa2check.core.implementations import columns, default_specs
 from fa2check.verify import precompile
 from fa2check.verify.runner import (Schedule, _execute_in_workers, _needs, execute, groups,
-                                    jobs_before_cases, plan)
+                                    jobs_before_cases, plan, shared_directory)
 from properties import PROPERTIES
 from properties.base import calls
 
@@ -104,14 +103,11 @@ def test_workers_run_the_jobs_before_the_cases_that_need_them():
     before = jobs_before_cases(tasks)
     assert [key[0] for key, _ in before][:1] == ["prepare"] and len(before) == 2
     records, timeline = [], {"precompile": []}
-    with tempfile.TemporaryDirectory() as shared_dir:
-        os.environ[shared_memo.ENV] = shared_dir
-        try:
-            _execute_in_workers([job for _, job in before], _needs(groups(tasks, "cpu"), before),
-                                "cpu", 2, records.append, timeline)
-        finally:
-            del os.environ[shared_memo.ENV]
+    with shared_directory() as shared_dir:
+        _execute_in_workers([job for _, job in before], _needs(groups(tasks, "cpu"), before),
+                            "cpu", 2, records.append, timeline)
         assert len(os.listdir(shared_dir)) == 2  # the rows and their lock
+    assert shared_memo.ENV not in os.environ
     assert [r["status"] for r in records] == ["pass"]
     assert len(timeline["precompile"]) == 1 and timeline["precompile_s"] > 0
 

@@ -17,6 +17,7 @@ starts when its estimated peak fits beside the other workers' running tasks and 
 """
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import queue as queue_module
@@ -193,7 +194,7 @@ def jobs_before_cases(tasks: list[Task]) -> list[tuple[object, Callable]]:
     `prepare` of a case (what every column derives from the case alone, e.g. lse_bounds'
     mpmath rows), then the compile jobs (fa2check.verify.precompile), costliest first. A job
     is called with the device; a compile job returns its timeline entry."""
-    prepares = dict.fromkeys(_prepare_key(task) for task in tasks if _prepare_key(task))
+    prepares = dict.fromkeys(key for key in map(_prepare_key, tasks) if key)
     return ([(key, partial(_prepare, *key[1:])) for key in prepares]
             + [(precompile.compile_class(*job[0]), partial(precompile.compile_job, job))
                for job in precompile.jobs(tasks)])
@@ -256,17 +257,25 @@ def execute(tasks: list[Task], device: str, jobs: int, on_record, timeline=None)
                     for task in group:
                         collect(run_task(task, device))
         else:
-            with tempfile.TemporaryDirectory(prefix="fa2check-verify-") as shared_dir:
-                os.environ[shared_memo.ENV] = shared_dir  # the workers inherit it when spawned
-                try:
-                    _execute_in_workers([job for _, job in before], _needs(phases, before),
-                                        device, jobs, collect, timeline)
-                finally:
-                    del os.environ[shared_memo.ENV]
+            with shared_directory():
+                _execute_in_workers([job for _, job in before], _needs(phases, before),
+                                    device, jobs, collect, timeline)
     finally:  # an interrupted run's timeline too
         timeline["cases_s"] = time.perf_counter() - start
         timeline["precompile"].sort(key=lambda job: -job["seconds"])
     return records
+
+
+@contextlib.contextmanager
+def shared_directory():
+    """A directory for the run's shared values (fa2check.core.shared_memo), named in the
+    environment that the worker processes inherit when they are spawned."""
+    with tempfile.TemporaryDirectory(prefix="fa2check-verify-") as path:
+        os.environ[shared_memo.ENV] = path
+        try:
+            yield path
+        finally:
+            del os.environ[shared_memo.ENV]
 
 
 def _execute_in_workers(before, groups_needing, device, jobs, collect, timeline):
