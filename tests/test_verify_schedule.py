@@ -1,6 +1,6 @@
-"""fa2check.verify.runner's Schedule: on the GPU the cases run beside the compile jobs, a group
-starting once the jobs of its kernels have finished, and never before (then its worker would
-compile them again)."""
+"""fa2check.verify.runner's Schedule: on the GPU the compile jobs go first and the cases run
+beside the last of them, a group starting once the jobs of its kernels have finished, and never
+before (then its worker would compile them again)."""
 import os
 
 import pytest
@@ -38,13 +38,13 @@ def _check(schedule, needs_of):
     return [item for item, _ in started]
 
 
-def test_groups_start_after_their_compiles_and_before_other_compiles():
+def test_groups_start_after_their_compiles_and_once_no_job_is_left():
     needs_of = {"a": {0}, "b": {2}, "c": set(), "d": {0, 1, 2}}
     order = _check(Schedule(3, [([name], needs) for name, needs in needs_of.items()]),
                    needs_of)
-    assert order[0] == ("group", ["c"])  # needs nothing: runs while the first job compiles
     assert [what for kind, what in order if kind == "job"] == [0, 1, 2]  # in their order
-    assert order.index(("group", ["a"])) < order.index(("job", 2))  # ready before jobs
+    assert order[:3] == [("job", 0), ("job", 1), ("job", 2)]  # every job before any group
+    assert order[3] == ("group", ["c"])  # then the groups, as they became ready
     assert len(order) == 7
 
 

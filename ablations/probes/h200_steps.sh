@@ -56,7 +56,10 @@ step() {  # step NAME TIMEOUT COMMAND...
   echo "$name rc=${RC[$name]} wall=${WALL[$name]}s"; tail -3 "$W/$name.log"
   archive
 }
-archive() { tar czf "$OUT/$ARCHIVE.tgz.part" -C "$W" . && mv "$OUT/$ARCHIVE.tgz.part" "$OUT/$ARCHIVE.tgz"; }
+archive() { local part="$OUT/.$ARCHIVE.$BASHPID.part"  # tar's 1: a log grew while read
+            tar czf "$part" -C "$W" . 2>/dev/null; [ $? -le 1 ] && mv "$part" "$OUT/$ARCHIVE.tgz"; }
+( while sleep 30; do archive; done ) &  # also every 30 s: a call cut short keeps its step's log
+ARCHIVER=$!; trap 'kill $ARCHIVER 2>/dev/null' EXIT
 for s in "$@"; do case $s in
   quick-cold|quick-warm) step $s 170 python3 -m fa2check.ablate --grid quick --budget-s 150 $C --out "$W/$s" --no-plots ;;
   api) step api 100 python3 -m fa2check.ablate --seqlen 8192 --head-dim 128 --mode fwd --kernels triton --backends sdpa-flash,api --rep-ms 100 --budget-s 85 $C --out "$W/api" --no-plots ;;

@@ -61,6 +61,9 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
+LOG_EVERY_S = 15
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.from_path:
@@ -83,6 +86,7 @@ def main(argv=None) -> int:
     started, records, timeline = time.time(), [], {}
     signal.signal(signal.SIGTERM, _interrupt)  # `timeout` and job schedulers send SIGTERM
     interrupted = False
+    logged = [started]  # without a terminal (a log file), a line every LOG_EVERY_S instead
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=console, transient=True) as progress:
         bar = progress.add_task(f"verify ({tier}, {device}, {jobs} jobs)", total=len(tasks))
@@ -91,6 +95,10 @@ def main(argv=None) -> int:
             record["reproduce"] = verdicts.reproduce(record, tier, args.seed, args.forward_only)
             records.append(record)
             progress.advance(bar)
+            if not console.is_terminal and time.time() - logged[0] >= LOG_EVERY_S:
+                logged[0] = time.time()
+                console.print(f"verify: {len(records)} of {len(tasks)} cases, "
+                              f"{logged[0] - started:.0f} s")
 
         try:
             runner.execute(tasks, device, jobs, advance, timeline)

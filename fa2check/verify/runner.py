@@ -7,9 +7,9 @@ checks and numbers. Tasks are grouped so that work that shares something runs in
   kernels once and the groups compile in parallel, one worker process per CPU core.
 - on the CPU interpreter, by case: the oracle of a case is computed once for every column.
 On the GPU with several workers, compile jobs (fa2check.verify.precompile: every kernel the
-cases declare, each once, costliest first) and groups share one pool (`Schedule`): a group
-starts as soon as the compile jobs of its kernels have finished, which it then finds in
-Triton's on-disk cache, so the cases run beside the remaining compiles (D57, D70).
+cases declare, each once, costliest first) and groups share one pool (`Schedule`): a worker
+takes a job while any is left, then a group whose compile jobs have finished (it finds its
+kernels in Triton's on-disk cache), so the cases run beside the last compiles (D57, D70, D72).
 Properties marked RUNS_LAST (variant_equivalence: it calls the other variants too) wait for
 every compile job.
 The workers share the GPU's memory through one budget (fa2check.verify.gpu_budget): a task
@@ -159,9 +159,11 @@ def _cost(group: list[Task]) -> float:
 
 
 class Schedule:
-    """What a free worker takes next: a ready group (the GPU's work) before a job; a group is
+    """What a free worker takes next: a job while any is left, then a ready group; a group is
     ready once every job it needs has finished. Jobs go in their order (the compile jobs
-    costliest first, so the longest compiles start early)."""
+    costliest first, so the longest compiles start early). Groups wait for the jobs (D72): a
+    group's tasks may wait for GPU memory (gpu_budget), and a worker waiting there compiles
+    nothing; groups go to workers that find no job left, so they run beside the last compiles."""
 
     def __init__(self, n_jobs: int, groups_needing: list[tuple[list[Task], set[int]]]):
         self._jobs = list(range(n_jobs))[::-1]  # pop() takes the first
@@ -178,10 +180,10 @@ class Schedule:
 
     def take(self):
         """("group", tasks), ("job", job index) or None (nothing can start now)."""
-        if self._ready:
-            return "group", self._ready.pop(0)
         if self._jobs:
             return "job", self._jobs.pop()
+        if self._ready:
+            return "group", self._ready.pop(0)
         return None
 
     def finished(self, index: int):
