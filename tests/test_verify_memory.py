@@ -94,16 +94,16 @@ def test_the_budget_leaves_room_for_each_workers_context():
 class IgnoredBudget(gpu_budget.Budget):
     """A planted bug: admission that never waits."""
 
-    def acquire(self, nbytes):
+    def acquire(self, nbytes, shed=None):
         with self._cond:
             self._used.value += nbytes
             self.held += nbytes
             self._running.value += 1
 
 
-def _worker(budget, sizes, current, peak, lock, hold_s, resident):
+def _worker(budget, sizes, current, peak, lock, hold_s, resident, shed):
     for size in sizes:
-        budget.acquire(size)
+        budget.acquire(size, shed=shed)
         with lock:
             current.value += size
             peak.value = max(peak.value, current.value)
@@ -113,7 +113,8 @@ def _worker(budget, sizes, current, peak, lock, hold_s, resident):
         budget.release(resident)
 
 
-def _run_workers(budget_class, total, per_worker, hold_s=0.05, resident=0, timeout=30):
+def _run_workers(budget_class, total, per_worker, hold_s=0.05, resident=0, timeout=30,
+                 shed=None):
     """Each list of sizes in `per_worker` runs in a process of its own; the peak of the sum
     of the sizes running at once."""
     context = multiprocessing.get_context("fork")
@@ -121,7 +122,7 @@ def _run_workers(budget_class, total, per_worker, hold_s=0.05, resident=0, timeo
     current, peak = context.Value("q", 0), context.Value("q", 0)
     lock = context.Lock()
     processes = [context.Process(target=_worker, args=(budget, sizes, current, peak, lock,
-                                                        hold_s, resident))
+                                                        hold_s, resident, shed))
                  for sizes in per_worker]
     for process in processes:
         process.start()
@@ -151,6 +152,19 @@ def test_a_task_larger_than_the_budget_runs_alone_and_residents_block_nobody_for
     # each worker keeps 6 of the 10 bytes after its task (cached references): the others'
     # tasks must still run, one at a time
     assert _run_workers(gpu_budget.Budget, total=10, per_worker=[[5, 5]] * 3, resident=6) <= 10
+
+
+def _keep_nothing():
+    return 0
+
+
+def test_a_worker_that_would_wait_sheds_its_caches_first():
+    # each worker keeps 6 of the 10 bytes after its first task (cached references): kept, the
+    # 4-byte tasks run one at a time; shed, two run side by side
+    kept = _run_workers(gpu_budget.Budget, 10, [[1, 4]] * 3, hold_s=0.3, resident=6)
+    shed = _run_workers(gpu_budget.Budget, 10, [[1, 4]] * 3, hold_s=0.3, resident=6,
+                        shed=_keep_nothing)
+    assert kept == 4 and shed >= 8, (kept, shed)
 
 
 def oom(q, k, v, *, causal, softmax_scale, variant, return_lse):

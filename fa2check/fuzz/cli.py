@@ -25,7 +25,6 @@ import argparse
 import json
 import os
 import shlex
-import signal
 import sys
 import time
 
@@ -36,6 +35,7 @@ from rich.table import Table
 
 from ..core.environment import describe_environment, select_device
 from ..core.implementations import Column, expand, takes_variant
+from ..core.interrupts import sigterm_as_interrupt
 from ..core.results import write_json
 
 BOOLS = {"true": True, "false": False}
@@ -223,7 +223,7 @@ def _campaign(console, escape, args, impl_name, space, checks, explicit, corpus_
         kwargs["shrink_seconds"] = args.shrink_seconds
     started = time.monotonic()
     live = Tally(on_gpu=space.on_gpu)
-    signal.signal(signal.SIGTERM, _interrupt)
+    sigterm_as_interrupt()
     interrupted = False
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), console=console,
@@ -371,8 +371,4 @@ def _list(console, checks, distributions, layouts):
             if d.backward_dtypes and len(d.backward_dtypes) < 3 else "")
         console.print(f"   {d.name}: {d.description} [dim]({judged})[/]", soft_wrap=True)
     console.print(f"[bold]layouts[/]: {', '.join(layouts)}")
-
-
-def _interrupt(signum, frame):
-    raise KeyboardInterrupt
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 import time
 
@@ -26,6 +25,7 @@ from properties import PROPERTIES
 
 from ..core.environment import describe_environment, select_device
 from ..core.implementations import columns as make_columns
+from ..core.interrupts import sigterm_as_interrupt
 from ..core.implementations import default_specs
 from ..core.results import read_json, write_json
 from . import runner, verdicts
@@ -84,7 +84,7 @@ def main(argv=None) -> int:
     jobs = args.jobs or min(os.cpu_count() or 1, 16)
 
     started, records, timeline = time.time(), [], {}
-    signal.signal(signal.SIGTERM, _interrupt)  # `timeout` and job schedulers send SIGTERM
+    sigterm_as_interrupt()  # `timeout` and job schedulers send SIGTERM
     interrupted = False
     logged = [started]  # without a terminal (a log file), a line every LOG_EVERY_S instead
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -151,8 +151,4 @@ def _job_words(job: dict) -> str:
     return (f"{job['seconds']:.0f} s {'+'.join(job['impls'])} {job['variant']} {job['dtype']} "
             f"{dims} {'causal' if job['causal'] else 'full'}"
             f"{' with backward' if job['backward'] else ''}")
-
-
-def _interrupt(signum, frame):
-    raise KeyboardInterrupt
 

@@ -82,15 +82,24 @@ class Budget:
             self._total.value = total
             self._cond.notify_all()
 
-    def acquire(self, nbytes: int):
-        """Block until `nbytes` fit beside everything admitted or held, or no task runs."""
+    def acquire(self, nbytes: int, shed=None):
+        """Block until `nbytes` fit beside everything admitted or held, or no task runs. If
+        they do not fit at once, `shed()` (if given) first frees what this process caches and
+        returns the bytes it still holds (D72: 16 workers' caches held the budget)."""
         with self._cond:
-            while (self._used.value + nbytes > self._total.value
-                   and self._running.value > 0):
+            if shed is not None and not self._fits(nbytes):
+                resident = shed()
+                self._used.value += resident - self.held
+                self.held = resident
+                self._cond.notify_all()
+            while not self._fits(nbytes):
                 self._cond.wait()
             self._used.value += nbytes
             self.held += nbytes
             self._running.value += 1
+
+    def _fits(self, nbytes: int) -> bool:
+        return self._used.value + nbytes <= self._total.value or self._running.value == 0
 
     def release(self, resident: int):
         """The task is done; this process still holds `resident` bytes (its caches)."""

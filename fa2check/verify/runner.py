@@ -72,6 +72,17 @@ def plan(tier: str, columns: list[Column], property_names=None, case_ids=None, s
     return tasks
 
 
+def _shed_caches() -> int:
+    """Drop the properties' cached references and outputs (functools caches kept for the next
+    column of the same case) and return what PyTorch still reserves in this process."""
+    for module in PROPERTIES.values():
+        for value in vars(module).values():
+            if callable(getattr(value, "cache_clear", None)):
+                value.cache_clear()
+    torch.cuda.empty_cache()
+    return gpu_budget.resident_bytes()
+
+
 def task_bytes(task: Task) -> int:
     """The task's estimated peak GPU bytes (gpu_budget.task_bytes)."""
     return gpu_budget.task_bytes(task.property, task.case.problem, task.case.backward,
@@ -85,7 +96,7 @@ def run_task(task: Task, device: str, budget: gpu_budget.Budget | None = None) -
     estimate = task_bytes(task) if device == "cuda" else 0
     waited = time.perf_counter()
     if budget is not None:
-        budget.acquire(estimate)
+        budget.acquire(estimate, shed=_shed_caches)
     waited = time.perf_counter() - waited
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
