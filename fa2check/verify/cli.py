@@ -25,8 +25,8 @@ from properties import PROPERTIES
 
 from ..core.environment import describe_environment, select_device
 from ..core.implementations import columns as make_columns
-from ..core.interrupts import sigterm_as_interrupt
 from ..core.implementations import default_specs
+from ..core.interrupts import sigterm_as_interrupt
 from ..core.results import read_json, write_json
 from . import runner, verdicts
 
