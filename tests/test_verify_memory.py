@@ -184,6 +184,14 @@ def test_an_out_of_memory_error_names_the_budget():
     assert budget.held == 0 and budget._running.value == 0  # released, not retried
 
 
+def test_the_admitted_bytes_count_running_estimates_and_idle_caches():
+    budget = gpu_budget.Budget(multiprocessing.get_context("fork"), 10)
+    budget.acquire(4)
+    assert budget.admitted == 4
+    budget.release(1)  # done; 1 byte still cached
+    assert budget.admitted == 1
+
+
 def test_each_worker_task_goes_through_the_budget(monkeypatch):
     seen = []
     monkeypatch.setattr(runner, "run_task", lambda task, device, budget=None: seen.append(budget))

@@ -77,6 +77,11 @@ class Budget:
     def total(self) -> int:
         return self._total.value
 
+    @property
+    def admitted(self) -> int:
+        """Bytes in the counter: running tasks' estimates and idle workers' caches."""
+        return self._used.value
+
     def set_total(self, total: int):
         with self._cond:
             self._total.value = total

@@ -130,11 +130,13 @@ def run_task(task: Task, device: str, budget: gpu_budget.Budget | None = None) -
     if device == "cuda":
         # the estimate, the peak PyTorch reserved in this process during the task (its caches
         # from earlier tasks included) and the wait for the budget: to check the estimate;
-        # the whole GPU's used bytes at the task's end: to check the budget's per-worker terms
+        # the whole GPU's used bytes at the task's end beside the bytes the budget had admitted
+        # then: to check the budget's per-worker terms
         free, total = torch.cuda.mem_get_info()
         memory = {"gpu_estimate_bytes": estimate,
                   "gpu_peak_bytes": torch.cuda.max_memory_reserved(),
-                  "gpu_wait_s": round(waited, 3), "gpu_used_bytes": total - free}
+                  "gpu_wait_s": round(waited, 3), "gpu_used_bytes": total - free,
+                  "gpu_admitted_bytes": budget.admitted if budget is not None else None}
         torch.cuda.empty_cache()  # many workers share the GPU: hand back what this task cached
     if budget is not None:
         budget.release(gpu_budget.resident_bytes() if device == "cuda" else 0)
