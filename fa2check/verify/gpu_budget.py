@@ -15,12 +15,12 @@ An implementation other than our kernels (SDPA's math backend, flex) may materia
 scores too: one float32 forward-and-backward's worth more.
 
 The budget, sized when the run starts: FRACTION of the GPU memory free then, less WORKER_BASE a
-worker for its CUDA context and compiled kernels (66d3218: 16 workers held 41.4 GB of the
-H200's 150.1 GB once their compile jobs had run) and WORKER_GROWTH a worker for what its
-context still loads later (cuBLAS and the like: the H200 run of fb1824b showed 2.1-4.6 GiB a
-worker outside PyTorch's allocator). A worker's share of the counter is its task's estimate
-while the task runs, then what PyTorch still reserves in it (the properties' cached
-references) once the task is done.
+worker for everything a worker holds outside the counter: its CUDA context, compiled kernels
+and libraries (cuBLAS and the like). Measured on the H200 (D73: the whole GPU's used bytes at
+each task's end less the bytes the counter had admitted then, 16 workers): at most 38.4 GiB,
+2.4 GiB a worker. A worker's share of the counter is its task's estimate while the task runs,
+then what PyTorch still reserves in it (the properties' cached references) once the task is
+done.
 A task larger than the whole budget runs when no other task runs, so nothing waits forever.
 """
 from __future__ import annotations
@@ -28,7 +28,6 @@ from __future__ import annotations
 GIB = 1 << 30
 FRACTION = 0.8
 WORKER_BASE = 5 * GIB // 2
-WORKER_GROWTH = 2 * GIB
 FIXED = 256 << 20  # per task: small buffers, the allocator's rounding of small blocks
 
 PER_SCORE = {False: 40, True: 64}  # bytes per score element: forward only, with the backward
@@ -52,7 +51,7 @@ def task_bytes(property_name: str, problem, backward: bool, ours: bool = True) -
 
 def budget_bytes(free: int, workers: int) -> int:
     """The budget for `workers` processes, given the GPU's free bytes before they start."""
-    return max(0, int(FRACTION * (free - workers * WORKER_BASE)) - workers * WORKER_GROWTH)
+    return max(0, int(FRACTION * (free - workers * WORKER_BASE)))
 
 
 def gib(n: int) -> str:

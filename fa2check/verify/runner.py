@@ -315,8 +315,7 @@ def _execute_in_workers(before, groups_needing, device, jobs, collect, timeline)
             timeline["gpu_budget"] = {"free_bytes": free, "total_bytes": total,
                                       "budget_bytes": budget.total, "workers": jobs,
                                       "fraction": gpu_budget.FRACTION,
-                                      "worker_base_bytes": gpu_budget.WORKER_BASE,
-                                      "worker_growth_bytes": gpu_budget.WORKER_GROWTH}
+                                      "worker_base_bytes": gpu_budget.WORKER_BASE}
         while received < expected or running:
             while len(running) < jobs and (item := schedule.take()):
                 kind, what = item
