@@ -68,16 +68,20 @@ def _tiles(column: Column, p) -> object:
                           seqlen_q=p.seqlen_q, seqlen_k=p.seqlen_k)
 
 
-def compile_cost(column: Column, head_dim: int) -> float:
-    """A rough order of compile times: split-K forwards slowest, then wide heads."""
-    split_k = column.ours and "-splitq" in column.variant
-    return (100 if split_k else 0) + head_dim / 4
+def compile_cost(column: Column, head_dim: int, dtype: str) -> float:
+    """A rough order of compile times: our Triton split-K kernels and our float32 Triton
+    kernels slowest (on the H200, 20-75 s a job with the backward; D75), then wide heads."""
+    triton = column.ours and column.impl == OURS
+    split_k = triton and "-splitq" in column.variant
+    float32 = triton and dtype == "float32"
+    return 100 * split_k + 100 * float32 + head_dim / 4
 
 
 def _cost(job: list[tuple[Column, Call]]) -> float:
     """compile_cost, then the backward (one kernel more)."""
     column, call = job[0]
-    return compile_cost(column, call.problem.head_dim) + 10 * call.backward
+    p = call.problem
+    return compile_cost(column, p.head_dim, p.dtype) + 10 * call.backward
 
 
 def jobs(tasks) -> list[list[tuple[Column, Call]]]:

@@ -169,7 +169,7 @@ def _cost(group: list[Task]) -> float:
     """A rough order: the compile cost of the group's column and head dim, then size."""
     task = group[0]
     p = task.case.problem
-    return (precompile.compile_cost(task.column, p.head_dim) + len(group)
+    return (precompile.compile_cost(task.column, p.head_dim, p.dtype) + len(group)
             + p.seqlen_q * p.seqlen_k * 1e-7)
 
 
