@@ -188,3 +188,25 @@ def test_a_render_says_when_the_results_ran_other_kernels_than_the_trees(tmp_pat
         path.write_text(json.dumps(run))
         assert ablate.main(["--from", str(path), "--no-plots", "--bootstrap", "50"]) == 0
         assert ("not the tree's" in capsys.readouterr().out) == says
+
+
+def test_the_fwdbwd_by_seqlen_table_shows_both_ends_percent_of_matmul_and_the_a100_figure(
+        tmp_path):
+    """Issue 31's table: FA2's and FA1-style's % of the matmul rate by seqlen, and in fwd+bwd
+    the FA2 paper's A100 figure 4 beside FA2 / FA1-style (at 1k its legible cells are d=64
+    and d=128 causal: 119/70 and 133/62 TFLOP/s, geometric mean 1.91x)."""
+    from fa2check import ablate
+
+    md = tmp_path / "tables.md"
+    assert ablate.main(["--from", "ablations/results/20261203-074636-nvidia-h200-paper-fwd-fwdbwd.json",
+                        "--markdown", str(md), "--bootstrap", "200", "--out", str(tmp_path)]) == 0
+    text = md.read_text()
+    fwdbwd = text[text.index("**fwd+bwd hopper: contributions by seqlen"):]
+    header, _, *rows = fwdbwd.split("\n\n")[1].splitlines()
+    columns = [c.strip() for c in header.strip("|").split("|")]
+    assert columns[-3:] == ["FA2 % matmul", "FA1-style % matmul", "A100 FA2 / FA1 (paper)"]
+    row_1k = [c.strip() for c in next(r for r in rows if r.startswith("| 1024 ")).strip("|").split("|")]
+    assert row_1k[-1] == "1.91x"
+    assert all(cell.endswith("%") for cell in row_1k[-3:-1])
+    fwd = text[text.index("**fwd hopper: contributions by seqlen"):]
+    assert "A100" not in fwd.split("\n\n")[1]  # the figure is forward + backward only

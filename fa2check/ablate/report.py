@@ -17,7 +17,7 @@ from .contenders import PEERS
 from .contributions import (FA2_GAME, game_of, interaction_name, players_for, subsets,
                             variant_for, view_of)
 from .grids import Cell
-from .paper import fa3_reference
+from .paper import fa2_a100_speedups, fa3_reference
 from .tuning import band_seqlens
 
 FLAG_SHORT = {"defer_norm": "defer", "seq_parallel": "seqpar", "split_q": "splitq",
@@ -241,14 +241,36 @@ def summary_table(mode: str, data: dict) -> Grid:
 
 
 def by_seqlen_table(mode: str, data: dict) -> Grid:
+    """Contributions by seqlen; for FA2's game also both ends' % of the matmul rate and, in
+    fwd+bwd, the FA2 paper's A100 figure (FA2 / FA1) over the same kinds of cells."""
     game = game_of(mode)
+    fa2, fa1 = names(mode)
+    fa2_game = game is FA2_GAME
+    paper = fa2_game and view_of(mode)[0] == "fwd+bwd"
+    headers = ["seqlen", f"{game.top} / {game.base}"] + [f"Shapley {f}" for f in game.players]
+    caption = _game_caption(mode, data)
+    if fa2_game:
+        headers += [f"{game.top} % matmul", f"{game.base} % matmul"]
+    if paper:
+        headers.append("A100 FA2 / FA1 (paper)")
+        caption += (" A100: the FA2 paper's figure 4 (A100 80GB, forward + backward, FA2 / FA1 "
+                    "from its bar labels; ablations/paper/fa2-a100-fwdbwd.json), geometric mean "
+                    "over its legible cells of this seqlen and this run's head dims and masks.")
     grid = Grid(f"{mode}: contributions by seqlen (geometric mean over head_dim, mask, dtype)",
-                ["seqlen", f"{game.top} / {game.base}"] + [f"Shapley {f}" for f in game.players],
-                _game_caption(mode, data))
+                headers, caption)
     for seqlen, s in data["by_seqlen"].items():
-        grid.add(seqlen, factor(s["total"]),
-                 *[factor(s[f"shapley/{f}"]) if f in data["players"] else "n/a"
-                   for f in game.players])
+        values = [factor(s["total"])] + [factor(s[f"shapley/{f}"]) if f in data["players"]
+                                         else "n/a" for f in game.players]
+        rows = [r for r in data["cells"] if r["cell"]["seqlen"] == int(seqlen)]
+        if fa2_game:
+            values += [num(_geomean([r["stats"].get(name, {}).get("pct_matmul") for r in rows]),
+                           "{:.0f}%") for name in (fa2, fa1)]
+        if paper:
+            kinds = {(r["cell"]["head_dim"], r["cell"]["causal"]) for r in rows}
+            a100 = fa2_a100_speedups()
+            values.append(num(_geomean([a100[kind].get(int(seqlen)) for kind in kinds
+                                        if kind in a100]), "{:.2f}x"))
+        grid.add(seqlen, *values)
     return grid
 
 
