@@ -44,7 +44,10 @@ set -u
 OUT=${OUT:-out}; mkdir -p "$OUT"
 W=$(mktemp -d)  # the steps write here; $OUT gets one archive of it after every step, so a run
                 # cut short still returns what finished (the device returns a few files only)
-C=${COMMIT:+--commit $COMMIT}
+# the commit is given from the local checkout: git on the device may name an older commit than
+# the tree it runs (D73: 78f7185 for f85389c's tree)
+: "${COMMIT:?set COMMIT=<hash> of the tree being run (git rev-parse --short HEAD, locally)}"
+C="--commit $COMMIT"
 ARCHIVE=${ARCHIVE:-all}  # $OUT/$ARCHIVE.tgz: name it when one device call runs this script twice
 declare -A RC WALL
 ORDER=()
