@@ -140,10 +140,12 @@ def test_the_compile_order_starts_the_slow_compiles_first_on_the_h200s_timeline(
     # (D75: the previous cost model, blind to float32, ended at 161 s against 134)
     import types
 
+    from fa2check.core.environment import ROOT
     from fa2check.core.implementations import HOPPER, OURS, Column
     from fa2check.core.results import read_json
 
-    report = read_json("ablations/results/20261203-h200-verify-full-6f0b2da.json")
+    report = read_json(os.path.join(ROOT, "ablations", "results",
+                                    "20261203-h200-verify-full-6f0b2da.json"))
     timeline = report["timeline"]["precompile"]
     impl = {"triton": OURS, "hopper": HOPPER}
 

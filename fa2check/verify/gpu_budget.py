@@ -16,7 +16,7 @@ scores too: one float32 forward-and-backward's worth more.
 
 The budget, sized when the run starts: FRACTION of the GPU memory free then, less WORKER_BASE a
 worker for everything a worker holds outside the counter: its CUDA context, compiled kernels
-and libraries (cuBLAS and the like). Measured on the H200 (D73: the whole GPU's used bytes at
+and libraries (cuBLAS and the like). Measured on the H200 (D74: the whole GPU's used bytes at
 each task's end less the bytes the counter had admitted then, 16 workers): at most 38.4 GiB,
 2.4 GiB a worker. A worker's share of the counter is its task's estimate while the task runs,
 then what PyTorch still reserves in it (the properties' cached references) once the task is

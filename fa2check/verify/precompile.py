@@ -71,7 +71,7 @@ def _tiles(column: Column, p) -> object:
 def compile_cost(column: Column, head_dim: int, dtype: str) -> float:
     """A rough order of compile times: our Triton split-K kernels and our float32 Triton
     kernels slowest (on the H200, 20-75 s a job with the backward; D75), then wide heads."""
-    triton = column.ours and column.impl == OURS
+    triton = column.impl == OURS
     split_k = triton and "-splitq" in column.variant
     float32 = triton and dtype == "float32"
     return 100 * split_k + 100 * float32 + head_dim / 4
