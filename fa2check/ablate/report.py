@@ -252,6 +252,7 @@ def by_seqlen_table(mode: str, data: dict) -> Grid:
     if fa2_game:
         headers += [f"{game.top} % matmul", f"{game.base} % matmul"]
     if paper:
+        a100 = fa2_a100_speedups()
         headers.append("A100 FA2 / FA1 (paper)")
         caption += (" A100: the FA2 paper's figure 4 (A100 80GB, forward + backward, FA2 / FA1 "
                     "from its bar labels; ablations/paper/fa2-a100-fwdbwd.json), geometric mean "
@@ -267,7 +268,6 @@ def by_seqlen_table(mode: str, data: dict) -> Grid:
                            "{:.0f}%") for name in (fa2, fa1)]
         if paper:
             kinds = {(r["cell"]["head_dim"], r["cell"]["causal"]) for r in rows}
-            a100 = fa2_a100_speedups()
             values.append(num(_geomean([a100[kind].get(int(seqlen)) for kind in kinds
                                         if kind in a100]), "{:.2f}x"))
         grid.add(seqlen, *values)
