@@ -1,7 +1,7 @@
 """The table of tuned tiles (kernels/tuned_tiles.json), read by `default_config` on a GPU.
 
 For each GPU name (torch.cuda.get_device_name), kernel backend, variant, tile head_dim
-(block_d), mask, dtype and seqlen band, the tile fields the ablation's tuner found fastest
+(`key_head_dim`), mask, dtype and seqlen band, the tile fields the ablation's tuner found fastest
 (`python -m fa2check.ablate --retune` writes it), with where they came from. Keys the table
 lacks, and every GPU it does not name, keep default_config's heuristic tiles; the CPU
 interpreter never reads it. So `flash_attention`, `fa2check.verify` and `fa2check.ablate` run
@@ -24,7 +24,7 @@ import os
 from dataclasses import dataclass
 from functools import lru_cache
 
-from .config import BACKENDS, TileConfig, block_d
+from .config import BACKENDS, TileConfig, block_d, tile_columns
 
 SCHEMA = "fa2check.tuned_tiles/1"
 PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tuned_tiles.json")
@@ -32,6 +32,13 @@ PATH_ENV = "FA2CHECK_TUNED_TILES"
 PARTS = ("fwd", "bwd")
 NOT_TILES = ("input_precision",)  # a numerics choice, never taken from a table
 PROVENANCE = ("commit", "date", "median_ms", "tuned_on", "source")
+
+
+def key_head_dim(part: str, backend: str, head_dim: int) -> int:
+    """The head dim a call's entry is keyed by: the columns its tile computes. The Triton
+    forward computes a head dim that is not a tile width in two chunks (D60: 96 = 64 + 32), so
+    96 has entries of its own; every other kernel pads to block_d (96 reads 128's)."""
+    return tile_columns(head_dim) if (part, backend) == ("fwd", "triton") else block_d(head_dim)
 
 
 class TileTableError(ValueError):
@@ -54,7 +61,7 @@ class TileKey:
     backend: str  # kernels.config.BACKENDS; "triton" for every "bwd" entry
     part: str  # "fwd" or "bwd"
     variant: str  # str(Variant)
-    head_dim: int  # block_d(head_dim): the tile's head dimension
+    head_dim: int  # key_head_dim: the columns the tile computes
     causal: bool
     dtype: str  # "bfloat16", "float16" or "float32"
     band: str  # one of the table's bands of this part
@@ -80,8 +87,17 @@ class TileTable:
         if part == "bwd":
             backend = "triton"
         seqlen = seqlen_k if part == "fwd" else seqlen_q
-        return TileKey(gpu, backend, part, str(variant), block_d(head_dim), bool(causal),
-                       dtype_name(dtype), self.band_of(part, seqlen))
+        return TileKey(gpu, backend, part, str(variant), key_head_dim(part, backend, head_dim),
+                       bool(causal), dtype_name(dtype), self.band_of(part, seqlen))
+
+    def find(self, key: TileKey) -> tuple[TileKey, dict | None]:
+        """(key, entry), or where the table has none for a chunked tile (96), the padded
+        tile's (128: the tiles it ran before it had its own); (key, None) where neither."""
+        padded = dataclasses.replace(key, head_dim=block_d(key.head_dim))
+        for k in (key, padded):
+            if k in self.entries:
+                return k, self.entries[k]
+        return key, None
 
     def merged(self, entries: dict) -> "TileTable":
         """This table with `entries` added; an entry of a key already here replaces it."""
@@ -197,7 +213,7 @@ def lookup(gpu, backend, variant, head_dim, causal, dtype, seqlen_q, seqlen_k,
     out = {}
     for part in PARTS:
         key = table.key(part, gpu, backend, variant, head_dim, causal, dtype, seqlen_q, seqlen_k)
-        out[part] = (key, table.entries.get(key))
+        out[part] = table.find(key)
     return out
 
 

@@ -54,6 +54,44 @@ def test_a_run_takes_the_tables_tiles_as_flash_attention_would(tmp_path, monkeyp
     tuned_tiles._applied.cache_clear()
 
 
+def test_a_chunked_head_dim_reads_its_own_entry_else_the_padded_tiles(tmp_path, monkeypatch):
+    """d=96 computes 64 + 32 columns in the Triton forward (D60): its forward entry is keyed
+    96 and, where the table has none, it runs d=128's; the backward pads, so it reads 128's."""
+    from fa2check.ablate import tuning
+    from kernels import default_config
+
+    def entry(part, head_dim, fields):
+        return {"gpu": FAKE, "backend": "triton", "part": part, "variant": str(Variant()),
+                "head_dim": head_dim, "causal": False, "dtype": "bfloat16", "band": "",
+                "fields": fields}
+
+    table = {"schema": tuned_tiles.SCHEMA,
+             "bands": {"fwd": {"short": [0, 1024], "": [2048, 4096]},
+                       "bwd": {"": [0, 4096], "long": [8192, 16384]}},
+             "entries": [entry("fwd", 128, {"block_m": 32, "block_n": 32}),
+                         entry("bwd", 128, {"bwd_block_m": 16})]}
+    path = tmp_path / "tiles.json"
+
+    def tiles(head_dim):
+        path.write_text(json.dumps(table))
+        tuned_tiles.load.cache_clear()
+        tuned_tiles._applied.cache_clear()
+        c = default_config(head_dim, True, Variant(), "bfloat16", causal=False, seqlen_q=4096,
+                           seqlen_k=4096, gpu=FAKE)
+        return c.block_m, c.block_n, c.bwd_block_m
+
+    monkeypatch.setenv(tuned_tiles.PATH_ENV, str(path))
+    assert tiles(96) == tiles(128) == (32, 32, 16)  # no entry of its own: 128's
+    table["entries"].append(entry("fwd", 96, {"block_m": 64, "block_n": 16}))
+    assert tiles(96) == (64, 16, 16) and tiles(128) == (32, 32, 16)
+    assert tiles(100) == (32, 32, 16)  # one padded tile of 128 columns: 128's entry
+    # the tuner searches a chunked head dim over its padded tile's space
+    assert tuning.candidates("fwd", 96, Variant(), True) == \
+        tuning.candidates("fwd", 128, Variant(), True)
+    tuned_tiles.load.cache_clear()
+    tuned_tiles._applied.cache_clear()
+
+
 def test_retune_merges_its_winners_into_the_table_and_keeps_the_rest(tmp_path, device):
     if device != "cpu":
         pytest.skip("the GPU runs the real grid")

@@ -22,6 +22,10 @@
 #   fa1            the chassis's FA1-style rows as % of matmul at d=128 1k-8k (FA1_SEQLENS), with
 #                  FA1's num_splits (`+h`) and other K/V tile widths (FA1_BLOCK_NS, e.g. 128,256):
 #                  ablations/probes/fa1_schedule.py --backend hopper
+#   retune         python -m fa2check.ablate --retune with RETUNE_ARGS (the keys and the grid, e.g.
+#                  "--retune-key part=fwd,variant=+defer+seqpar+splitq --head-dim 96 --seqlen
+#                  4096 --causal both --mode fwd"), merged into a copy of kernels/tuned_tiles.json
+#                  ($OUT's archive: tuned_tiles.json), which the later steps of the call read
 #   d96            the head-dims probe at 96 and 128 only (bf16, 4k and 8k, forward)
 #   verify-d40     the full tier's case that failed at b393333 (D64: float32 d=40 causal, split-K
 #                  with seq_parallel)
@@ -79,6 +83,11 @@ for s in "$@"; do case $s in
   switches) step switches 110 python3 ablations/probes/hopper_switches.py --out "$W/switches" --head-dims 128 --seqlens 8192 --timeout 50 --budget 100 $C ;;
   switches-ablate) step switches-ablate 170 python3 -m fa2check.ablate --kernels hopper --hopper-switches --mode fwd --seqlen 8192 --head-dim 128 --causal both --backends sdpa-flash,sdpa-cudnn --budget-s 150 $C --out "$W/switches-ablate" --no-plots ;;
   fa1) step fa1 150 python3 ablations/probes/fa1_schedule.py --backend hopper --head-dims 128 --seqlens ${FA1_SEQLENS:-1024,2048,8192} ${FA1_BLOCK_NS:+--block-ns $FA1_BLOCK_NS} --out "$W/fa1" $C ;;
+  retune) cp kernels/tuned_tiles.json "$W/tuned_tiles.json"
+          step retune ${RETUNE_TIMEOUT:-250} python3 -m fa2check.ablate --retune $RETUNE_ARGS --kernels triton \
+            --backends sdpa-flash,sdpa-cudnn --table-out "$W/tuned_tiles.json" --budget-s $((${RETUNE_TIMEOUT:-250} - 20)) \
+            $C --out "$W/retune" --no-plots
+          export FA2CHECK_TUNED_TILES="$W/tuned_tiles.json" ;;
   d96) step d96 100 python3 ablations/probes/head_dims.py --head-dims 96,128 --seqlens 4096,8192 --out "$W/d96" --budget-s 85 $C ;;
   verify-d40) step verify-d40 60 python3 -m fa2check.verify --tier full --property causal_masking --variant=-defer+seqpar-splitq --variant=+defer+seqpar-splitq '--case=q>k-b1-h4/1-q16384-k1000-d40-float32-causal-s302' --json "$W/verify-d40.json" $C ;;
   verify-gluon) step verify-gluon 120 python3 -m fa2check.verify --tier full --impl fa2check.adapters:gluon --variant=-defer+seqpar-splitq --variant=+defer-seqpar-splitq --property gqa_reduction --property causal_masking --json "$W/verify-gluon.json" $C ;;

@@ -40,8 +40,7 @@ def entries_from(records: dict, cells, configs, run: dict) -> dict:
     """{TileKey: entry} for the keys this run tuned (records whose source starts with TUNED):
     one per dtype among the cells the key covers, with the part's fields of the config the run
     uses there (sweep.Configs) and the record's provenance."""
-    from kernels.config import block_d
-    from kernels.tuned_tiles import TileKey, dtype_name, part_fields
+    from kernels.tuned_tiles import TileKey, dtype_name, key_head_dim, part_fields
 
     out = {}
     for key, record in records.items():
@@ -54,8 +53,8 @@ def entries_from(records: dict, cells, configs, run: dict) -> dict:
                 continue
             config = configs.config(key.variant, cell)
             tile_key = TileKey(run.get("gpu", "unknown"), backend, key.part, str(variant),
-                               block_d(cell.head_dim), cell.causal, dtype_name(cell.dtype),
-                               key.band)
+                               key_head_dim(key.part, backend, cell.head_dim), cell.causal,
+                               dtype_name(cell.dtype), key.band)
             out[tile_key] = {"fields": {f: getattr(config, f) for f in part_fields(key.part)},
                              "provenance": provenance(run, record)}
     return out

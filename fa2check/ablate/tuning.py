@@ -234,12 +234,14 @@ def candidates(part: str, head_dim: int, variant, on_gpu: bool,
 
         fa1 = heuristic_config(head_dim, True, variant)
         return [{**fields_of(fa1, "bwd"), "bwd_key_slices": fa1.bwd_key_slices}]
+    from kernels.config import block_d
+
     if not on_gpu:
         space = CPU_FWD_SPACE if part == "fwd" else CPU_BWD_SPACE
-    elif part == "fwd":
-        space = FWD_SPACE.get(head_dim, FWD_SPACE_OTHER)
+    elif part == "fwd":  # a head dim below a tile width fits its tiles (96: 128's)
+        space = FWD_SPACE.get(block_d(head_dim), FWD_SPACE_OTHER)
     else:
-        space = BWD_SPACE.get(head_dim, BWD_SPACE_OTHER)
+        space = BWD_SPACE.get(block_d(head_dim), BWD_SPACE_OTHER)
     out = [dict(zip(PART_FIELDS[part], c)) for c in space]
     if part == "fwd" and causal and on_gpu:
         out += [{**dict(zip(FWD_FIELDS, c)), "nan_flags": False}
