@@ -1,7 +1,7 @@
 """Question: how long will `python -m fa2check.verify --tier full` take with the precompile pass
 (D57), from a run's per-case seconds without it? A model, not a measurement.
 
-    python ablations/probes/verify_wall_model.py ablations/results/20261203-h200-verify-full-6f0b2da.json.gz [--workers 16]
+    python ablations/probes/verify_wall_model.py ablations/results/20261203-h200-verify-full-35193e7.json.gz [--workers 16]
 
 Each case that compiled something the cases of its group before it had not (in the runner's
 order) took its seconds to do so; those seconds are split over the compile jobs it was first
