@@ -43,7 +43,7 @@
 #   hopper-bwd-tests  the chassis backward's GPU tests (tests/test_hopper_backward.py)
 #   hopper-verify  fa2check.verify --impl hopper alone
 #   ncu            Nsight Compute over ablations/probes/stall_probe.py's cases (NCU_CASES, space
-#                  separated, NCU_MODE fwd or fwd+bwd): speed of light, memory, warp states and
+#                  separated, NCU_MODE fwd or fwd+bwd): speed of light, pipes, memory, warp states and
 #                  scheduler sections, DRAM and shared-memory bytes; the report, its details
 #                  and raw pages as CSV (NCU_TAG names the files: several ncu steps a call)
 set -u
@@ -101,7 +101,7 @@ for s in "$@"; do case $s in
   hopper-verify) step hopper-verify 130 python3 -m fa2check.verify --impl hopper --json "$W/verify-hopper.json" $C ;;
   ncu) T=ncu-${NCU_TAG:-1}
        step $T ${NCU_TIMEOUT:-200} ncu --clock-control none --profile-from-start off \
-         --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
+         --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section WarpStateStats \
          --section SchedulerStats --metrics dram__bytes_read.sum,dram__bytes_write.sum,smsp__sass_data_bytes_mem_shared.sum \
          -o "$W/$T" python3 ablations/probes/stall_probe.py --mode ${NCU_MODE:-fwd} $NCU_CASES
        ncu -i "$W/$T.ncu-rep" --csv --page details > "$W/$T-details.csv" 2>&1
