@@ -118,8 +118,9 @@ def render(path) -> str:
     """A saved run as markdown: TFLOP/s of each contender and FA2 / sdpa-flash per cell and
     mode, then the padding table."""
     from probe_run import header
+    from fa2check.core.results import read_json
 
-    data = json.loads(Path(path).read_text())
+    data = read_json(str(path))
     modes = data["modes"]
     lines = [header(data) + " TFLOP/s (the paper's FLOP count), bf16, paper batch sizing; "
              "n/a: the backend refused the shape.", "",
