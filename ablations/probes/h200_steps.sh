@@ -26,6 +26,8 @@
 #                  "--retune-key part=fwd,variant=+defer+seqpar+splitq --head-dim 96 --seqlen
 #                  4096 --causal both --mode fwd"), merged into a copy of kernels/tuned_tiles.json
 #                  ($OUT's archive: tuned_tiles.json), which the later steps of the call read
+#   ablate         python -m fa2check.ablate $ABLATE_ARGS (ABLATE_TIMEOUT, default 200 s; its
+#                  --budget-s 20 s less), e.g. ABLATE_ARGS="--grid paper --seqlen 4096 --repeats 1"
 #   d96            the head-dims probe at 96 and 128 only (bf16, 4k and 8k, forward)
 #   verify-d40     the full tier's case that failed at b393333 (D64: float32 d=40 causal, split-K
 #                  with seq_parallel)
@@ -88,6 +90,8 @@ for s in "$@"; do case $s in
             --backends sdpa-flash,sdpa-cudnn --table-out "$W/tuned_tiles.json" --budget-s $((${RETUNE_TIMEOUT:-250} - 20)) \
             $C --out "$W/retune" --no-plots
           export FA2CHECK_TUNED_TILES="$W/tuned_tiles.json" ;;
+  ablate) T=${ABLATE_TIMEOUT:-200}
+          step ablate $T python3 -m fa2check.ablate $ABLATE_ARGS --budget-s $((T - 20)) $C --out "$W/ablate" --no-plots ;;
   d96) step d96 100 python3 ablations/probes/head_dims.py --head-dims 96,128 --seqlens 4096,8192 --out "$W/d96" --budget-s 85 $C ;;
   verify-d40) step verify-d40 60 python3 -m fa2check.verify --tier full --property causal_masking --variant=-defer+seqpar-splitq --variant=+defer+seqpar-splitq '--case=q>k-b1-h4/1-q16384-k1000-d40-float32-causal-s302' --json "$W/verify-d40.json" $C ;;
   verify-gluon) step verify-gluon 120 python3 -m fa2check.verify --tier full --impl fa2check.adapters:gluon --variant=-defer+seqpar-splitq --variant=+defer-seqpar-splitq --property gqa_reduction --property causal_masking --json "$W/verify-gluon.json" $C ;;

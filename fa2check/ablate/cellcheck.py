@@ -18,6 +18,8 @@ composition that sets the rule's scale is computed on the same slice.
 """
 from __future__ import annotations
 
+import time
+
 import torch
 
 from ..core.oracle import reference, same_dtype_attention
@@ -75,7 +77,14 @@ class CellOracle:
 
 
 def gate(contender, cell, inputs, oracle: CellOracle) -> dict:
-    """{"passed", "finite", "worst_ratio", "checks", "error"} for one contender in one cell."""
+    """{"passed", "finite", "worst_ratio", "checks", "error", "seconds"} for one contender in
+    one cell (seconds: its run and checks, compiling included where it was not precompiled)."""
+    t0 = time.perf_counter()
+    result = _gate(contender, cell, inputs, oracle)
+    return {**result, "seconds": time.perf_counter() - t0}
+
+
+def _gate(contender, cell, inputs, oracle: CellOracle) -> dict:
     q, k, v, do = inputs
     try:
         with contender.context():

@@ -610,6 +610,7 @@ def gate_cell(cell, modes, configs: Configs, settings: Settings, device: str, lo
         oracle = CellOracle(cell, inputs, backward)
     except Exception as e:  # noqa: BLE001
         oracle, entry["gate_error"] = None, f"oracle failed: {type(e).__name__}: {e}"[:500]
+    entry["oracle_s"] = time.perf_counter() - t0
     for contender in contenders:
         if oracle is None:
             entry["gate"][contender.name] = {"passed": False, "error": entry["gate_error"], "checks": []}
@@ -618,7 +619,9 @@ def gate_cell(cell, modes, configs: Configs, settings: Settings, device: str, lo
     del oracle, inputs
     entry["gate_s"] = time.perf_counter() - t0
     passed = sum(g["passed"] for g in entry["gate"].values())
-    log(f"gate {cell}: {passed}/{len(entry['gate'])} contenders passed ({entry['gate_s']:.1f} s)")
+    slowest = max(entry["gate"].items(), key=lambda kv: kv[1].get("seconds", 0))
+    log(f"gate {cell}: {passed}/{len(entry['gate'])} contenders passed ({entry['gate_s']:.1f} s; "
+        f"oracle {entry['oracle_s']:.1f} s, slowest {slowest[0]} {slowest[1].get('seconds', 0):.1f} s)")
     for mode in modes:
         ours_needed = primary_names(mode, settings)
         failed = [n for n in ours_needed if not entry["gate"][n]["passed"]]
