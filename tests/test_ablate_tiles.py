@@ -7,7 +7,8 @@ Shown to fail on broken copies: with Configs.config building from the heuristic 
 before the table), test_a_run_takes_the_tables_tiles fails; with merge_into writing only the
 new entries, test_retune_merges fails on the kept foreign entry; with Budget.allows always
 True, the budget test fails (cells gated); with analysis.views ignoring the hopper prefix, the
-hopper render test fails (no "fwd hopper" tables)."""
+hopper render test fails (no "fwd hopper" tables); with final_jobs leaving out the API peer's kernel,
+the precompile test fails."""
 import itertools
 import json
 
@@ -187,3 +188,28 @@ def test_configs_drop_a_tuned_tiles_tma_where_rows_are_not_16_byte_units():
              for dims in ((128, None), (96, None), (80, None), (100, None), (96, 100))}
     assert tiles == {(128, None): True, (96, None): True, (80, None): True, (100, None): False,
                      (96, 100): False}
+
+
+def test_the_api_peers_kernels_are_precompiled_with_the_grid():
+    """The API peer runs flash_attention's defaults (Triton FA2); on the Hopper chassis no
+    variant of the grid is that kernel, and left to the gate its compiles took most of the
+    gate's time on the H200 (0.7-1.8 s a cell)."""
+    import inspect
+
+    from fa2check.ablate import sweep
+    from fa2check.ablate.contenders import API, API_KERNEL, kernel_name
+    from kernels import flash_attention
+
+    assert inspect.signature(flash_attention).parameters["backend"].default == "triton"
+    assert API_KERNEL == kernel_name(Variant(), "triton")
+    cell = Cell(4, 16, 16, 4096, 128, "bfloat16", True)
+    configs = sweep.Configs({}, on_gpu=True, gpu=FAKE)
+
+    def names(backends, kernels="hopper"):
+        settings = sweep.Settings(modes=["fwd+bwd"], kernels=kernels, backends=backends)
+        return [(j["part"], j["variant"]) for j in
+                sweep.final_jobs([cell], ["fwd+bwd"], configs, settings)]
+
+    with_api, without = names((API,)), names(())
+    assert set(with_api) - set(without) == {("fwd", API_KERNEL), ("bwd", API_KERNEL)}
+    assert len(names((API,), "triton")) == len(names((), "triton"))  # one kernel, compiled once

@@ -27,6 +27,7 @@ API = "api"  # `flash_attention(q, k, v, causal=...)` with nothing else: what a 
 FLEX = "flex"  # torch's flex_attention, compiled once per shape, dtype and mask (fa2check.core.flex)
 PEERS = (*BACKENDS, API, FLEX)  # what may be timed beside our variants (--backends)
 DEFAULT_PEERS = (*BACKENDS, API)  # --backends' default: flex compiles a graph per cell (D63)
+API_KERNEL = "+defer+seqpar+splitq"  # the kernel API runs: flash_attention's defaults (Triton FA2)
 
 
 def kernel_name(variant, kernel_backend: str = "triton") -> str:

@@ -39,8 +39,8 @@ from . import plan, tile_table, tuning
 from .budget import Budget
 from .cellcheck import CellOracle, gate
 from .clocks import ClockLog, inside
-from .contenders import (DEFAULT_PEERS, GLUON, HOPPER, PEERS, Contender, backend, kernel_name,
-                         make_inputs, ours, parse_kernel_name, timed_call)
+from .contenders import (API, API_KERNEL, DEFAULT_PEERS, GLUON, HOPPER, PEERS, Contender, backend,
+                         kernel_name, make_inputs, ours, parse_kernel_name, timed_call)
 from .timing import bench, gpu_state, matmul_samples
 
 SCHEMA = "fa2check.ablate/1"
@@ -253,10 +253,14 @@ def forward_of_backward_jobs(candidates) -> list[dict]:
 
 
 def final_jobs(cells, modes, configs: Configs, settings: Settings) -> list[dict]:
+    """The kernels the grid runs, with the API peer's (Triton FA2 on its default tiles, which
+    the Hopper chassis's runs do not time otherwise: left to the gate, its compiles took 0.7-1.8
+    s a cell, most of the gate's time)."""
     jobs = []
+    api = [API_KERNEL] if API in settings.backends else []
     for cell in cells:
         for mode in modes:
-            for name in kernels_for(mode, cell, settings):
+            for name in dict.fromkeys(kernels_for(mode, cell, settings) + api):
                 config = configs.config(name, cell)
                 for part in ("fwd",) + (("bwd",) if "bwd" in PARTS[mode] else ()):
                     jobs.append(tuning.make_job(part, name, config, cell))
