@@ -85,9 +85,9 @@ for s in "$@"; do case $s in
   switches) step switches 110 python3 ablations/probes/hopper_switches.py --out "$W/switches" --head-dims 128 --seqlens 8192 --timeout 50 --budget 100 $C ;;
   switches-ablate) step switches-ablate 170 python3 -m fa2check.ablate --kernels hopper --hopper-switches --mode fwd --seqlen 8192 --head-dim 128 --causal both --backends sdpa-flash,sdpa-cudnn --budget-s 150 $C --out "$W/switches-ablate" --no-plots ;;
   fa1) step fa1 150 python3 ablations/probes/fa1_schedule.py --backend hopper --head-dims 128 --seqlens ${FA1_SEQLENS:-1024,2048,8192} ${FA1_BLOCK_NS:+--block-ns $FA1_BLOCK_NS} --out "$W/fa1" $C ;;
-  retune) cp kernels/tuned_tiles.json "$W/tuned_tiles.json"
-          step retune ${RETUNE_TIMEOUT:-250} python3 -m fa2check.ablate --retune $RETUNE_ARGS --kernels triton \
-            --backends sdpa-flash,sdpa-cudnn --table-out "$W/tuned_tiles.json" --budget-s $((${RETUNE_TIMEOUT:-250} - 20)) \
+  retune) T=${RETUNE_TIMEOUT:-250}; cp kernels/tuned_tiles.json "$W/tuned_tiles.json"
+          step retune $T python3 -m fa2check.ablate --retune $RETUNE_ARGS --kernels triton \
+            --backends sdpa-flash,sdpa-cudnn --table-out "$W/tuned_tiles.json" --budget-s $((T - 20)) \
             $C --out "$W/retune" --no-plots
           export FA2CHECK_TUNED_TILES="$W/tuned_tiles.json" ;;
   ablate) T=${ABLATE_TIMEOUT:-200}
