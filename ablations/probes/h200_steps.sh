@@ -47,7 +47,9 @@
 #   ncu            Nsight Compute over ablations/probes/stall_probe.py's cases (NCU_CASES, space
 #                  separated, NCU_MODE fwd or fwd+bwd): speed of light, pipes, memory, warp states and
 #                  scheduler sections, DRAM and shared-memory bytes; the report, its details
-#                  and raw pages as CSV (NCU_TAG names the files: several ncu steps a call)
+#                  and raw pages as CSV (NCU_TAG names the files: several ncu steps a call);
+#                  NCU_SOURCE=1 adds the warp samples per SASS instruction (SourceCounters):
+#                  the source page as CSV and stall_probe.py --sass-samples' summary
 set -u
 OUT=${OUT:-out}; mkdir -p "$OUT"
 W=$(mktemp -d)  # the steps write here; $OUT gets one archive of it after every step, so a run
@@ -106,11 +108,15 @@ for s in "$@"; do case $s in
   ncu) T=ncu-${NCU_TAG:-1}
        step $T ${NCU_TIMEOUT:-200} ncu --clock-control none --profile-from-start off \
          --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section WarpStateStats \
-         --section SchedulerStats --metrics dram__bytes_read.sum,dram__bytes_write.sum,smsp__sass_data_bytes_mem_shared.sum \
+         --section SchedulerStats ${NCU_SOURCE:+--section SourceCounters --import-source no} --metrics dram__bytes_read.sum,dram__bytes_write.sum,smsp__sass_data_bytes_mem_shared.sum \
          -o "$W/$T" python3 ablations/probes/stall_probe.py --mode ${NCU_MODE:-fwd} $NCU_CASES
        ncu -i "$W/$T.ncu-rep" --csv --page details > "$W/$T-details.csv" 2>&1
        ncu -i "$W/$T.ncu-rep" --csv --page raw > "$W/$T-raw.csv" 2>&1
        python3 ablations/probes/stall_probe.py --summarize "$W/$T-details.csv" | tee -a "$W/$T.log"
+       if [ -n "${NCU_SOURCE:-}" ]; then  # per-instruction warp samples (SASS)
+         ncu -i "$W/$T.ncu-rep" --csv --page source --print-source sass > "$W/$T-sass.csv" 2>&1
+         python3 ablations/probes/stall_probe.py --sass-samples "$W/$T-sass.csv" | tee -a "$W/$T.log"
+       fi
        archive ;;
   *) echo "unknown step $s"; exit 2 ;;
 esac; done
