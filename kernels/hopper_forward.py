@@ -483,30 +483,41 @@ def _fold_tile(m_i, l_i, acc, q, k_smem, v_smem, slot, j, t, row0, seqlen_q, seq
     return m_new, l_new, acc
 
 
+# PINGPONG's turns: hardware named barriers 8 and 9 (consumer 0's and consumer 1's turn) of
+# both consumer warpgroups' 256 threads, as cuDNN's and FA3's kernels take them (D79). Triton's
+# own barriers in this kernel use ids 0-3 (tests/test_hopper_switches.py checks the PTX).
 @gluon.jit
-def _take_turn(turn, k, PINGPONG: gl.constexpr, CONSUMER: gl.constexpr):
-    """PINGPONG: wait until it is my turn at the tensor cores for my section k (see
-    _fold_tiles_pipelined). turn[c] (count 1) is arrived on by the other consumer once per
-    section, after issuing that section's products; consumer 0 goes first. So consumer 1's
-    section k waits for the phase that consumer 0's section k completes (parity k & 1), and
-    consumer 0's section k for the one consumer 1's section k - 1 completes (parity (k & 1) ^ 1:
-    section 0 passes on the phase before the first, complete at init). No phase can complete
-    twice before its waiter has seen it: a consumer arrives for section k + 1 only after its
-    own wait of section k + 1, which needs the other's arrival of section k, made after that
-    other's wait of section k (a barrier of its 128 threads comes before an arrive)."""
+def _asm(code: gl.constexpr):
+    """`code` (PTX without operands) run by every thread, where the compiler may not move it."""
+    gl.inline_asm_elementwise(code, "=r,r", [gl.to_tensor(0)], dtype=gl.int32, is_pure=False,
+                              pack=1)
+
+
+@gluon.jit
+def _take_turn(PINGPONG: gl.constexpr, CONSUMER: gl.constexpr):
+    """PINGPONG: wait until it is my turn at the tensor cores (see _fold_tiles_pipelined):
+    `bar.sync` on my turn's barrier completes once the other consumer's 128 threads have
+    arrived there, passing me the turn (or, for consumer 0's first turn, opening)."""
     if PINGPONG:
-        mbarrier.wait(turn.index(CONSUMER), (k & 1) ^ (1 if CONSUMER == 0 else 0))
+        if CONSUMER == 0:
+            _asm("bar.sync 8, 256; mov.u32 $0, $1;")
+        else:
+            _asm("bar.sync 9, 256; mov.u32 $0, $1;")
 
 
 @gluon.jit
-def _pass_turn(turn, PINGPONG: gl.constexpr, CONSUMER: gl.constexpr):
-    """PINGPONG: my section's products are issued; the other consumer's may queue behind them."""
+def _pass_turn(PINGPONG: gl.constexpr, CONSUMER: gl.constexpr):
+    """PINGPONG: my section's products are issued; the other consumer's may queue behind them
+    (`bar.arrive` on its turn's barrier: my threads count in and go on)."""
     if PINGPONG:
-        mbarrier.arrive(turn.index(1 - CONSUMER), count=1)
+        if CONSUMER == 0:
+            _asm("bar.arrive 9, 256; mov.u32 $0, $1;")
+        else:
+            _asm("bar.arrive 8, 256; mov.u32 $0, $1;")
 
 
 @gluon.jit
-def _pipelined_section(j, m_i, l_i, acc, p, q, k_smem, v_smem, kv_ready, kv_empty, turn, x_bad,
+def _pipelined_section(j, m_i, l_i, acc, p, q, k_smem, v_smem, kv_ready, kv_empty, x_bad,
                        bar_v, start_m, row0, seqlen_q, seqlen_k, causal: gl.constexpr,
                        qk_scale, PINGPONG: gl.constexpr, OVERLAP: gl.constexpr,
                        FIRST: gl.constexpr, CONSUMER: gl.constexpr):
@@ -532,20 +543,20 @@ def _pipelined_section(j, m_i, l_i, acc, p, q, k_smem, v_smem, kv_ready, kv_empt
     k_t = k_smem.index(slot).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
     v_prev = v_smem.index(prev).reshape([BLOCK_N, HEAD_DIM])
     s_zero = gl.zeros([BM, BLOCK_N], gl.float32, s_layout)
-    _take_turn(turn, j, PINGPONG, CONSUMER)
+    _take_turn(PINGPONG, CONSUMER)
     if FIRST:
         s = warpgroup_mma(q, k_t, s_zero, use_acc=False, is_async=True)
-        _pass_turn(turn, PINGPONG, CONSUMER)
+        _pass_turn(PINGPONG, CONSUMER)
         s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
     elif OVERLAP:  # S_j first: wgmma groups retire in order, so S_j is done before the product
         s = warpgroup_mma(q, k_t, s_zero, use_acc=False, is_async=True)
         acc = warpgroup_mma(p, v_prev, acc, is_async=True)
-        _pass_turn(turn, PINGPONG, CONSUMER)
+        _pass_turn(PINGPONG, CONSUMER)
         s = warpgroup_mma_wait(num_outstanding=1, deps=(s,))
     else:  # FA2's order: P_{j-1} V_{j-1}, then S_j, both done before the softmax
         acc = warpgroup_mma(p, v_prev, acc, is_async=True)
         s = warpgroup_mma(q, k_t, s_zero, use_acc=False, is_async=True)
-        _pass_turn(turn, PINGPONG, CONSUMER)
+        _pass_turn(PINGPONG, CONSUMER)
         acc, s = warpgroup_mma_wait(num_outstanding=0, deps=(acc, s))
         mbarrier.arrive(kv_empty.index(prev), count=1)  # K_{j-1}, V_{j-1}: read by my products
     s = _masked_scores(s, j, row0, seqlen_q, seqlen_k, causal, BLOCK_N, 0)
@@ -559,7 +570,7 @@ def _pipelined_section(j, m_i, l_i, acc, p, q, k_smem, v_smem, kv_ready, kv_empt
 
 
 @gluon.jit
-def _fold_tiles_pipelined(q, k_smem, v_smem, kv_ready, kv_empty, turn, x_bad, bar_v, n_tiles,
+def _fold_tiles_pipelined(q, k_smem, v_smem, kv_ready, kv_empty, x_bad, bar_v, n_tiles,
                           start_m, row0, seqlen_q, seqlen_k, causal: gl.constexpr, qk_scale,
                           PINGPONG: gl.constexpr, OVERLAP: gl.constexpr,
                           CONSUMER: gl.constexpr):
@@ -568,7 +579,9 @@ def _fold_tiles_pipelined(q, k_smem, v_smem, kv_ready, kv_empty, turn, x_bad, ba
     The products are issued asynchronously in n_tiles + 1 sections: section 0 issues S_0,
     section j (0 < j < n_tiles) P_{j-1} V_{j-1} and S_j, section n_tiles P_{n-1} V_{n-1}.
     - PINGPONG (FA3 section 3.1): a section is one turn at the tensor cores, the consumers'
-      turns alternating (_take_turn), so one consumer's softmax of tile j runs while the other's
+      turns alternating through two named barriers (_take_turn, _pass_turn: consumer 1 opens
+      with an arrival, and its last turn is passed to no one, so every barrier completes as
+      often as it is waited on), so one consumer's softmax of tile j runs while the other's
       P_{j-1} V_{j-1} and S_j run. Off: the consumers issue whenever they are ready.
     - OVERLAP (FA3 section 3.2): section j issues S_j before P_{j-1} V_{j-1} and waits for S_j
       only, so the softmax of tile j runs under P_{j-1} V_{j-1}; the cost is a register tile:
@@ -591,20 +604,23 @@ def _fold_tiles_pipelined(q, k_smem, v_smem, kv_ready, kv_empty, turn, x_bad, ba
     l_i = gl.zeros([BM], gl.float32, gl.SliceLayout(1, mma_layout(BLOCK_N)))
     acc = gl.zeros([BM, HEAD_DIM], gl.float32, mma_layout(HEAD_DIM))
     if n_tiles > 0:
+        if CONSUMER == 1:  # consumer 0 goes first
+            _pass_turn(PINGPONG, CONSUMER)
         m_i, l_i, acc, p = _pipelined_section(
-            0, m_i, l_i, acc, acc, q, k_smem, v_smem, kv_ready, kv_empty, turn, x_bad, bar_v,
+            0, m_i, l_i, acc, acc, q, k_smem, v_smem, kv_ready, kv_empty, x_bad, bar_v,
             start_m, row0, seqlen_q, seqlen_k, causal, qk_scale, PINGPONG, OVERLAP, True,
             CONSUMER)
         for j in range(1, n_tiles):
             m_i, l_i, acc, p = _pipelined_section(
-                j, m_i, l_i, acc, p, q, k_smem, v_smem, kv_ready, kv_empty, turn, x_bad, bar_v,
+                j, m_i, l_i, acc, p, q, k_smem, v_smem, kv_ready, kv_empty, x_bad, bar_v,
                 start_m, row0, seqlen_q, seqlen_k, causal, qk_scale, PINGPONG, OVERLAP, False,
                 CONSUMER)
         last = (n_tiles - 1) % STAGES  # section n_tiles: P_{n-1} V_{n-1}
-        _take_turn(turn, n_tiles, PINGPONG, CONSUMER)
+        _take_turn(PINGPONG, CONSUMER)
         acc = warpgroup_mma(p, v_smem.index(last).reshape([BLOCK_N, HEAD_DIM]), acc,
                             is_async=True)
-        _pass_turn(turn, PINGPONG, CONSUMER)
+        if CONSUMER == 0:  # consumer 1's last turn is passed to no one: every arrival met
+            _pass_turn(PINGPONG, CONSUMER)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
         mbarrier.arrive(kv_empty.index(last), count=1)
     return m_i, l_i, acc
@@ -797,9 +813,9 @@ def _consumer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
         q = q_smem.index(MY_BOX).reshape([BM, HEAD_DIM])
         m_i, l_i, acc = m_0, l_0, acc_0
         mbarrier.wait(q_ready.index(0), 0)
-        if PINGPONG or OVERLAP:  # FA3's schedules on FA2 (D59); split-Q leaves bar_max free
-            m_i, l_i, acc = _fold_tiles_pipelined(q, k_smem, v_smem, kv_ready, kv_empty, bar_max,
-                                                  x_bad, bar_v, n_tiles, start_m, row0, seqlen_q,
+        if PINGPONG or OVERLAP:  # FA3's schedules on FA2 (D59)
+            m_i, l_i, acc = _fold_tiles_pipelined(q, k_smem, v_smem, kv_ready, kv_empty, x_bad,
+                                                  bar_v, n_tiles, start_m, row0, seqlen_q,
                                                   seqlen_k, causal, qk_scale, PINGPONG, OVERLAP,
                                                   CONSUMER)
         else:
