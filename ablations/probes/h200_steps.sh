@@ -84,7 +84,8 @@ for s in "$@"; do case $s in
              step head-dims-probe 90 python3 ablations/probes/head_dims.py --out "$W/head-dims" --budget-s 75 $C ;;
   hopper) step hopper-splits-tests 60 python3 -m pytest -q -m gpu tests/test_hopper_splits.py -rf
           step hopper-verify 130 python3 -m fa2check.verify --impl hopper --json "$W/verify-hopper.json" $C ;;
-  switches) step switches 110 python3 ablations/probes/hopper_switches.py --out "$W/switches" --head-dims 128 --seqlens 8192 --timeout 50 --budget 100 $C ;;
+  switches) T=switches${SWITCHES_STAGES:+-stages$SWITCHES_STAGES}  # SWITCHES_STAGES: K/V stages
+            step $T 110 python3 ablations/probes/hopper_switches.py --out "$W/$T" --head-dims 128 --seqlens 8192 --timeout 50 --budget 100 ${SWITCHES_STAGES:+--stages $SWITCHES_STAGES} $C ;;
   switches-ablate) step switches-ablate 170 python3 -m fa2check.ablate --kernels hopper --hopper-switches --mode fwd --seqlen 8192 --head-dim 128 --causal both --backends sdpa-flash,sdpa-cudnn --budget-s 150 $C --out "$W/switches-ablate" --no-plots ;;
   fa1) step fa1 150 python3 ablations/probes/fa1_schedule.py --backend hopper --head-dims 128 --seqlens ${FA1_SEQLENS:-1024,2048,8192} ${FA1_BLOCK_NS:+--block-ns $FA1_BLOCK_NS} --out "$W/fa1" $C ;;
   retune) T=${RETUNE_TIMEOUT:-250}; cp kernels/tuned_tiles.json "$W/tuned_tiles.json"
