@@ -35,6 +35,24 @@ def test_stall_probe_summarizes_a_saved_nsight_compute_csv():
     assert rows[1]["top pipe"] == "Tensor 40.6%" and rows[1]["issue busy"] == "57.21 %"
 
 
+def test_stall_probe_reads_the_warp_samples_of_each_sass_instruction():
+    """--sass-samples on the committed source page of the chassis's FA2 and cuDNN (D79's
+    figures): the idle warps' NOPs after the CTA barrier, the wgmma waits, and the consumers'
+    `bar.sync N, 128` at 0.5% (a broken opcode split, or samples summed over the wrong column
+    or the wrong kernel, fails)."""
+    probe = _ablations_script("stall_probe")
+    fa2, cudnn = probe.sass_samples(Path(__file__).resolve().parents[1] / "ablations" / "results"
+                                    / "20261203-h200-ncu-sass-cd33758.csv.gz", top=400)
+    assert fa2["kernel"] == "_hopper_attn_fwd" and cudnn["kernel"].startswith("cudnn_")
+    assert (fa2["samples"], cudnn["samples"]) == (207164, 169680)
+    assert round(fa2["by_op"]["NOP"], 3) == 0.253 and round(fa2["by_op"]["WARPGROUP"], 3) == 0.224
+    assert round(fa2["by_op"]["BRA"], 3) == 0.094  # mostly predicated: @!P0 BRA
+    assert round(cudnn["by_op"]["WARPGROUP"], 3) == 0.259
+    consumer_barriers = sum(f for f, _, sass in fa2["top"] if sass.startswith("BAR.SYNC")
+                            and sass.endswith("0x80"))
+    assert 0.004 < consumer_barriers < 0.006
+
+
 def test_targets_across_runs_tell_a_shared_miss_from_a_single_runs(tmp_path, capsys):
     """ablations/probes/targets.py --across: each cell that missed in some run, with every run's
     ratio. Synthetic runs: FA2 at about 0.97 ms, sdpa-flash 1.1 ms (1.13x, a miss) in both,

@@ -22,6 +22,7 @@ instructions.
 import argparse
 import contextlib
 import csv
+import gzip
 import re
 import sys
 from pathlib import Path
@@ -52,34 +53,41 @@ def summarize(path: Path) -> list[dict]:
     return list(kernels.values())
 
 
-def sass_samples(path: Path, top: int = 12) -> None:
-    """Per kernel in an ncu source page (SASS), the warp samples by opcode and the instructions
-    with the most samples. ncu prints one table a kernel, each under its own header row."""
-    rows = list(csv.reader(line for line in path.read_text().splitlines() if line.startswith('"')))
-    tables, header = [], None
-    for row in rows:
-        if "Source" in row and any("Sampling" in c for c in row):
+def sass_samples(path: Path, top: int = 12) -> list[dict]:
+    """Per kernel of an ncu source page (SASS; .csv or .csv.gz): its warp samples, their
+    fraction by opcode, and the `top` instructions with the most (fraction, address, SASS).
+    ncu prints one table a kernel, each after a "Kernel Name" row and its own header row."""
+    text = gzip.open(path, "rt").read() if path.suffix == ".gz" else path.read_text()
+    kernels, header = [], None
+    for row in csv.reader(line for line in text.splitlines() if line.startswith('"')):
+        if row[:1] == ["Kernel Name"]:
+            kernels.append({"kernel": row[1], "rows": []})
+        elif "Source" in row:
             header = row
-            tables.append([])
-        elif header and len(row) == len(header):
-            tables[-1].append(dict(zip(header, row)))
-    for n, table in enumerate(tables, 1):
-        sample_cols = [c for c in table[0] if "Sampling" in c] if table else []
-        if not sample_cols:
-            continue
-        col = sample_cols[0]  # all samples: issued and not
-        count = lambda r: float(r[col].replace(",", "") or 0)  # noqa: E731
-        total = sum(map(count, table)) or 1.0
+        elif header and kernels and len(row) >= len(header):
+            kernels[-1]["rows"].append(dict(zip(header, row)))
+    for k in kernels:
+        rows = k.pop("rows")
+        col = next(c for c in rows[0] if "Sampling (All Samples)" in c)
+        count = {id(r): float(r[col].replace(",", "") or 0) for r in rows}
+        total = sum(count.values()) or 1.0
         by_op = {}
-        for r in table:
+        for r in rows:
             words = r["Source"].split() or ["?"]
             op = words[words[0].startswith("@") and len(words) > 1].split(".")[0]  # past @P0
-            by_op[op] = by_op.get(op, 0.0) + count(r)
-        print(f"kernel {n}: {int(total)} samples ({col})")
-        print("  " + ", ".join(f"{op} {100 * v / total:.1f}%" for op, v in
-                               sorted(by_op.items(), key=lambda kv: -kv[1])[:12]))
-        for r in sorted(table, key=count, reverse=True)[:top]:
-            print(f"  {100 * count(r) / total:5.1f}%  {r.get('Address', '')}  {r['Source'][:70]}")
+            by_op[op] = by_op.get(op, 0.0) + count[id(r)] / total
+        k.update(samples=int(total), by_op=dict(sorted(by_op.items(), key=lambda kv: -kv[1])),
+                 top=[(count[id(r)] / total, r["Address"], r["Source"].strip())
+                      for r in sorted(rows, key=lambda r: -count[id(r)])[:top]])
+    return kernels
+
+
+def print_sass_samples(kernels: list[dict]) -> None:
+    for k in kernels:
+        print(f"{k['kernel'][:60]}: {k['samples']} warp samples")
+        print("  " + ", ".join(f"{op} {100 * f:.1f}%" for op, f in list(k["by_op"].items())[:12]))
+        for f, address, source in k["top"]:
+            print(f"  {100 * f:5.1f}%  {address}  {source[:70]}")
 
 
 def print_table(rows: list[dict]) -> None:
@@ -117,10 +125,11 @@ def main():
     parser.add_argument("--summarize", type=Path, metavar="CSV",
                         help="print one line per kernel of an ncu --csv --page details file")
     parser.add_argument("--sass-samples", type=Path, metavar="CSV",
-                        help="where the warps wait: an ncu --csv --page source --print-source sass file")
+                        help="where the warps wait: an ncu --csv --page source --print-source sass file "
+                             "(.csv or .csv.gz)")
     args = parser.parse_args()
     if args.sass_samples:
-        sass_samples(args.sass_samples)
+        print_sass_samples(sass_samples(args.sass_samples))
     elif args.summarize:
         print_table(summarize(args.summarize))
     elif args.cases:
