@@ -59,20 +59,24 @@ def config_overrides(fields: str, tile_config) -> dict:
     return overrides
 
 
-def parse_version(spec: str, index: int):
-    """'DIR[:field=value,...]' -> (name, flash_attention with those config fields)."""
+def parse_version(spec: str, index: int, backend: str = "triton", variant: str | None = None):
+    """'DIR[:field=value,...]' -> (name, flash_attention with those config fields, on
+    `backend`, running `variant` (a Variant's name; None: FA2))."""
     directory, _, fields = spec.partition(":")
     module = load(Path(directory), f"kernels_ab_{index}")
     overrides = config_overrides(fields, module.TileConfig)
+    chosen = module.Variant.parse(variant) if variant else module.Variant()
 
     configs = {}  # built once per (head_dim, dtype): no config work inside the timed calls
 
     def attention(q, k, v, causal):
         key = q.shape[-1], q.dtype
         if key not in configs:
-            configs[key] = replace(module.default_config(q.shape[-1], True, None, q.dtype),
-                                   **overrides)
-        return module.flash_attention(q, k, v, causal=causal, config=configs[key])
+            fa2 = chosen.fa2 if variant else None  # None: the launcher's default, as before
+            configs[key] = replace(module.default_config(q.shape[-1], True, fa2, q.dtype,
+                                                         backend), **overrides)
+        return module.flash_attention(q, k, v, causal=causal, config=configs[key],
+                                      variant=chosen, backend=backend)
 
     return f"{directory}:{fields}" if fields else directory, attention
 
@@ -81,6 +85,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("versions", nargs="+", metavar="DIR[:FIELD=VALUE,...]")
     parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--backend", default="triton", help="flash_attention's backend for every "
+                                                            "version (e.g. hopper)")
+    parser.add_argument("--variant", help="the Variant every version runs (default: FA2)")
     parser.add_argument("--causal-only", action="store_true")
     parser.add_argument("--full-only", action="store_true")
     parser.add_argument("--seqlen", type=int, action="append",
@@ -105,7 +112,8 @@ def main():
         parser.error(f"--rounds must be at least 1, got {args.rounds}")
     if len(set(args.versions)) < len(args.versions):
         parser.error("a version is given twice: each DIR[:FIELDS] must differ")
-    versions = dict(parse_version(spec, i) for i, spec in enumerate(args.versions))
+    versions = dict(parse_version(spec, i, args.backend, args.variant)
+                    for i, spec in enumerate(args.versions))
     dtype = getattr(torch, args.dtype)
     rows = []
     cells = [(seqlen, d, causal) for d in args.head_dim or (64, 128) for causal in (True, False)
