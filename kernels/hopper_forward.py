@@ -386,28 +386,6 @@ def _masked_scores(s, j, row0, seqlen_q, seqlen_k, causal: gl.constexpr, BLOCK_N
 
 
 @gluon.jit
-def _column_groups(x):
-    """x [rows, N] as [rows, N / 8, 8]: in the wgmma layout a thread holds two columns of each
-    group of 8, so reducing the group index first runs 4 independent chains of N / 8 - 1
-    dependent operations a thread (2 rows x 2 columns), not 2 of N / 4 - 1 (D80)."""
-    return gl.reshape(x, [x.type.shape[0], x.type.shape[1] // 8, 8])
-
-
-@gluon.jit
-def _row_max(s):
-    """max over each row of S (exact: any order gives the same max)."""
-    row_max = gl.max(gl.max(_column_groups(s), 1), 1)
-    return gl.convert_layout(row_max, gl.SliceLayout(1, s.type.layout))
-
-
-@gluon.jit
-def _row_sum(p):
-    """sum over each row of P, by groups of 8 columns (the order every variant shares)."""
-    row_sum = gl.sum(gl.sum(_column_groups(p), 1), 1)
-    return gl.convert_layout(row_sum, gl.SliceLayout(1, p.type.layout))
-
-
-@gluon.jit
 def _exp_scores(s, m_i, m_tile, qk_scale):
     """The online softmax's step for masked scores S whose row max is m_tile: the new max
     m_new, P = exp2((S - m_new) c) unnormalised in float32, its row sum, and alpha =
@@ -416,7 +394,7 @@ def _exp_scores(s, m_i, m_tile, qk_scale):
     m_new = gl.maximum(m_i, m_tile)
     m_use = gl.where(m_new == float("-inf"), 0.0, m_new)  # a row with nothing visible yet
     p = gl.exp2((s - m_use[:, None]) * qk_scale)
-    l_tile = _row_sum(p)
+    l_tile = gl.sum(p, 1)
     alpha = gl.exp2((m_i - m_use) * qk_scale)
     return m_new, p, l_tile, alpha
 
@@ -454,7 +432,7 @@ def _fold_tile(m_i, l_i, acc, q, k_smem, v_smem, slot, j, t, row0, seqlen_q, seq
     if not SEQ_PARALLEL:
         mbarrier.arrive(q_empty.index(t % 2), count=1)  # Q_i is read again next K/V tile
     s = _masked_scores(s, j, row0, seqlen_q, seqlen_k, causal, BLOCK_N, KEY0)
-    m_tile = _row_max(s)
+    m_tile = gl.max(s, 1)
     if not SPLIT_Q:  # exchange 1: the tile's row max over both halves of its keys
         x_max.index(CONSUMER).store(m_tile)
         _rendezvous(bar_max, t, CONSUMER)
@@ -582,7 +560,7 @@ def _pipelined_section(j, m_i, l_i, acc, p, q, k_smem, v_smem, kv_ready, kv_empt
         acc, s = warpgroup_mma_wait(num_outstanding=0, deps=(acc, s))
         mbarrier.arrive(kv_empty.index(prev), count=1)  # K_{j-1}, V_{j-1}: read by my products
     s = _masked_scores(s, j, row0, seqlen_q, seqlen_k, causal, BLOCK_N, 0)
-    m_new, p_j, l_tile, alpha = _exp_scores(s, m_i, _row_max(s), qk_scale)
+    m_new, p_j, l_tile, alpha = _exp_scores(s, m_i, gl.max(s, 1), qk_scale)
     p_j = gl.convert_layout(p_j.to(k_smem.dtype), p_layout)  # half the registers of float32
     if OVERLAP and not FIRST:  # the softmax above ran under P_{j-1} V_{j-1}
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
