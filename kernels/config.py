@@ -113,14 +113,21 @@ def default_config(head_dim: int, on_gpu: bool, variant=None, dtype=None,
     """The tiles of a call. On a GPU, given the variant, mask and lengths, the table of tuned
     tiles' entries for this GPU (`gpu`, default torch.cuda.get_device_name()), backend,
     variant, block_d(head_dim), mask, dtype and seqlen band (kernels/tuned_tiles.py) replace
-    heuristic_config's fields; keys the table lacks, and the interpreter, keep those."""
+    heuristic_config's fields; keys the table lacks, and the interpreter, keep those. A Hopper
+    switch variant runs its FA2 variant's tiles on a deeper K/V ring where it fits
+    (kernels.hopper_forward.switch_ring, D80)."""
     config = heuristic_config(head_dim, on_gpu, variant, dtype, backend, causal=causal)
-    if not on_gpu or variant is None or None in (causal, seqlen_q, seqlen_k):
-        return config
-    from .tuned_tiles import apply_table
+    if on_gpu and variant is not None and None not in (causal, seqlen_q, seqlen_k):
+        from .tuned_tiles import apply_table
 
-    return apply_table(config, backend, variant, head_dim, causal, dtype, seqlen_q, seqlen_k,
-                       gpu)
+        # a Hopper switch variant reads its FA2 variant's entries (D66)
+        config = apply_table(config, backend, variant.fa2, head_dim, causal, dtype, seqlen_q,
+                             seqlen_k, gpu)
+    if backend == "hopper":
+        from .hopper_forward import switch_ring
+
+        config = switch_ring(config, variant, block_d(head_dim), causal)
+    return config
 
 
 def heuristic_config(head_dim: int, on_gpu: bool, variant=None, dtype=None,

@@ -70,6 +70,8 @@ Domain (an ablation chassis, not a general backend): CUDA sm_90, float16/bfloat1
 or 128, unit stride along head_dim and 16-byte aligned strides; `check_hopper_call` states
 the domain.
 """
+import dataclasses
+
 import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
@@ -1037,6 +1039,19 @@ def unsupported(dtype, head_dim: int, head_dim_v: int | None = None) -> str | No
 
 SHARED_LIMIT = 232448 - 1024  # sm_90's 227 KB a block, less room for barriers and alignment
 STAGES = {True: (2, 3), False: (1, 2, 3)}  # K/V stages by seq_parallel (FA1's schedule: D55)
+
+
+def switch_ring(config, variant, head_dim: int, causal) -> "TileConfig":
+    """config with the K/V ring one stage deeper for a Hopper switch variant, where that fits:
+    the pipelined loop (_fold_tiles_pipelined) holds two slots while it computes, so on FA2's
+    two stages the producer has no tile in flight (D80: d=128 8k full, pingpong 1.057x and
+    overlap 1.032x on three stages, nothing on two). FA2's own loop holds one and keeps two."""
+    if variant is None or not variant.hopper_switches:
+        return config
+    deeper = config.num_stages + 1
+    fits = deeper in STAGES[True] and shared_bytes(
+        head_dim, config.block_n, deeper, True, True, causal=causal is not False) <= SHARED_LIMIT
+    return dataclasses.replace(config, num_stages=deeper) if fits else config
 
 
 def shared_bytes(head_dim: int, block_n: int, stages: int, split_q: bool,

@@ -14,7 +14,8 @@ Each test was shown to fail on a broken copy of the code, then the code restored
   instead of 24 and 22);
 - the refusals: with Settings.__post_init__'s checks removed, both failed (no error);
 - the tiles: with tuning.part_variant returning the variant itself, it failed (the switch
-  variants' own keys);
+  variants' own keys); with switch_ring's room check dropped (d=128 causal on 3 stages) or
+  sweep.Configs not applying it, the deeper-ring test failed;
 - verify's hopper columns: with implementations.lattice ignoring `impl`, it failed (8
   columns);
 - the fuzzer's space: with Space.for_device not taking `impl`'s lattice, it failed (no switch
@@ -132,6 +133,27 @@ def test_switch_variants_run_their_fa2_variants_tiles():
         assert key_of("fwd", "hopper" + str(v), cell) == fa2
         assert key_of("bwd", "hopper" + str(v), cell) == key_of("bwd", "hopper" + str(Variant()),
                                                                  cell)
+
+
+def test_switch_variants_run_fa2s_tiles_on_a_deeper_ring_where_it_fits():
+    """D80: the ablation and the API give a switch variant FA2's tiles with one K/V stage more
+    (2 -> 3) where the ring fits in shared memory: d=128 full and d=64 both masks; d=128
+    causal (V's sanitising buffers) stays on 2. FA2's own tiles do not change."""
+    from dataclasses import replace
+
+    from fa2check.ablate.sweep import Configs
+    from kernels import default_config
+
+    configs = Configs({}, on_gpu=True, gpu="NVIDIA H200")
+    for d, causal, stages in ((128, False, 3), (128, True, 2), (64, False, 3), (64, True, 3)):
+        cell = Cell(1, 16, 16, 8192, d, "bfloat16", causal)
+        fa2 = configs.config("hopper" + str(Variant()), cell)
+        assert fa2.num_stages == 2
+        for v in Variant.hopper()[1:]:
+            ablated = configs.config("hopper" + str(v), cell)
+            api = default_config(d, True, v, "bfloat16", "hopper", causal=causal, seqlen_q=8192,
+                                 seqlen_k=8192, gpu="NVIDIA H200")
+            assert ablated == api == replace(fa2, num_stages=stages), (str(v), d, causal)
 
 
 def test_verify_hopper_columns_are_both_lattices():

@@ -182,7 +182,8 @@ class Configs:
         """The config of one of our kernels (a kernel_name, or a Variant for Triton's) in a
         cell."""
         from kernels import default_config
-        from kernels.config import tma_fits
+        from kernels.config import block_d, tma_fits
+        from kernels.hopper_forward import switch_ring
         from kernels.tuned_tiles import part_fields
 
         kernel_backend, variant = parse_kernel_name(str(name))
@@ -200,6 +201,8 @@ class Configs:
             keep = {f: getattr(base, f) for part, record in (("fwd", fwd), ("bwd", bwd))
                     if record is None for f in part_fields(part)}
             config = dataclasses.replace(tuned, **keep).for_variant(variant, self.on_gpu)
+        if kernel_backend == "hopper":  # a switch variant: FA2's tiles, a deeper ring (D80)
+            config = switch_ring(config, variant, block_d(width), cell.causal)
         # as flash_attention: TMA only where descriptors fit K's and V's rows (D62)
         return dataclasses.replace(config, tma=config.tma and tma_fits(cell.head_dim, cell.dv,
                                                                        dtype=cell.dtype))
