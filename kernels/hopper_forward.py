@@ -591,7 +591,8 @@ def _fold_tiles_pipelined(q, k_smem, v_smem, kv_ready, kv_empty, x_bad, bar_v, n
       done before the softmax (FA2's order of operations).
     A slot of the K/V ring is released once my P V that reads it is done: tile j - 1's in
     section j (its K was read in section j - 1), so a consumer holds two slots in section j
-    and 2 stages leave the producer no tile ahead there. V's sanitising (causal, D53) happens
+    and 2 stages leave the producer no tile ahead there (switch_ring gives these variants a
+    third where it fits, D80). V's sanitising (causal, D53) happens
     at the start of section j, before either consumer's P_j V_j (in section j + 1) reads V_j,
     and its NaN goes into acc right after, before P_{j-1} V_{j-1} and P_j V_j are added (NaN
     is sticky: the same output as FA2's loop, which puts it back after P_j V_j; at that
