@@ -14,7 +14,8 @@ import pytest
 
 from compile_cli import ROOT, run_cli
 from fa2check.inspect.compile_gate import (SPECS, _forward_specialization, make_case,
-                                           partition_registers, ptxas_usage)
+                                           partition_registers, ptxas_usage, sync_counts,
+                                           sync_label)
 from kernels import TILE_HEAD_DIMS, Variant
 from kernels.forward import _attn_fwd
 from kernels.hopper_forward import shared_bytes
@@ -176,6 +177,30 @@ def test_ptxas_log_parsing():
             "serialized due to non wgmma instructions defining accumulator registers of a wgmma "
             "between start and end of the pipeline stage in the function '_attn_fwd'\n")
     assert ptxas_usage(note + log)["wgmma_serialized"]
+
+
+def test_sync_counts_read_waits_mbarriers_and_turns_from_ptx():
+    """The gate's sync column (issue 36: each switch visible in the compiled code): wgmma waits
+    by depth, mbarrier waits and arrives (an expect_tx is the producer's, not an arrive), named
+    barriers by id and thread count; turns are those of 256 threads."""
+    ptx = """
+        wgmma.wait_group.sync.aligned 0;
+        wgmma.wait_group.sync.aligned 1;
+        wgmma.wait_group.sync.aligned 0;
+        mbarrier.try_wait.parity.shared.b64 complete, [%r1], %r2;
+        @%p1 mbarrier.arrive.shared::cta.b64 _, [%r3];
+        @%p2 mbarrier.arrive.expect_tx.shared.b64 _, [%r4], 32768;
+        bar.sync 	0, 128;
+        barrier.sync 	1;
+        bar.sync 8, 256; mov.u32 %r5, %r6;
+        bar.arrive 9, 256; mov.u32 %r7, %r8;
+        bar.arrive 9, 256; mov.u32 %r9, %r10;
+    """
+    counts = sync_counts(ptx)
+    assert counts == dict(wgmma_waits={0: 2, 1: 1}, mbarrier_waits=1, mbarrier_arrives=1,
+                          named={("bar.sync", 0, 128): 1, ("barrier.sync", 1, None): 1,
+                                 ("bar.sync", 8, 256): 1, ("bar.arrive", 9, 256): 2})
+    assert sync_label(counts) == "wait0 2 wait1 1, mbar 1/1, turns 3"
 
 
 def test_float32_d128_split_k_fits_when_seqlen_k_is_one(tmp_path):

@@ -5,7 +5,6 @@ CPU: their names and lattice, the refusals, and the sm_90 compile of every combi
 PTX shows each switch: OVERLAP's wait for S_j that leaves P V in flight, PINGPONG's turns).
 GPU (marker gpu): every combination against the float64 oracle, and bit for bit against FA2's
 chassis (the same operations in the same order, only issued differently)."""
-import collections
 import json
 import os
 import re
@@ -59,19 +58,18 @@ def test_other_backends_refuse_the_hopper_switches(backend, device):
 
 
 PROBE = """
-import json, re
-from fa2check.inspect.compile_gate import ptxas_usage, rerun_ptxas
+import json
+from fa2check.inspect.compile_gate import ptxas_usage, rerun_ptxas, sync_counts
 from kernels import Variant
 from kernels.hopper_forward import compile_for_sm90
 out = {}
 for v in Variant.hopper():
     ptx = compile_for_sm90(v, head_dim=128, block_n=128, stages=2, causal=True).asm["ptx"]
+    sync = sync_counts(ptx)
     out[str(v)] = dict(ptxas_usage(rerun_ptxas(ptx)), wgmma=ptx.count("wgmma.mma_async"),
-                       wait_1=len(re.findall(r"wgmma\\.wait_group\\.sync\\.aligned\\s+1;", ptx)),
-                       arrives=ptx.count("mbarrier.arrive"),
-                       waits=ptx.count("mbarrier.try_wait"),
-                       named=re.findall(r"\\b(bar\\.sync|bar\\.arrive|barrier\\.sync)\\s+(\\d+)(?:,\\s*(\\d+))?",
-                                        ptx))
+                       wait_1=sync["wgmma_waits"].get(1, 0), waits=sync["mbarrier_waits"],
+                       arrives=sync["mbarrier_arrives"],
+                       named=[[*key, n] for key, n in sync["named"].items()])
 print(json.dumps(out))
 """
 
@@ -95,8 +93,8 @@ def test_every_hopper_combination_compiles_for_sm90_and_shows_its_switches():
         assert not usage["wgmma_serialized"], (name, usage)
         v = Variant.parse(name)
         assert (usage["wait_1"] > 0) == v.overlap, (name, usage)
-        turns = collections.Counter((op, int(i)) for op, i, n in usage["named"] if n == "256")
-        others = [int(i) for op, i, n in usage["named"] if n != "256"]
+        turns = {(op, i): n for op, i, threads, n in usage["named"] if threads == 256}
+        others = [i for op, i, threads, n in usage["named"] if threads != 256]
         assert max(others) < 8, (name, others)
         expected = {("bar.sync", 8): 3, ("bar.sync", 9): 3, ("bar.arrive", 9): 3,
                     ("bar.arrive", 8): 3} if v.pingpong else {}

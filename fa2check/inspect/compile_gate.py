@@ -11,7 +11,9 @@ rerunning Triton's bundled ptxas on the PTX after a Triton cache hit. Shared mem
 `metadata.shared`; wgmma is a search of the PTX. CTAs per SM is an occupancy bound from those
 facts and sm_90's limits (`ctas_per_sm`). Warp-specialized kernels (the Hopper chassis,
 `hopper_attn_fwd` and `hopper_attn_bwd`) also show each partition's registers after
-setmaxnreg. A case fails if it does not compile or needs more shared memory than an sm_90
+setmaxnreg, and every warpgroup-MMA kernel its synchronisation sites (`sync`: wgmma waits by
+depth, mbarrier waits and arrives, the named-barrier turns of the Hopper switches;
+`--variant=+defer+seqpar+splitq+pingpong+overlap` shows them). A case fails if it does not compile or needs more shared memory than an sm_90
 block may have.
 
 New kernels join the gate by adding a `KernelSpec` to `SPECS` (e.g. a backward kernel).
@@ -32,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from multiprocessing import get_context
@@ -340,6 +343,8 @@ class CompileReport:
     # the default partition first, then the workers' (`partition_registers`)
     partition_registers: tuple[int, ...] = ()
     launch_warps: int | None = None  # every warp of the launch (PTX .reqntid / 32)
+    # warpgroup-MMA kernels: how the compiled code synchronises (`sync_counts`, `sync_label`)
+    sync: str = ""
 
     @property
     def ok(self) -> bool:
@@ -486,6 +491,8 @@ def compile_kernel_for_sm90(spec_name: str, variant: Variant, dtype: str, head_d
         setattr(report, key, value)
     report.launch_warps = launch_warps(compiled.asm["ptx"], report.num_warps)
     report.ctas_per_sm = ctas_per_sm(report.registers, report.launch_warps, report.shared_bytes)
+    if report.wgmma:
+        report.sync = sync_label(sync_counts(compiled.asm["ptx"]))
     if "setmaxnreg" in compiled.asm["ptx"]:
         report.partition_registers = partition_registers(compiled.asm["ptx"],
                                                          compiled.asm["ttgir"])
@@ -493,6 +500,32 @@ def compile_kernel_for_sm90(spec_name: str, variant: Variant, dtype: str, head_d
         report.error = (f"needs {report.shared_bytes} bytes of shared memory; "
                         f"an sm_90 block may have {SM90_MAX_SHARED}")
     return report, compiled
+
+
+WGMMA_WAIT = re.compile(r"wgmma\.wait_group\.sync\.aligned\s+(\d+);")
+NAMED_BARRIER = re.compile(r"\b(bar\.sync|bar\.arrive|barrier\.sync)\s+(\d+)(?:,\s*(\d+))?")
+
+
+def sync_counts(ptx: str) -> dict:
+    """The PTX's synchronisation sites (static counts, not executions): wgmma waits by the
+    number of groups left in flight, mbarrier waits and arrives, and named barriers by
+    (instruction, id, threads; threads None: the whole CTA)."""
+    return dict(
+        wgmma_waits=dict(sorted(Counter(int(n) for n in WGMMA_WAIT.findall(ptx)).items())),
+        mbarrier_waits=ptx.count("mbarrier.try_wait"),
+        mbarrier_arrives=len(re.findall(r"mbarrier\.arrive(?!\.expect_tx)", ptx)),
+        named=dict(Counter((op, int(i), int(n) if n else None)
+                           for op, i, n in NAMED_BARRIER.findall(ptx))))
+
+
+def sync_label(counts: dict) -> str:
+    """'wait0 8 wait1 2, mbar 7/9, turns 12': wgmma waits by depth (OVERLAP's wait_group 1
+    keeps a product in flight), mbarrier waits / arrives, and the named barriers of 256
+    threads (PINGPONG's turns between the two consumer warpgroups)."""
+    waits = " ".join(f"wait{d} {n}" for d, n in counts["wgmma_waits"].items())
+    turns = sum(n for (_, _, threads), n in counts["named"].items() if threads == 256)
+    return (f"{waits}, mbar {counts['mbarrier_waits']}/{counts['mbarrier_arrives']}"
+            + (f", turns {turns}" if turns else ""))
 
 
 def _blank_report(spec_name: str, case: Case) -> CompileReport:
@@ -585,8 +618,7 @@ def _table(reports):
     table = Table(title="sm_90 compile gate")
     for column in ("kernel", "variant", "dtype", "D", "causal", "BM", "BN", "warps", "stages",
                    "slices", "choices", "dQ", "regs", "spill st/ld", "smem", "CTAs/SM", "wgmma",
-                   "s",
-                   "status"):
+                   "sync", "s", "status"):
         table.add_column(column, justify="left" if column in ("kernel", "variant", "dtype",
                                                                "status") else "right")
     for r in reports:
@@ -597,7 +629,7 @@ def _table(reports):
                       "y" if r.causal else "n",
                       str(r.block_m), str(r.block_n), str(r.num_warps), str(r.num_stages),
                       str(r.key_slices), r.choices, _dq(r), _registers(r),
-                      spills, _s(r.shared_bytes), _ctas(r), _wgmma(r), _s(r.compile_s),
+                      spills, _s(r.shared_bytes), _ctas(r), _wgmma(r), r.sync, _s(r.compile_s),
                       status)
     return table
 
