@@ -15,7 +15,8 @@
 #   head-dims      the GPU tests of odd head dims and v's own head dim (HEAD_DIMS_TESTS: a -k
 #                  filter), then the head-dims probe
 #   hopper         the chassis's num_splits GPU tests and fa2check.verify --impl hopper
-#   switches       ablations/probes/hopper_switches.py at d=128 8k (oracle checks, then times)
+#   switches       ablations/probes/hopper_switches.py at d=128 8k (oracle checks, then times;
+#                  SWITCHES_STAGES=3: every combination timed on a 3-stage K/V ring)
 #   switches-ablate  fa2check.ablate --kernels hopper --hopper-switches at d=128 8k, full and
 #                  causal, forward (D66): the 8 FA2 variants, FA2 + pingpong / overlap / both,
 #                  sdpa flash and cuDNN; the switches' Shapley table beside FA3's (budget 150 s)
