@@ -767,8 +767,7 @@ def _bulk_stores_complete():
     """Wait until this thread's TMA stores are complete in global memory: PTX's
     `cp.async.bulk.wait_group 0`. (tma.store_wait emits the `.read` form, which only waits until
     the stores have read shared memory; the producer's load of the state needs the writes.)"""
-    gl.inline_asm_elementwise("cp.async.bulk.wait_group 0; mov.u32 $0, $1;", "=r,r",
-                              [gl.to_tensor(0)], dtype=gl.int32, is_pure=False, pack=1)
+    _asm("cp.async.bulk.wait_group 0; mov.u32 $0, $1;")
 
 
 @gluon.jit
