@@ -7,8 +7,9 @@ costs that combination, not the run): it first checks the chassis against the fl
 by the pass rule on three small shapes (full; causal GQA with queries < keys; causal with rows
 that see no key; lengths not a multiple of the tile), then times the cells: d = 64 and 128,
 bf16, full and causal, 2k and 8k (batch * seqlen = 16k, heads * d = 2048: the paper's grid),
-every combination on FA2's tiles for the cell (`default_config`). sdpa flash and cudnn are
-timed in a subprocess too, with the matmul rate. The table (TFLOP/s, all-on / cudnn, the two
+every combination on its own default tiles for the cell (`default_config`: FA2's, a switch's
+on a K/V ring one stage deeper where it fits, D80; `--stages N` puts every one on N). sdpa
+flash and cudnn are timed in a subprocess too, with the matmul rate. The table (TFLOP/s, all-on / cudnn, the two
 switches' Shapley factors in log time) is printed last; JSON with provenance goes to --out.
 
     python3 ablations/probes/hopper_switches.py --out /tmp/hopper_switches   # ~4 min, H200
@@ -55,7 +56,7 @@ def cell_key(cell) -> str:
 
 def worker(name: str, grid: list, stages: int | None = None) -> dict:
     """In the subprocess: `name` is a variant (its oracle checks, then its times) or 'sdpa';
-    stages: the K/V ring's depth for every cell (None: FA2's tile's)."""
+    stages: the K/V ring's depth for every cell (None: each variant's default's)."""
     import torch
 
     from fa2check.ablate.timing import tflops
@@ -88,7 +89,7 @@ def worker(name: str, grid: list, stages: int | None = None) -> dict:
               flush=True)
     for cell in grid:
         q, k, v = cell_inputs(cell)
-        config = default_config(cell.head_dim, True, Variant(), "bfloat16", "hopper",
+        config = default_config(cell.head_dim, True, variant, "bfloat16", "hopper",
                                 causal=cell.causal, seqlen_q=cell.seqlen, seqlen_k=cell.seqlen)
         config = replace(config, num_stages=stages or config.num_stages)
         try:
@@ -168,7 +169,7 @@ def main(argv=None) -> int:
     p.add_argument("--head-dims", default=",".join(map(str, HEAD_DIMS)))
     p.add_argument("--seqlens", default=",".join(map(str, SEQLENS)))
     p.add_argument("--stages", type=int, help="K/V stages for every combination and cell "
-                                              "(default: FA2's tile's, 2 at d=64 and 128)")
+                                              "(default: each one's default_config's)")
     p.add_argument("--commit", help="the git commit to record")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
