@@ -69,16 +69,16 @@ def sass_samples(path: Path, top: int = 12) -> list[dict]:
     for k in kernels:
         rows = k.pop("rows")
         col = next(c for c in rows[0] if "Sampling (All Samples)" in c)
-        count = {id(r): float(r[col].replace(",", "") or 0) for r in rows}
-        total = sum(count.values()) or 1.0
+        counted = sorted(((float(r[col].replace(",", "") or 0), r) for r in rows),
+                         key=lambda cr: -cr[0])
+        total = sum(n for n, _ in counted) or 1.0
         by_op = {}
-        for r in rows:
+        for n, r in counted:
             words = r["Source"].split() or ["?"]
             op = words[words[0].startswith("@") and len(words) > 1].split(".")[0]  # past @P0
-            by_op[op] = by_op.get(op, 0.0) + count[id(r)] / total
+            by_op[op] = by_op.get(op, 0.0) + n / total
         k.update(samples=int(total), by_op=dict(sorted(by_op.items(), key=lambda kv: -kv[1])),
-                 top=[(count[id(r)] / total, r["Address"], r["Source"].strip())
-                      for r in sorted(rows, key=lambda r: -count[id(r)])[:top]])
+                 top=[(n / total, r["Address"], r["Source"].strip()) for n, r in counted[:top]])
     return kernels
 
 
