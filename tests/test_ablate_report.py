@@ -199,7 +199,7 @@ def test_the_fwdbwd_by_seqlen_table_shows_both_ends_percent_of_matmul_and_the_a1
     from fa2check.core.environment import ROOT
 
     run = os.path.join(ROOT, "ablations", "results",
-                       "20261203-074636-nvidia-h200-paper-fwd-fwdbwd.json")
+                       "20261203-142817-nvidia-h200-paper-fwd-fwdbwd.json")
     md = tmp_path / "tables.md"
     assert ablate.main(["--from", run, "--markdown", str(md), "--bootstrap", "200",
                         "--out", str(tmp_path)]) == 0

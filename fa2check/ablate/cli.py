@@ -18,7 +18,8 @@ table of tuned tiles, kernels/tuned_tiles.json, for this GPU, else the heuristic
 which, per key. Kernels: our 8 variants' forward runs on the Hopper chassis on sm_90
 (--kernels hopper; its backward on the same chassis, kernels/hopper_backward.py, where that
 takes the call), on the Triton kernels elsewhere. --hopper-switches (with --kernels hopper)
-also times the Hopper lattice's switch variants in the forward, on FA2's tiles, and adds a
+also times the Hopper lattice's switch variants in the forward, on FA2's tiles (one K/V stage
+more where it fits, D80), and adds a
 second contributions table over the two switches (pingpong, overlap) beside FlashAttention-3's
 H100 ablation (docs/decisions.md D66).
 --budget-s bounds the whole command, compiling and tuning included.
@@ -87,7 +88,7 @@ def parse_args(argv):
                         "(kernels/forward.py); auto: hopper on sm_90 where every cell fits it")
     t.add_argument("--hopper-switches", action="store_true",
                    help="with --kernels hopper: also time FA2 + pingpong, + overlap and + both "
-                        "(FlashAttention-3's schedules on the chassis, FA2's tiles) in the "
+                        "(FlashAttention-3's schedules on the chassis, FA2's tiles, one K/V stage more where it fits) in the "
                         "forward, with their own contributions table (Shapley over the two "
                         "switches, beside FA3's H100 ablation). The switches exist in the "
                         "forward only: bwd and fwd+bwd do not time them (the run says so), and "
