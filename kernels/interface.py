@@ -44,8 +44,9 @@ def call_config(q, k, v, causal, variant=Variant(), backend="triton") -> TileCon
     return config
 
 
-def flash_attention(q, k, v, *, causal=False, softmax_scale=None, variant=Variant(),
-                    return_lse=False, config: TileConfig | None = None, backend="triton"):
+def flash_attention(q, k, v, *, causal=False, softmax_scale=None, variant: Variant | None = None,
+                    return_lse=False, config: TileConfig | None = None,
+                    backend: str | None = None):
     """softmax(q k^T * softmax_scale [+ causal mask]) v, differentiable in q, k and v.
 
     q and k (batch, heads_q or heads_kv, seqlen_q or seqlen_k, head_dim), v (batch, heads_kv,
@@ -56,6 +57,10 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, variant=Varian
     that sees no key gets output 0 and lse -inf.
     Returns o (batch, heads_q, seqlen_q, head_dim_v) in q's dtype, and with return_lse=True also lse: float32 (batch, heads_q,
     seqlen_q), natural log. `config` overrides the tile sizes (see kernels.config).
+    A call that names no backend, variant or config runs the fastest correct kernel measured
+    on this GPU for its key (kernels.fastest: the committed table kernels/fastest.json; Triton's
+    FA2 where the table has no faster one). Otherwise variant defaults to FA2 (`Variant()`) and
+    backend to "triton" ("hopper" for a variant with Hopper-era switches).
     backend "gluon" computes the forward with the Gluon kernel, whose warp layouts are stated
     (kernels.gluon_forward; CUDA only, float16/bfloat16); the backward is the Triton one.
     backend "hopper" computes it on Hopper's wgmma/TMA/warp-specialised chassis, where split-K
@@ -65,7 +70,14 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, variant=Varian
     variant's FA2 flags) where it can (`kernels.hopper_backward.unsupported`), else the Triton
     one.
     """
-    _check_inputs(q, k, v, causal, softmax_scale, variant)
+    _check_inputs(q, k, v, causal, softmax_scale, Variant() if variant is None else variant)
+    needs_grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+    if backend is None and variant is None and config is None:
+        backend, variant = _fastest(q, k, v, causal, needs_grad)
+    else:
+        variant = Variant() if variant is None else variant
+        if backend is None:
+            backend = "hopper" if variant.hopper_switches else "triton"
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     if variant.hopper_switches and backend != "hopper":
@@ -87,11 +99,20 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, variant=Varian
     if config.tma:
         _check_tma(k, v, backend)
     args = (q, k, v, bool(causal), float(softmax_scale), variant, config, backend, return_lse)
-    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+    if needs_grad:
         o, lse = _FlashAttention.apply(*args)
     else:  # no autograd node: less host time a call, which short calls feel
         o, lse = _forward(*args)[:2]
     return (o, lse) if return_lse else o
+
+
+def _fastest(q, k, v, causal, needs_grad) -> tuple[str, Variant]:
+    """The (backend, variant) a call that names none runs (kernels.fastest)."""
+    if not q.is_cuda or interpreting():
+        return "triton", Variant()
+    from .fastest import for_call
+
+    return for_call(q, k, v, causal, needs_grad, _gpu_name(q.device.index))
 
 
 @functools.lru_cache(maxsize=None)

@@ -191,17 +191,13 @@ def test_configs_drop_a_tuned_tiles_tma_where_rows_are_not_16_byte_units():
 
 
 def test_the_api_peers_kernels_are_precompiled_with_the_grid():
-    """The API peer runs flash_attention's defaults (Triton FA2); on the Hopper chassis no
-    variant of the grid is that kernel, and left to the gate its compiles took most of the
-    gate's time on the H200 (0.7-1.8 s a cell)."""
-    import inspect
-
+    """The API peer runs flash_attention's defaults (Triton FA2 on a GPU the table of fastest
+    kernels does not name); on the Hopper chassis no variant of the grid is that kernel, and
+    left to the gate its compiles took most of the gate's time on the H200 (0.7-1.8 s a cell)."""
     from fa2check.ablate import sweep
-    from fa2check.ablate.contenders import API, API_KERNEL, kernel_name
-    from kernels import flash_attention
+    from fa2check.ablate.contenders import API, kernel_name
 
-    assert inspect.signature(flash_attention).parameters["backend"].default == "triton"
-    assert API_KERNEL == kernel_name(Variant(), "triton")
+    API_KERNEL = kernel_name(Variant(), "triton")  # no table entry for FAKE: Triton's FA2
     cell = Cell(4, 16, 16, 4096, 128, "bfloat16", True)
     configs = sweep.Configs({}, on_gpu=True, gpu=FAKE)
 

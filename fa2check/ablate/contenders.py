@@ -27,12 +27,22 @@ API = "api"  # `flash_attention(q, k, v, causal=...)` with nothing else: what a 
 FLEX = "flex"  # torch's flex_attention, compiled once per shape, dtype and mask (fa2check.core.flex)
 PEERS = (*BACKENDS, API, FLEX)  # what may be timed beside our variants (--backends)
 DEFAULT_PEERS = (*BACKENDS, API)  # --backends' default: flex compiles a graph per cell (D63)
-API_KERNEL = "+defer+seqpar+splitq"  # the kernel API runs: flash_attention's defaults (Triton FA2)
 
 
 def kernel_name(variant, kernel_backend: str = "triton") -> str:
     """The name of one of our kernels: str(variant), prefixed with the backend unless Triton."""
     return (kernel_backend if kernel_backend in PREFIXED else "") + str(variant)
+
+
+def api_kernel(cell, mode: str, gpu: str) -> str:
+    """The kernel_name of what API runs in a cell and mode: the choice of the table of fastest
+    kernels for this GPU (kernels.fastest; "" without a GPU: Triton's FA2). The forward's call
+    needs no gradient; bwd's and fwd+bwd's do (their leaves require grad)."""
+    from kernels.fastest import choose_for
+
+    backend, variant = choose_for(gpu, mode != "fwd", cell.head_dim, cell.dv, cell.causal,
+                                  cell.dtype, cell.seqlen)
+    return kernel_name(variant, backend)
 
 
 def kernel_backend_of(name: str) -> str:

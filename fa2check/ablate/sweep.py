@@ -39,8 +39,8 @@ from . import plan, tile_table, tuning
 from .budget import Budget
 from .cellcheck import CellOracle, gate
 from .clocks import ClockLog, inside
-from .contenders import (API, API_KERNEL, DEFAULT_PEERS, GLUON, HOPPER, PEERS, Contender, backend,
-                         kernel_name, make_inputs, ours, parse_kernel_name, timed_call)
+from .contenders import (API, DEFAULT_PEERS, GLUON, HOPPER, PEERS, Contender, api_kernel,
+                         backend, kernel_name, make_inputs, ours, parse_kernel_name, timed_call)
 from .timing import bench, gpu_state, matmul_samples
 
 SCHEMA = "fa2check.ablate/1"
@@ -256,13 +256,13 @@ def forward_of_backward_jobs(candidates) -> list[dict]:
 
 
 def final_jobs(cells, modes, configs: Configs, settings: Settings) -> list[dict]:
-    """The kernels the grid runs, with the API peer's (Triton FA2 on its default tiles, which
-    the Hopper chassis's runs do not time otherwise: left to the gate, its compiles took 0.7-1.8
-    s a cell, most of the gate's time)."""
+    """The kernels the grid runs, with the API peer's (contenders.api_kernel on its default
+    tiles, which a run may not time otherwise: left to the gate, its compiles took 0.7-1.8 s a
+    cell, most of the gate's time)."""
     jobs = []
-    api = [API_KERNEL] if API in settings.backends else []
     for cell in cells:
         for mode in modes:
+            api = [api_kernel(cell, mode, configs.gpu)] if API in settings.backends else []
             for name in dict.fromkeys(kernels_for(mode, cell, settings) + api):
                 config = configs.config(name, cell)
                 for part in ("fwd",) + (("bwd",) if "bwd" in PARTS[mode] else ()):
@@ -613,6 +613,8 @@ def gate_cell(cell, modes, configs: Configs, settings: Settings, device: str, lo
                         for v in variants_for("fwd")})
     entry = {"cell": cell.as_dict(), "gate": {}, "skipped": dict(skipped), "modes": {},
              "configs": {c.name: dataclasses.asdict(c.config) for c in contenders if c.ours}}
+    if API in names:  # what flash_attention(q, k, v) ran here (kernels.fastest's choice)
+        entry["api_kernel"] = {m: api_kernel(cell, m, configs.gpu) for m in modes}
     try:
         oracle = CellOracle(cell, inputs, backward)
     except Exception as e:  # noqa: BLE001
