@@ -88,9 +88,10 @@ def parse_args(argv):
                         "(kernels/forward.py); auto: hopper on sm_90 where every cell fits it")
     t.add_argument("--hopper-switches", action="store_true",
                    help="with --kernels hopper: also time FA2 + pingpong, + overlap and + both "
-                        "(FlashAttention-3's schedules on the chassis, FA2's tiles, one K/V stage more where it fits) in the "
-                        "forward, with their own contributions table (Shapley over the two "
-                        "switches, beside FA3's H100 ablation). The switches exist in the "
+                        "(FlashAttention-3's schedules on the chassis, FA2's tiles, one K/V "
+                        "stage more where it fits) in the forward, with their own "
+                        "contributions table (Shapley over the two switches, beside FA3's "
+                        "H100 ablation). The switches exist in the "
                         "forward only: bwd and fwd+bwd do not time them (the run says so), and "
                         "a run without --mode fwd is refused")
     t.add_argument("--retune", action="store_true",

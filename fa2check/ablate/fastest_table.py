@@ -4,10 +4,11 @@ ablation runs that timed Triton's FA2 beside the Hopper chassis's FA2 and its sw
     python -m fa2check.ablate.fastest_table --fwd RUN.json --fwd+bwd RUN.json --out kernels/fastest.json
 
 Every cell of a run given for a part gives one entry: its fwd mode for part "fwd" (calls that
-need no gradient), its fwd+bwd mode for part "fwd+bwd" (calls that do). Triton's FA2 is the reference: the `api` peer in runs made
-before the API chose by this table (its results then name no api_kernel), or the row of the
-Triton kernel "+defer+seqpar+splitq". The candidates are our FA2 kernels with any switches,
-on any backend, that passed the cell's gate and were timed there.
+need no gradient), its fwd+bwd mode for part "fwd+bwd" (calls that do). Triton's FA2 is the
+reference: the row of the Triton kernel "+defer+seqpar+splitq", or the `api` peer where it ran
+that kernel (runs made before the API chose by this table record no api_kernel: it did). The
+candidates are our kernels with FA2's three flags and any switches, on any backend, that passed
+the cell's gate and were timed there.
 """
 from __future__ import annotations
 
@@ -65,6 +66,8 @@ def cell_choice(entry: dict, mode: str) -> dict | None:
 
 def build(runs: list[tuple[str, str]]) -> dict:
     """The table from (part, results file) pairs."""
+    from kernels.fastest import SCHEMA
+
     entries, sources = {}, []
     for part, path in runs:
         results = load(path)
@@ -83,8 +86,6 @@ def build(runs: list[tuple[str, str]]) -> dict:
                 entries[key] = {"gpu": gpu, "part": part, **choice,
                                 "source": os.path.basename(path)}
     order = sorted(entries)
-    from kernels.fastest import SCHEMA
-
     return {"schema": SCHEMA, "rule": RULE, "sources": sources,
             "entries": [entries[k] for k in order]}
 

@@ -138,8 +138,9 @@ def switches_line(settings: dict) -> str | None:
         return None
     others = [m for m in settings["modes"] if m != "fwd"]
     return ("--hopper-switches: FA2 + pingpong, + overlap and + both timed in fwd, on FA2's "
-            "tiles with one K/V stage more where it fits (D80)" + (f"; not in {', '.join(others)} (the switches exist in the forward only: "
-                       "a switch variant's backward is FA2's)" if others else "") + ".")
+            "tiles with one K/V stage more where it fits (D80)"
+            + (f"; not in {', '.join(others)} (the switches exist in the forward only: "
+               "a switch variant's backward is FA2's)" if others else "") + ".")
 
 
 # ----------------------------------------------------------------------------- tables
