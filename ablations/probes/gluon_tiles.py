@@ -28,8 +28,8 @@ for d in (64, 128):
             heads, batch = 2048 // d, 16384 // seqlen
             q, k, v = (torch.randn(batch, heads, seqlen, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
             flops = 4 * batch * heads * seqlen * seqlen * d / (2 if causal else 1)
-            ref = flash_attention(q, k, v, causal=causal)
-            ms = t(lambda: flash_attention(q, k, v, causal=causal))
+            ref = flash_attention(q, k, v, causal=causal, variant=Variant())
+            ms = t(lambda: flash_attention(q, k, v, causal=causal, variant=Variant()))
             out.append(dict(d=d, seqlen=seqlen, causal=causal, impl="triton FA2", cfg="default", ms=ms, tflops=flops / ms / 1e9))
             for variant in Variant.all():
                 base = default_config(d, True, variant, torch.bfloat16, backend="gluon")
