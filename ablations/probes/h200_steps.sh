@@ -7,8 +7,12 @@
 # Steps:
 #   quick-cold / quick-warm  python -m fa2check.ablate --grid quick (cold, then warm Triton cache)
 #   api            the API against the table's FA2 row: --seqlen 8192 --head-dim 128, Triton kernels
-#   api-ab         ablations/probes/api_vs_table.py: the API and the table's FA2 row in
-#                  alternating rounds (8k d=128 bf16, full and causal; 8 rounds)
+#   api-ab         ablations/probes/api_vs_table.py: the API and the row of the kernel it runs
+#                  in alternating rounds (8k d=128 bf16, full and causal; 8 rounds)
+#   fastest        the Hopper switches over the paper grid's forward beside Triton's FA2 (the
+#                  api peer, with FA2CHECK_FASTEST empty), then a new table of fastest kernels
+#                  from it and the committed paper run's fwd+bwd cells ($OUT: fastest.json,
+#                  to copy to kernels/ with the run's JSON to ablations/results/; D82)
 #   paper          the paper grid, forward and forward + backward, 3 sweeps
 #   verify-full    make verify's full tier (ours and, on sm_90, the Hopper chassis); verify-warm
 #                  the same again (after verify-full: Triton's cache warm)
@@ -78,6 +82,9 @@ for s in "$@"; do case $s in
   quick-cold|quick-warm) step $s 170 python3 -m fa2check.ablate --grid quick --budget-s 150 $C --out "$W/$s" --no-plots ;;
   api) step api 100 python3 -m fa2check.ablate --seqlen 8192 --head-dim 128 --mode fwd --kernels triton --backends sdpa-flash,api --rep-ms 100 --budget-s 85 $C --out "$W/api" --no-plots ;;
   api-ab) step api-ab 120 python3 ablations/probes/api_vs_table.py --out "$W/api-ab" --rounds 8 $C ;;
+  fastest) FA2CHECK_FASTEST= step fastest-run 300 python3 -m fa2check.ablate --grid paper --mode fwd --kernels hopper --hopper-switches --backends sdpa-flash,sdpa-cudnn,api --budget-s 280 $C --out "$W/fastest"
+           step fastest-table 60 python3 -m fa2check.ablate.fastest_table --fwd "$(ls "$W"/fastest/*-paper-fwd.json)" \
+             --fwd+bwd ablations/results/20261203-142817-nvidia-h200-paper-fwd-fwdbwd.json --out "$W/fastest.json" ;;
   paper) B=${PAPER_BUDGET_S:-570}  # the ablation's own budget; the step's timeout 20 s more
          step paper $((B + 20)) python3 -m fa2check.ablate --grid paper --mode fwd,fwd+bwd --budget-s $B $C --out "$W/paper" ;;
   verify-full|verify-warm) step $s ${VERIFY_TIMEOUT:-300} python3 -m fa2check.verify --tier full --json "$W/$s.json" $C ;;

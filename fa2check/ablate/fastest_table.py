@@ -8,7 +8,8 @@ need no gradient), its fwd+bwd mode for part "fwd+bwd" (calls that do). Triton's
 reference: the row of the Triton kernel "+defer+seqpar+splitq", or the `api` peer where it ran
 that kernel (runs made before the API chose by this table record no api_kernel: it did). The
 candidates are our kernels with FA2's three flags and any switches, on any backend, that passed
-the cell's gate and were timed there.
+the cell's gate and were timed there. Run the ablation with FA2CHECK_FASTEST set empty, so that
+its api peer is Triton's FA2 in every cell (with the table, it runs the table's own choices).
 """
 from __future__ import annotations
 
