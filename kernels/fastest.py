@@ -16,7 +16,6 @@ FA2CHECK_FASTEST names another table file (an empty value: no table, Triton's FA
 """
 from __future__ import annotations
 
-import json
 import os
 from functools import lru_cache
 
@@ -28,6 +27,7 @@ PATH_ENV = "FA2CHECK_FASTEST"
 PARTS = ("fwd", "fwd+bwd")
 DEFAULT = ("triton", Variant())
 KEY_FIELDS = ("gpu", "part", "head_dim", "causal", "dtype", "seqlen")
+KEY_TYPES = {"head_dim": int, "causal": bool, "seqlen": int}  # the others are str
 
 
 class FastestTableError(ValueError):
@@ -56,6 +56,10 @@ def parse(data, path: str = "<table>") -> dict:
         where = f"entries[{i}]"
         if not isinstance(entry, dict) or any(f not in entry for f in KEY_FIELDS + ("backend", "variant")):
             fail(where, f"expected an object with {', '.join(KEY_FIELDS)}, backend and variant")
+        for f in KEY_FIELDS:
+            want = KEY_TYPES.get(f, str)
+            if type(entry[f]) is not want:
+                fail(where, f"{f} must be a {want.__name__}, got {entry[f]!r}")
         if entry["part"] not in PARTS or entry["backend"] not in BACKENDS:
             fail(where, f"part must be one of {PARTS} and backend one of {BACKENDS}")
         try:
@@ -63,7 +67,7 @@ def parse(data, path: str = "<table>") -> dict:
         except ValueError as e:
             fail(where, str(e))
         key = tuple(entry[f] for f in KEY_FIELDS[:-1])
-        table.setdefault(key, []).append((int(entry["seqlen"]), entry["backend"], variant))
+        table.setdefault(key, []).append((entry["seqlen"], entry["backend"], variant))
     for rows in table.values():
         rows.sort(key=lambda r: r[0])
     return table
@@ -71,12 +75,9 @@ def parse(data, path: str = "<table>") -> dict:
 
 @lru_cache(maxsize=8)
 def load(path: str) -> dict:
-    try:
-        with open(path) as f:
-            data = json.load(f)
-    except (OSError, json.JSONDecodeError) as e:
-        raise FastestTableError(f"{path}: cannot be read as JSON: {e}") from None
-    return parse(data, path)
+    from .tuned_tiles import read_json
+
+    return parse(read_json(path, FastestTableError), path)
 
 
 @lru_cache(maxsize=4096)  # a call's host time: the lookup once per distinct call shape

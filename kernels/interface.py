@@ -108,9 +108,10 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, variant: Varia
 
 def _fastest(q, k, v, causal, needs_grad) -> tuple[str, Variant]:
     """The (backend, variant) a call that names none runs (kernels.fastest)."""
+    from .fastest import DEFAULT, for_call
+
     if not q.is_cuda or interpreting():
-        return "triton", Variant()
-    from .fastest import for_call
+        return DEFAULT
 
     return for_call(q, k, v, causal, needs_grad, _gpu_name(q.device.index))
 

@@ -174,14 +174,18 @@ def table_path() -> str | None:
     return path or None
 
 
-@lru_cache(maxsize=8)
-def load(path: str) -> TileTable:
+def read_json(path: str, error: type[ValueError]):
+    """A table file's JSON; `error` (the table's error type) where it cannot be read."""
     try:
         with open(path) as f:
-            data = json.load(f)
+            return json.load(f)
     except (OSError, json.JSONDecodeError) as e:
-        raise TileTableError(f"{path}: cannot be read as JSON: {e}") from None
-    return parse(data, path)
+        raise error(f"{path}: cannot be read as JSON: {e}") from None
+
+
+@lru_cache(maxsize=8)
+def load(path: str) -> TileTable:
+    return parse(read_json(path, TileTableError), path)
 
 
 def write(table: TileTable, path: str):

@@ -65,9 +65,11 @@ def test_a_choice_the_backend_cannot_take_falls_back(table):
 
 
 def test_a_malformed_table_says_where(table):
-    table([row(1024, variant="+defer")])
-    with pytest.raises(fastest.FastestTableError, match=r"entries\[0\]"):
-        fastest.choose_for(FAKE, False, 128, 128, False, "bfloat16", 4096)
+    for bad, says in ((row(1024, variant="+defer"), "cannot parse variant"),
+                      ({**row(1024), "causal": "false"}, "causal must be a bool")):
+        table([row(0), bad])
+        with pytest.raises(fastest.FastestTableError, match=r"entries\[1\]: " + says):
+            fastest.choose_for(FAKE, False, 128, 128, False, "bfloat16", 4096)
 
 
 def test_the_api_defaults_resolve_and_the_interpreter_runs_triton(device):
