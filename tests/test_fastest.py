@@ -6,7 +6,8 @@ committed table is exactly what the writer makes of the committed runs; the abla
 precompiles and records the kernel the API runs.
 
 Shown to fail on broken copies: with choose taking the first row instead of the last at or
-below seqlen_k, test_lookup_steps_down_to_the_largest_measured_seqlen fails; with choose_for's
+below seqlen_k, test_lookup_steps_down_to_the_largest_measured_seqlen fails; with parse's key
+type check removed, test_a_malformed_table_says_where fails; with choose_for's
 hopper check removed, test_a_choice_the_backend_cannot_take_falls_back fails; with the rule's
 percentile condition removed, test_the_rule_wants_a_clear_lead fails (the noisy candidate is
 chosen); with cell_choice accepting non-FA2 variants, the same test fails (the faster FA1-style
