@@ -178,7 +178,9 @@ def _sanitise_values(v_smem, slot, j, seqlen_k, x_bad, bar_v, n, V_PARTS: gl.con
     BLOCK_N: gl.constexpr = v_smem.type.shape[3]  # slots of (1, 1, BLOCK_N, V_COLS)
     V_COLS: gl.constexpr = v_smem.type.shape[4]
     HALF: gl.constexpr = BLOCK_N // 2
-    layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])  # 16 rows a pass
+    # 16 keys a pass, each warp holding all 16 of its columns' keys: the first bad key's
+    # minimum stays in the warp (shuffles), so it needs no shared scratch
+    layout: gl.constexpr = gl.BlockedLayout([2, 8], [8, 4], [1, 4], [1, 0])
     for part in gl.static_range(V_PARTS):
         v_part = v_smem.index(slot * V_PARTS + part).reshape([BLOCK_N, V_COLS])
         first_bad = gl.full([V_COLS], seqlen_k, gl.int32, gl.SliceLayout(0, layout))
@@ -1062,9 +1064,9 @@ def shared_bytes(head_dim: int, block_n: int, stages: int, split_q: bool,
     float32 a consumer, and the row statistics' buffers, 2 x 2 x 64 float32) and, in FA1's
     schedule, the state ring (st_slots buffers, by default `state_slots`'s, x 2 consumers x
     (64 x D or D/2 + 2 x 64) float32); causal: the first non-finite keys of masked tiles
-    (4 x D int32) and the compiler's scratch for their reductions, 12 x D int32 in all under
-    split-Q and 8 x D under split-K (the sm_90 gate at d=64 and 128: the model then falls
-    short of the compiled kernels' shared memory by 312-544 bytes, barriers and alignment)."""
+    (x_bad, 4 x D int32; their minimum stays in each warp, so the compiler adds no scratch:
+    D83). The sm_90 gate at d=64 and 128: the model falls short of the compiled kernels'
+    shared memory by some hundred bytes, barriers and alignment."""
     rows = ROWS_PER_WARPGROUP.value
     if st_slots is None:
         st_slots = state_slots(head_dim, block_n, stages, split_q, seq_parallel, causal)
@@ -1075,7 +1077,7 @@ def shared_bytes(head_dim: int, block_n: int, stages: int, split_q: bool,
     exchange = 0 if split_q else 2 * rows * (head_dim // 2) * 4 + 4 * rows * 4
     cols = head_dim if split_q else head_dim // 2
     state = 0 if seq_parallel else st_slots * 2 * (rows * cols + 2 * rows) * 4
-    bad_keys = (12 if split_q else 8) * head_dim * 4 if causal else 0
+    bad_keys = 4 * head_dim * 4 if causal else 0
     return q + ring + exchange + state + bad_keys
 
 

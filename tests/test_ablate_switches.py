@@ -14,7 +14,7 @@ Each test was shown to fail on a broken copy of the code, then the code restored
   instead of 24 and 22);
 - the refusals: with Settings.__post_init__'s checks removed, both failed (no error);
 - the tiles: with tuning.part_variant returning the variant itself, it failed (the switch
-  variants' own keys); with switch_ring's room check dropped (d=128 causal on 3 stages) or
+  variants' own keys); with switch_ring's room check dropped (256 keys on 3 stages) or
   sweep.Configs not applying it, the deeper-ring test failed;
 - verify's hopper columns: with implementations.lattice ignoring `impl`, it failed (8
   columns);
@@ -137,15 +137,19 @@ def test_switch_variants_run_their_fa2_variants_tiles():
 
 def test_switch_variants_run_fa2s_tiles_on_a_deeper_ring_where_it_fits():
     """D80: the ablation and the API give a switch variant FA2's tiles with one K/V stage more
-    (2 -> 3) where the ring fits in shared memory: d=128 full and d=64 both masks; d=128
-    causal (V's sanitising buffers) stays on 2. FA2's own tiles do not change."""
+    (2 -> 3) where the ring fits in shared memory: d=128 and d=64, both masks (d=128 causal
+    since D83); a ring that does not fit stays as it is. FA2's own tiles do not change."""
     from dataclasses import replace
 
     from fa2check.ablate.sweep import Configs
     from kernels import default_config
+    from kernels.hopper_forward import switch_ring
 
     configs = Configs({}, on_gpu=True, gpu="NVIDIA H200")
-    for d, causal, stages in ((128, False, 3), (128, True, 2), (64, False, 3), (64, True, 3)):
+    wide = replace(configs.config("hopper" + str(Variant()), Cell(1, 16, 16, 8192, 128,
+                                                                  "bfloat16", True)), block_n=256)
+    assert switch_ring(wide, Variant(pingpong=True), 128, True) == wide  # 3 x 128 KB: no room
+    for d, causal, stages in ((128, False, 3), (128, True, 3), (64, False, 3), (64, True, 3)):
         cell = Cell(1, 16, 16, 8192, d, "bfloat16", causal)
         fa2 = configs.config("hopper" + str(Variant()), cell)
         assert fa2.num_stages == 2

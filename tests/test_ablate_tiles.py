@@ -166,9 +166,10 @@ def test_kernel_names_and_the_hopper_tile_space():
         assert any(c["block_n"] == 256 for c in space) == (not v.split_q and not v.seq_parallel)
         assert all(shared_bytes(128, c["block_n"], c["num_stages"], v.split_q, v.seq_parallel,
                                 causal=causal) <= SHARED_LIMIT for c in space)
-    # causal split-Q at 128 keys and 3 stages needs 235,640 bytes compiled: not in the space
-    assert not any(c["block_n"] == 128 and c["num_stages"] == 3
-                   for c in tuning.candidates("fwd", 128, Variant(), True, "hopper", causal=True))
+    # causal split-Q at 128 keys and 3 stages: 235,640 bytes compiled, out of the space, until
+    # D83 took the sanitising pass's reduction scratch away (231,816 of sm_90's 232,448)
+    assert any(c["block_n"] == 128 and c["num_stages"] == 3
+               for c in tuning.candidates("fwd", 128, Variant(), True, "hopper", causal=True))
     key = tuning.TuneKey("fwd", str(Variant()), 128, True, "")
     assert sweep.retune_key_matches(key, ["part=fwd,head_dim=128,causal=true"])
     assert not sweep.retune_key_matches(key, ["part=bwd"])
