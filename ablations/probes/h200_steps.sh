@@ -84,7 +84,7 @@ for s in "$@"; do case $s in
   api-ab) step api-ab 120 python3 ablations/probes/api_vs_table.py --out "$W/api-ab" --rounds 8 $C ;;
   fastest) FA2CHECK_FASTEST= step fastest-run 300 python3 -m fa2check.ablate --grid paper --mode fwd --kernels hopper --hopper-switches --backends sdpa-flash,sdpa-cudnn,api --budget-s 280 $C --out "$W/fastest"
            step fastest-table 60 python3 -m fa2check.ablate.fastest_table --fwd "$(ls "$W"/fastest/*-paper-fwd.json)" \
-             --fwd+bwd ablations/results/20261203-142817-nvidia-h200-paper-fwd-fwdbwd.json --out "$W/fastest.json" ;;
+             --fwd+bwd ablations/results/20261203-142817-nvidia-h200-paper-fwd-fwdbwd.json.gz --out "$W/fastest.json" ;;
   paper) B=${PAPER_BUDGET_S:-570}  # the ablation's own budget; the step's timeout 20 s more
          step paper $((B + 20)) python3 -m fa2check.ablate --grid paper --mode fwd,fwd+bwd --budget-s $B $C --out "$W/paper" ;;
   verify-full|verify-warm) step $s ${VERIFY_TIMEOUT:-300} python3 -m fa2check.verify --tier full --json "$W/$s.json" $C ;;
