@@ -257,10 +257,7 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
     BM: gl.constexpr = ROWS_PER_WARPGROUP
     Q_BOXES: gl.constexpr = 2 if SPLIT_Q else 1
     ROWS: gl.constexpr = Q_BOXES * BM
-    V_PARTS: gl.constexpr = v_smem.type.shape[0] // k_smem.type.shape[0]
-    STAGES: gl.constexpr = k_smem.type.shape[0]
     BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
-    V_COLS: gl.constexpr = v_desc.block_type.shape[3]
     off_b, off_h, off_hkv = _heads(heads_q, group_size)
     if SEQ_PARALLEL:
         start_m, n_tiles = _row_block_span(seqlen_q, seqlen_k, causal, ROWS, BLOCK_N)
@@ -272,17 +269,7 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
         n_tiles = _tiles_seen(last * ROWS, seqlen_q, seqlen_k, causal, ROWS, BLOCK_N)
     t = 0  # (row block, K/V tile) steps so far: the Q ring's position
     for j in range(n_tiles):
-        slot = j % STAGES
-        # a slot is free once both consumers released it (mbarriers start with the phase
-        # before the first one complete)
-        mbarrier.wait(kv_empty.index(slot), ((j // STAGES) & 1) ^ 1)
-        ready = kv_ready.index(slot)
-        mbarrier.expect(ready, k_desc.block_type.nbytes + V_PARTS * v_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(k_desc, [off_b, off_hkv, j * BLOCK_N, 0], ready,
-                                        k_smem.index(slot))
-        for part in gl.static_range(V_PARTS):
-            tma.async_copy_global_to_shared(v_desc, [off_b, off_hkv, j * BLOCK_N, part * V_COLS],
-                                            ready, v_smem.index(slot * V_PARTS + part))
+        _load_kv(k_desc, v_desc, k_smem, v_smem, kv_ready, kv_empty, j, off_b, off_hkv)
         if not SEQ_PARALLEL:
             first = _my_first_row_block(j, r, splits, seqlen_q, seqlen_k, causal, ROWS, BLOCK_N)
             for i in range(first, row_blocks, splits):
@@ -293,6 +280,36 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
                 _load_partial_state(o_tmp_desc, stats_desc, state, t, j, i, first == last,
                                     gl.program_id(1), ROWS, SPLIT_Q)
                 t += 1
+
+
+@gluon.jit
+def _load_kv(k_desc, v_desc, k_smem, v_smem, kv_ready, kv_empty, j, off_b, off_hkv):
+    """K_j and V_j (split-K: V in column halves) into ring slot j % STAGES, once both consumers
+    released what it held (mbarriers start with the phase before the first one complete)."""
+    STAGES: gl.constexpr = k_smem.type.shape[0]
+    V_PARTS: gl.constexpr = v_smem.type.shape[0] // STAGES
+    BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
+    V_COLS: gl.constexpr = v_desc.block_type.shape[3]
+    slot = j % STAGES
+    mbarrier.wait(kv_empty.index(slot), ((j // STAGES) & 1) ^ 1)
+    ready = kv_ready.index(slot)
+    mbarrier.expect(ready, k_desc.block_type.nbytes + V_PARTS * v_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(k_desc, [off_b, off_hkv, j * BLOCK_N, 0], ready,
+                                    k_smem.index(slot))
+    for part in gl.static_range(V_PARTS):
+        tma.async_copy_global_to_shared(v_desc, [off_b, off_hkv, j * BLOCK_N, part * V_COLS],
+                                        ready, v_smem.index(slot * V_PARTS + part))
+
+
+@gluon.jit
+def _refill(loads, k_smem, v_smem, kv_ready, kv_empty, j, LOADS: gl.constexpr):
+    """Without warp specialisation (WARP_SPECIALIZE off), the loading consumer (LOADS) issues
+    K_j and V_j itself, where the producer warp would: into the slot just released, once the
+    other consumer has released it too. `loads`: (k_desc, v_desc, off_b, off_hkv, n_tiles)."""
+    if LOADS:
+        k_desc, v_desc, off_b, off_hkv, n_tiles = loads
+        if j < n_tiles:
+            _load_kv(k_desc, v_desc, k_smem, v_smem, kv_ready, kv_empty, j, off_b, off_hkv)
 
 
 @gluon.jit
@@ -523,8 +540,8 @@ def _pass_turn(PINGPONG: gl.constexpr, CONSUMER: gl.constexpr):
 @gluon.jit
 def _pipelined_section(j, m_i, l_i, acc, p, q, k_smem, v_smem, kv_ready, kv_empty, x_bad,
                        bar_v, start_m, row0, seqlen_q, seqlen_k, causal: gl.constexpr,
-                       qk_scale, PINGPONG: gl.constexpr, OVERLAP: gl.constexpr,
-                       FIRST: gl.constexpr, CONSUMER: gl.constexpr):
+                       qk_scale, loads, PINGPONG: gl.constexpr, OVERLAP: gl.constexpr,
+                       FIRST: gl.constexpr, LOADS: gl.constexpr, CONSUMER: gl.constexpr):
     """Section j < n_tiles of _fold_tiles_pipelined: issue S_j = Q K_j^T and (unless FIRST,
     j = 0) P_{j-1} V_{j-1} onto acc, then the softmax of tile j. Returns m_i, l_i, acc (with
     P_{j-1} V_{j-1} folded in and taken to tile j's max) and P_j as the next product's operand."""
@@ -563,12 +580,14 @@ def _pipelined_section(j, m_i, l_i, acc, p, q, k_smem, v_smem, kv_ready, kv_empt
         _pass_turn(PINGPONG, CONSUMER)
         acc, s = warpgroup_mma_wait(num_outstanding=0, deps=(acc, s))
         mbarrier.arrive(kv_empty.index(prev), count=1)  # K_{j-1}, V_{j-1}: read by my products
+        _refill(loads, k_smem, v_smem, kv_ready, kv_empty, j - 1 + STAGES, LOADS)
     s = _masked_scores(s, j, row0, seqlen_q, seqlen_k, causal, BLOCK_N, 0)
     m_new, p_j, l_tile, alpha = _exp_scores(s, m_i, gl.max(s, 1), qk_scale)
     p_j = gl.convert_layout(p_j.to(k_smem.dtype), p_layout)  # half the registers of float32
     if OVERLAP and not FIRST:  # the softmax above ran under P_{j-1} V_{j-1}
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
         mbarrier.arrive(kv_empty.index(prev), count=1)  # K_{j-1}, V_{j-1}: read by my products
+        _refill(loads, k_smem, v_smem, kv_ready, kv_empty, j - 1 + STAGES, LOADS)
     acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
     return m_new, alpha * l_i + l_tile, acc, p_j
 
@@ -576,8 +595,8 @@ def _pipelined_section(j, m_i, l_i, acc, p, q, k_smem, v_smem, kv_ready, kv_empt
 @gluon.jit
 def _fold_tiles_pipelined(q, k_smem, v_smem, kv_ready, kv_empty, x_bad, bar_v, n_tiles,
                           start_m, row0, seqlen_q, seqlen_k, causal: gl.constexpr, qk_scale,
-                          PINGPONG: gl.constexpr, OVERLAP: gl.constexpr,
-                          CONSUMER: gl.constexpr):
+                          loads, PINGPONG: gl.constexpr, OVERLAP: gl.constexpr,
+                          LOADS: gl.constexpr, CONSUMER: gl.constexpr):
     """FA2 (defer_norm, seq_parallel, split-Q) over the program's n_tiles K/V tiles with
     FlashAttention-3's schedules (docs/decisions.md D59); returns my rows' (m_i, l_i, acc).
     The products are issued asynchronously in n_tiles + 1 sections: section 0 issues S_0,
@@ -613,13 +632,13 @@ def _fold_tiles_pipelined(q, k_smem, v_smem, kv_ready, kv_empty, x_bad, bar_v, n
             _pass_turn(PINGPONG, CONSUMER)
         m_i, l_i, acc, p = _pipelined_section(
             0, m_i, l_i, acc, acc, q, k_smem, v_smem, kv_ready, kv_empty, x_bad, bar_v,
-            start_m, row0, seqlen_q, seqlen_k, causal, qk_scale, PINGPONG, OVERLAP, True,
-            CONSUMER)
+            start_m, row0, seqlen_q, seqlen_k, causal, qk_scale, loads, PINGPONG, OVERLAP, True,
+            LOADS, CONSUMER)
         for j in range(1, n_tiles):
             m_i, l_i, acc, p = _pipelined_section(
                 j, m_i, l_i, acc, p, q, k_smem, v_smem, kv_ready, kv_empty, x_bad, bar_v,
-                start_m, row0, seqlen_q, seqlen_k, causal, qk_scale, PINGPONG, OVERLAP, False,
-                CONSUMER)
+                start_m, row0, seqlen_q, seqlen_k, causal, qk_scale, loads, PINGPONG, OVERLAP,
+                False, LOADS, CONSUMER)
         last = (n_tiles - 1) % STAGES  # section n_tiles: P_{n-1} V_{n-1}
         _take_turn(PINGPONG, CONSUMER)
         acc = warpgroup_mma(p, v_smem.index(last).reshape([BLOCK_N, HEAD_DIM]), acc,
@@ -791,7 +810,7 @@ def _consumer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
               stride_om, stride_lb, stride_lh, state,
               DEFER_NORM: gl.constexpr, SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr,
               causal: gl.constexpr, CONSUMER: gl.constexpr, PINGPONG: gl.constexpr = False,
-              OVERLAP: gl.constexpr = False):
+              OVERLAP: gl.constexpr = False, WARP_SPECIALIZE: gl.constexpr = True):
     if not SEQ_PARALLEL:
         seqlen_q, seqlen_k = _in_partition(seqlen_q), _in_partition(seqlen_k)
     BM: gl.constexpr = ROWS_PER_WARPGROUP
@@ -816,12 +835,21 @@ def _consumer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
         row0 = start_m + CONSUMER * BM if SPLIT_Q else start_m
         q = q_smem.index(MY_BOX).reshape([BM, HEAD_DIM])
         m_i, l_i, acc = m_0, l_0, acc_0
+        # no producer warp (WARP_SPECIALIZE off, D85): consumer 1, second at the tensor cores
+        # under PINGPONG, issues Q and the ring's first STAGES tiles, then each tile into the
+        # slot it has just released, once consumer 0 has released it too
+        LOADS: gl.constexpr = not WARP_SPECIALIZE and CONSUMER == 1
+        loads = (k_desc, v_desc, off_b, off_hkv, n_tiles)
+        if LOADS:
+            _load_q(q_desc, q_smem, q_ready, q_empty, 0, off_b, off_h, start_m, Q_BOXES, 2)
+            for j in gl.static_range(STAGES):
+                _refill(loads, k_smem, v_smem, kv_ready, kv_empty, j, LOADS)
         mbarrier.wait(q_ready.index(0), 0)
         if PINGPONG or OVERLAP:  # FA3's schedules on FA2 (D59)
             m_i, l_i, acc = _fold_tiles_pipelined(q, k_smem, v_smem, kv_ready, kv_empty, x_bad,
                                                   bar_v, n_tiles, start_m, row0, seqlen_q,
-                                                  seqlen_k, causal, qk_scale, PINGPONG, OVERLAP,
-                                                  CONSUMER)
+                                                  seqlen_k, causal, qk_scale, loads, PINGPONG,
+                                                  OVERLAP, LOADS, CONSUMER)
         else:
             for j in range(n_tiles):
                 slot = j % STAGES
@@ -834,6 +862,7 @@ def _consumer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
                                            x_sum, x_out, bar_max, bar_out, x_bad, sanitised,
                                            n_sanitised, DEFER_NORM, SPLIT_Q, SEQ_PARALLEL, CONSUMER)
                 mbarrier.arrive(kv_empty.index(slot), count=1)
+                _refill(loads, k_smem, v_smem, kv_ready, kv_empty, j + STAGES, LOADS)
         _store_outputs(m_i, l_i, acc, O, LSE, M, L, off_b, off_h, row0, seqlen_q, qk_scale,
                        stride_ob, stride_oh, stride_om, stride_lb, stride_lh, DEFER_NORM,
                        SPLIT_Q, CONSUMER)
@@ -902,9 +931,11 @@ def _consumer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
 @gluon.jit
 def _consumer_partition(args, DEFER_NORM: gl.constexpr, SPLIT_Q: gl.constexpr,
                         SEQ_PARALLEL: gl.constexpr, IS_CAUSAL: gl.constexpr,
-                        CONSUMER: gl.constexpr, PINGPONG: gl.constexpr, OVERLAP: gl.constexpr):
+                        CONSUMER: gl.constexpr, PINGPONG: gl.constexpr, OVERLAP: gl.constexpr,
+                        WARP_SPECIALIZE: gl.constexpr):
     _consumer(*args, DEFER_NORM=DEFER_NORM, SPLIT_Q=SPLIT_Q, SEQ_PARALLEL=SEQ_PARALLEL,
-              causal=IS_CAUSAL, CONSUMER=CONSUMER, PINGPONG=PINGPONG, OVERLAP=OVERLAP)
+              causal=IS_CAUSAL, CONSUMER=CONSUMER, PINGPONG=PINGPONG, OVERLAP=OVERLAP,
+              WARP_SPECIALIZE=WARP_SPECIALIZE)
 
 
 @gluon.jit
@@ -922,13 +953,15 @@ def _hopper_attn_fwd(q_desc, k_desc, v_desc, O, LSE, M, L, o_tmp_desc, stats_des
                      SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr, IS_CAUSAL: gl.constexpr,
                      STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, Q_SLOTS: gl.constexpr,
                      STATE_SLOTS: gl.constexpr = 2, PINGPONG: gl.constexpr = False,
-                     OVERLAP: gl.constexpr = False):
+                     OVERLAP: gl.constexpr = False, WARP_SPECIALIZE: gl.constexpr = True):
     """Grid (row blocks, B * Hq) with seq_parallel, (splits, B * Hq) without. Q_SLOTS: Q buffers
     (1 with seq_parallel; FA1's schedule reloads Q every step: 2, or 1 where 2 do not fit).
     STATE_SLOTS: FA1's schedule's state buffers (state_slots).
-    PINGPONG, OVERLAP: FlashAttention-3's schedules, on FA2 all on only (D59)."""
-    gl.static_assert(not (PINGPONG or OVERLAP) or (DEFER_NORM and SPLIT_Q and SEQ_PARALLEL),
-                     "PINGPONG and OVERLAP are built on FA2 (DEFER_NORM, SPLIT_Q, SEQ_PARALLEL)")
+    PINGPONG, OVERLAP, WARP_SPECIALIZE (off: no producer warp): FlashAttention-3's schedules,
+    on FA2 all on only (D59, D85)."""
+    gl.static_assert(not (PINGPONG or OVERLAP or not WARP_SPECIALIZE)
+                     or (DEFER_NORM and SPLIT_Q and SEQ_PARALLEL),
+                     "the Hopper-era switches are built on FA2 (DEFER_NORM, SPLIT_Q, SEQ_PARALLEL)")
     BM: gl.constexpr = ROWS_PER_WARPGROUP
     Q_BOXES: gl.constexpr = 2 if SPLIT_Q else 1
     V_PARTS: gl.constexpr = 1 if SPLIT_Q else 2
@@ -989,14 +1022,19 @@ def _hopper_attn_fwd(q_desc, k_desc, v_desc, O, LSE, M, L, o_tmp_desc, stats_des
             o_tmp_desc, stats_desc,
             seqlen_q, seqlen_k, heads_q, group_size, qk_scale, stride_ob, stride_oh,
             stride_om, stride_lb, stride_lh, (st_acc, st_stats, st_ready, st_free, o_desc))
-    gl.warp_specialize([(_consumer_partition,
-                         (args, DEFER_NORM, SPLIT_Q, SEQ_PARALLEL, IS_CAUSAL, 0, PINGPONG,
-                          OVERLAP)),
-                        (_consumer_partition,
-                         (args, DEFER_NORM, SPLIT_Q, SEQ_PARALLEL, IS_CAUSAL, 1, PINGPONG,
-                          OVERLAP)),
-                        (_load_warp, (args, DEFER_NORM, SPLIT_Q, SEQ_PARALLEL, IS_CAUSAL))],
-                       [4, 1], [CONSUMER_REGS, 56])
+    if WARP_SPECIALIZE:  # a producer warp loads, the consumers only compute
+        gl.warp_specialize([(_consumer_partition, (args, DEFER_NORM, SPLIT_Q, SEQ_PARALLEL,
+                                                   IS_CAUSAL, 0, PINGPONG, OVERLAP, True)),
+                            (_consumer_partition, (args, DEFER_NORM, SPLIT_Q, SEQ_PARALLEL,
+                                                   IS_CAUSAL, 1, PINGPONG, OVERLAP, True)),
+                            (_load_warp, (args, DEFER_NORM, SPLIT_Q, SEQ_PARALLEL, IS_CAUSAL))],
+                           [4, 1], [CONSUMER_REGS, 56])
+    else:  # consumer 1 loads as well (_refill)
+        gl.warp_specialize([(_consumer_partition, (args, DEFER_NORM, SPLIT_Q, SEQ_PARALLEL,
+                                                   IS_CAUSAL, 0, PINGPONG, OVERLAP, False)),
+                            (_consumer_partition, (args, DEFER_NORM, SPLIT_Q, SEQ_PARALLEL,
+                                                   IS_CAUSAL, 1, PINGPONG, OVERLAP, False))],
+                           [4], [CONSUMER_REGS])
 
 
 def _gl_dtype(dtype):
@@ -1047,8 +1085,9 @@ def switch_ring(config, variant, head_dim: int, causal) -> "TileConfig":
     """config with the K/V ring one stage deeper for a Hopper switch variant, where that fits:
     the pipelined loop (_fold_tiles_pipelined) holds two slots while it computes, so on FA2's
     two stages the producer has no tile in flight (D80: d=128 8k full, pingpong 1.057x and
-    overlap 1.032x on three stages, nothing on two). FA2's own loop holds one and keeps two."""
-    if variant is None or not variant.hopper_switches:
+    overlap 1.032x on three stages, nothing on two). FA2's own loop holds one and keeps two,
+    with or without its producer warp (warp_specialize)."""
+    if variant is None or not (variant.pingpong or variant.overlap):
         return config
     deeper = config.num_stages + 1
     fits = deeper in STAGES[True] and shared_bytes(
@@ -1203,6 +1242,7 @@ def hopper_attn_fwd(q, k, v, causal, softmax_scale, variant, config):
         DEFER_NORM=variant.defer_norm, SPLIT_Q=variant.split_q,
         SEQ_PARALLEL=variant.seq_parallel, IS_CAUSAL=bool(causal), STAGES=config.num_stages,
         PINGPONG=variant.pingpong, OVERLAP=variant.overlap,
+        WARP_SPECIALIZE=variant.warp_specialize,
         CONSUMER_REGS=consumer_registers(variant.split_q, variant.seq_parallel),
         Q_SLOTS=q_buffers(head_dim, config.block_n, config.num_stages, variant.split_q,
                           variant.seq_parallel, bool(causal)),
@@ -1232,6 +1272,7 @@ def sm90_signature(variant, dtype="bfloat16", head_dim=128, block_n=128, stages=
     constexprs = {"DEFER_NORM": variant.defer_norm, "SPLIT_Q": variant.split_q,
                   "SEQ_PARALLEL": variant.seq_parallel, "IS_CAUSAL": causal, "STAGES": stages,
                   "PINGPONG": variant.pingpong, "OVERLAP": variant.overlap,
+                  "WARP_SPECIALIZE": variant.warp_specialize,
                   "CONSUMER_REGS": consumer_registers(variant.split_q, variant.seq_parallel),
                   "Q_SLOTS": q_buffers(head_dim, block_n, stages, variant.split_q,
                                        variant.seq_parallel, causal),

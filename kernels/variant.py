@@ -3,8 +3,9 @@ on top of FA2 all on, which of the Hopper-era schedules that came after it (the 
 only, kernels/hopper_forward.py; docs/decisions.md D59).
 
 One `Variant` is the single source of truth for names: kernels, tests, the CLI and result files
-all use `str(variant)`, and `Variant.parse(str(v)) == v`. A Hopper switch at its default (off)
-adds nothing to the name, so the 8 FA2 names are those of the FA2 lattice alone.
+all use `str(variant)`, and `Variant.parse(str(v)) == v`. A Hopper switch at its default adds
+nothing to the name (`+pingpong` when on, `-warpspec` when off), so the 8 FA2 names are those of
+the FA2 lattice alone.
 """
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ import itertools
 from dataclasses import dataclass, fields
 
 _FLAG_NAMES = {"defer_norm": "defer", "seq_parallel": "seqpar", "split_q": "splitq"}
-# the second lattice's switches (off by default), named only when on: '+pingpong+overlap'
-_HOPPER_NAMES = {"pingpong": "pingpong", "overlap": "overlap"}
+# the second lattice's switches, named only away from their default ('-warpspec+pingpong');
+# warp_specialize is on by default: the chassis's FA2 lattice loads through a producer warp
+_HOPPER_NAMES = {"warp_specialize": "warpspec", "pingpong": "pingpong", "overlap": "overlap"}
+_HOPPER_DEFAULTS = {"warp_specialize": True, "pingpong": False, "overlap": False}
 
 
 @dataclass(frozen=True)
@@ -31,6 +34,9 @@ class Variant:
 
     FlashAttention-3's schedules (arXiv 2407.08608), each on top of FA2 all on and only on the
     Hopper chassis (off: its free-running consumer warpgroups, one product at a time):
+    - warp_specialize (FA3 section 3.1, on by default: the chassis's own design): a producer
+      warp issues the TMA loads into the K/V ring and the consumer warpgroups only compute
+      (off: one of the consumers issues them between its products).
     - pingpong (FA3 section 3.1): the two consumer warpgroups take turns at the tensor cores,
       one's softmax under the other's products.
     - overlap (FA3 section 3.2): within a warpgroup, S_j = Q K_j^T is issued before
@@ -42,6 +48,7 @@ class Variant:
     split_q: bool = True
     pingpong: bool = False
     overlap: bool = False
+    warp_specialize: bool = True
 
     def __post_init__(self):
         for f in fields(self):
@@ -59,29 +66,37 @@ class Variant:
     @classmethod
     def hopper(cls) -> list["Variant"]:
         """The second lattice: FA2 all on with each combination of the Hopper-era switches,
-        FA2 (none) first and every switch on last."""
+        every switch off first (no producer warp either) and every switch on last."""
         return [cls(**dict(zip(_HOPPER_NAMES, flags)))
                 for flags in itertools.product((False, True), repeat=len(_HOPPER_NAMES))]
 
     @property
     def hopper_switches(self) -> tuple[str, ...]:
-        """The Hopper-era switches that are on."""
+        """The Hopper-era switches away from their default: what sets this variant apart from
+        its place in the FA2 lattice (empty there)."""
+        return tuple(f for f, on in _HOPPER_DEFAULTS.items() if getattr(self, f) != on)
+
+    @property
+    def hopper_on(self) -> tuple[str, ...]:
+        """The Hopper-era switches that are on (the switches' game: kernels/ablate)."""
         return tuple(f for f in _HOPPER_NAMES if getattr(self, f))
 
     @property
     def fa2(self) -> "Variant":
-        """This variant with the Hopper-era switches off: its place in the FA2 lattice."""
+        """This variant with the Hopper-era switches at their defaults: its place in the FA2
+        lattice."""
         return Variant(self.defer_norm, self.seq_parallel, self.split_q)
 
     def __str__(self) -> str:
         fa2 = "".join(("+" if getattr(self, f) else "-") + short for f, short in _FLAG_NAMES.items())
-        return fa2 + "".join("+" + _HOPPER_NAMES[f] for f in self.hopper_switches)
+        return fa2 + "".join(("+" if getattr(self, f) else "-") + _HOPPER_NAMES[f]
+                             for f in self.hopper_switches)
 
     @classmethod
     def parse(cls, text: str) -> "Variant":
-        """Inverse of `str` ('+defer-seqpar+splitq', '+defer+seqpar+splitq+pingpong'); also
-        accepts the aliases 'fa2' (all on) and 'fa1' (all off). The three FA2 flags are always
-        named; a Hopper-era switch only when given (off otherwise)."""
+        """Inverse of `str` ('+defer-seqpar+splitq', '+defer+seqpar+splitq-warpspec+pingpong');
+        also accepts the aliases 'fa2' (all on) and 'fa1' (all off). The three FA2 flags are
+        always named; a Hopper-era switch only when given (its default otherwise)."""
         text = text.strip()
         if text == "fa2":
             return cls()
@@ -103,7 +118,10 @@ class Variant:
         """Short human label: FA2, FA1-style, the flags that differ from FA2, or FA2 with the
         Hopper-era switches that are on."""
         if self.hopper_switches:
-            return "FA2 with " + ", ".join(self.hopper_switches)
+            off = [f for f in self.hopper_switches if not getattr(self, f)]
+            on = [f for f in self.hopper_switches if getattr(self, f)]
+            return "FA2 " + ", ".join(f"{word} {', '.join(fs)}" for word, fs in
+                                      (("without", off), ("with", on)) if fs)
         if self == Variant():
             return "FA2"
         if self == Variant(False, False, False):

@@ -10,10 +10,11 @@ equal) is run on the same inputs:
 - defer_norm_agree, split_q_agree: these change the arithmetic (per-tile normalisation;
   per-slice statistics merged), so o, lse, dq, dk and dv must agree within the pass rule's
   allowed error for the problem: max|a - b| <= c * baseline + floor.
-- pingpong_bitwise, overlap_bitwise: a variant with Hopper switches on (the chassis's second
-  lattice, D59) is built on FA2 all on, so no FA2 flag of it can flip; each of its switches is
-  turned off instead. A switch only changes how the same products are issued (the same
-  operations in the same order), so the forward o and lse are bitwise equal.
+- warp_specialize_bitwise, pingpong_bitwise, overlap_bitwise: a variant with Hopper switches
+  away from their defaults (the chassis's second lattice, D59, D85) is built on FA2 all on, so
+  no FA2 flag of it can flip; each of those switches goes back to its default instead. A switch
+  only changes who loads and how the same products are issued (the same operations in the same
+  order), so the forward o and lse are bitwise equal.
 An implementation that ignores `variant` passes trivially (it returns the same thing).
 """
 from __future__ import annotations
@@ -66,14 +67,15 @@ def run(impl, variant, case: Case, device: str) -> PropertyResult:
 
 FLAGS = ("seq_parallel", "defer_norm", "split_q")
 CHECK_NAMES = ("seq_parallel_bitwise", "seq_parallel_agree", "defer_norm_agree", "split_q_agree",
-               "pingpong_bitwise", "overlap_bitwise")
+               "warp_specialize_bitwise", "pingpong_bitwise", "overlap_bitwise")
 
 
 def flip_checks(ref: Reference, variant, mine, outputs_of, key_tile_of=None) -> list[Check]:
     """seq_parallel_bitwise (seq_parallel_agree where key_tile_of(variant), the keys a K/V tile
     holds, differs between the two), defer_norm_agree and split_q_agree: `mine` (the outputs
     of `variant`) against outputs_of(the variant with one switch flipped); for a variant with
-    Hopper switches on, <switch>_bitwise against it with that switch off."""
+    Hopper switches away from their defaults, <switch>_bitwise against it with that switch at
+    its default."""
     if variant.hopper_switches:
         return [_switch_off(variant, switch, mine, outputs_of)
                 for switch in variant.hopper_switches]
@@ -95,7 +97,7 @@ def flip_checks(ref: Reference, variant, mine, outputs_of, key_tile_of=None) -> 
 
 
 def _switch_off(variant, switch: str, mine, outputs_of) -> Check:
-    flipped = replace(variant, **{switch: False})
+    flipped = replace(variant, **{switch: not getattr(variant, switch)})  # to its default
     check = bitwise(f"{switch}_bitwise", mine, outputs_of(flipped))
     check.numbers["other_variant"] = str(flipped)
     return check

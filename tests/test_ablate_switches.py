@@ -1,6 +1,7 @@
-"""fa2check.ablate --hopper-switches (docs/decisions.md D66): the Hopper lattice's switch
-variants (FA2 + pingpong, + overlap, + both) timed in the forward beside the 8 FA2 variants,
-and a second game over the two switches, with FA2 as its baseline.
+"""fa2check.ablate --hopper-switches (docs/decisions.md D66, D85): the Hopper lattice's switch
+variants (FA2 with and without its producer warp, each with pingpong, overlap, both) timed in
+the forward beside the 8 FA2 variants, and a second game over the three switches, with FA2
+without its producer warp as its baseline (a run saved before D85: two switches on FA2).
 
 Each test was shown to fail on a broken copy of the code, then the code restored:
 - the exact Shapley values: reversing SWITCH_GAME's players changes no value (each is keyed
@@ -33,16 +34,21 @@ from fa2check.ablate.paper import fa3_reference
 from kernels import Variant
 from saved_results import synthetic_results
 
-PP, OV = frozenset({"pingpong"}), frozenset({"overlap"})
-# log speedups over FA2: pingpong alone 0.1, overlap alone -0.05, and together 0.07 (their
-# interaction 0.02): Shapley pingpong 0.1 + 0.01, overlap -0.05 + 0.01
-SWITCHES = {PP: 0.1, OV: -0.05, PP | OV: 0.07}
+WS, PP, OV = frozenset({"warp_specialize"}), frozenset({"pingpong"}), frozenset({"overlap"})
+# log speedups over none on (FA2 without its producer warp): warp_specialize alone 0.2 (FA2),
+# pingpong alone 0.1, overlap alone -0.05, pingpong and overlap 0.07 (their interaction 0.02),
+# warp_specialize adding 0.2 to every set: Shapley warp_specialize 0.2, pingpong 0.1 + 0.01,
+# overlap -0.05 + 0.01
+SWITCHES = {WS: 0.2, PP: 0.1, OV: -0.05, PP | OV: 0.07, WS | PP: 0.3, WS | OV: 0.15,
+            WS | PP | OV: 0.27}
+BEFORE_D85 = {PP: 0.1, OV: -0.05, PP | OV: 0.07}  # over FA2, every variant with its producer
 SWITCH_VIEW = "fwd hopper switches"
+SWITCH_VARIANTS = [v for v in Variant.hopper() if v.hopper_switches]  # all but FA2
 
 
-def _switch_results(**kwargs):
-    return synthetic_results(modes=("fwd", "bwd"), kernels="hopper", switches=SWITCHES,
-                              n_cells=4, **kwargs)
+def _switch_results(switches=SWITCHES, **kwargs):
+    return synthetic_results(modes=("fwd", "bwd"), kernels="hopper", switches=switches,
+                             n_cells=4, **kwargs)
 
 
 def test_the_switch_game_recovers_the_built_in_factors_exactly():
@@ -50,9 +56,13 @@ def test_the_switch_game_recovers_the_built_in_factors_exactly():
     assert list(analysis["modes"]) == ["fwd hopper", SWITCH_VIEW, "bwd hopper"]
     data = analysis["modes"][SWITCH_VIEW]
     assert data["players"] == list(C.SWITCHES) and data["game"] == "switches"
-    expected = {"shapley/pingpong": 0.11, "shapley/overlap": -0.04, "alone/pingpong": 0.1,
-                "alone/overlap": -0.05, "removed/pingpong": 0.12, "removed/overlap": -0.03,
-                "interaction/pingpongxoverlap": 0.02, "total": 0.07}
+    assert data["not_applicable"] == {}
+    expected = {"shapley/warp_specialize": 0.2, "shapley/pingpong": 0.11,
+                "shapley/overlap": -0.04, "alone/warp_specialize": 0.2, "alone/pingpong": 0.1,
+                "alone/overlap": -0.05, "removed/warp_specialize": 0.2,
+                "removed/pingpong": 0.12, "removed/overlap": -0.03,
+                "interaction/pingpongxoverlap": 0.02, "interaction/warp_specializexpingpong": 0.0,
+                "total": 0.27}
     for summary in [data["summary"], *data["by_seqlen"].values()]:
         for name, log in expected.items():
             assert summary[name]["factor"] == pytest.approx(math.exp(log), rel=1e-9), name
@@ -63,6 +73,21 @@ def test_the_switch_game_recovers_the_built_in_factors_exactly():
     assert analysis["modes"]["fwd hopper"]["players"] == list(C.FLAGS)
 
 
+def test_a_run_saved_before_the_warp_specialize_switch_plays_two_switches_on_fa2():
+    from fa2check.ablate import report
+
+    results = _switch_results(BEFORE_D85, head_dim=128)
+    analysis = analyse_results(results, n_draws=50)
+    data = analysis["modes"][SWITCH_VIEW]
+    assert data["players"] == ["pingpong", "overlap"]
+    assert "warp_specialize" in data["not_applicable"]
+    for name, log in {"shapley/pingpong": 0.11, "removed/overlap": -0.03, "total": 0.07}.items():
+        assert data["summary"][name]["factor"] == pytest.approx(math.exp(log), rel=1e-9), name
+    text = report.markdown(results, analysis)
+    assert "| improvement | alone on FA2 | removed from FA2 + pingpong + overlap | Shapley |" in text
+    assert "| warp_specialize | n/a | n/a | n/a |" in text
+
+
 def test_the_report_shows_the_switch_game_beside_fa3s_ablation(tmp_path):
     from fa2check.ablate import report
 
@@ -70,15 +95,21 @@ def test_the_report_shows_the_switch_game_beside_fa3s_ablation(tmp_path):
     analysis = analyse_results(results, n_draws=50)
     text = report.markdown(results, analysis)
     assert "fwd hopper switches: contributions over the grid" in text
-    assert "| improvement | alone on FA2 | removed from FA2 + both switches | Shapley |" in text
-    assert "total FA2 + both switches / FA2" in text
+    assert ("| improvement | alone on FA2 - warpspec | removed from FA2 + pingpong + overlap "
+            "| Shapley |") in text
+    assert "total FA2 + pingpong + overlap / FA2 - warpspec" in text
     assert f"{math.exp(0.11):.2f}x" in text and "interaction pingpong x overlap" in text
     ref = fa3_reference()
     assert ref["removed"]["overlap"] == pytest.approx(661 / 582)  # the file as the paper prints it
+    assert ref["removed"]["warp_specialize"] == pytest.approx(661 / 570)
     # FA3's factors (from the file) beside ours at d=128 8k full (removed from all-on)
     row = next(line for line in text.splitlines() if line.startswith("| overlap | GEMM-softmax"))
     assert f"| {math.exp(-0.03):.3f}x | {ref['removed']['overlap']:.3f}x |" in row
-    assert "--hopper-switches: FA2 + pingpong, + overlap and + both timed in fwd" in text
+    row = next(line for line in text.splitlines()
+               if line.startswith("| warp_specialize | warp specialization"))
+    assert f"| {math.exp(0.2):.3f}x | {ref['removed']['warp_specialize']:.3f}x |" in row
+    assert "| pingpong | - |" in text  # FA3 has no row of its own for it
+    assert "--hopper-switches: FA2 with each combination of warp_specialize" in text
     assert "not in bwd" in text
     from fa2check.ablate.plots import contributions_plot, tflops_plot
 
@@ -86,7 +117,7 @@ def test_the_report_shows_the_switch_game_beside_fa3s_ablation(tmp_path):
     contributions_plot(results, analysis, str(tmp_path / "contributions.png"))
     switch_view = analysis["modes"][SWITCH_VIEW]["cells"][0]["stats"]
     assert sorted(n for n in switch_view if n.startswith("hopper")) == sorted(
-        "hopper" + str(v) for v in Variant.hopper())  # the game's 4, not the 8 FA2 variants
+        "hopper" + str(v) for v in Variant.hopper())  # the game's 8, not the FA2 lattice's
 
 
 def _plan(switches: bool):
@@ -102,12 +133,12 @@ def test_the_plan_counts_the_switch_variants_at_about_fa2s_cost():
 
     with_switches, without = _plan(True), _plan(False)
     assert without["measurements_per_sweep"] == 16
-    assert with_switches["measurements_per_sweep"] == 16 + 2 * 3
-    assert with_switches["compile_jobs"][1] == without["compile_jobs"][1] + 2 * 3
+    assert with_switches["measurements_per_sweep"] == 16 + 2 * 7
+    assert with_switches["compile_jobs"][1] == without["compile_jobs"][1] + 2 * 7
     fa2 = sum(plan.measurement_s(plan.predicted_ms(Cell(1, 16, 16, 8192, 128, "bfloat16", c),
                                                    "fwd", "hopper" + str(Variant()), Variant()),
                                  5.0, 20.0) for c in (False, True))
-    assert with_switches["sweep_s"] - without["sweep_s"] == pytest.approx(3 * fa2)
+    assert with_switches["sweep_s"] - without["sweep_s"] == pytest.approx(7 * fa2)
     assert with_switches["precompile_final_s"] > without["precompile_final_s"]
 
 
@@ -129,16 +160,17 @@ def test_switch_variants_run_their_fa2_variants_tiles():
 
     cell = Cell(1, 16, 16, 8192, 128, "bfloat16", True)
     fa2 = key_of("fwd", "hopper" + str(Variant()), cell)
-    for v in Variant.hopper()[1:]:
+    for v in SWITCH_VARIANTS:
         assert key_of("fwd", "hopper" + str(v), cell) == fa2
         assert key_of("bwd", "hopper" + str(v), cell) == key_of("bwd", "hopper" + str(Variant()),
                                                                  cell)
 
 
 def test_switch_variants_run_fa2s_tiles_on_a_deeper_ring_where_it_fits():
-    """D80: the ablation and the API give a switch variant FA2's tiles with one K/V stage more
-    (2 -> 3) where the ring fits in shared memory: d=128 and d=64, both masks (d=128 causal
-    since D83); a ring that does not fit stays as it is. FA2's own tiles do not change."""
+    """D80: the ablation and the API give a variant with pingpong or overlap FA2's tiles with
+    one K/V stage more (2 -> 3) where the ring fits in shared memory: d=128 and d=64, both
+    masks (d=128 causal since D83); a ring that does not fit stays as it is. FA2's own tiles
+    do not change, nor those of FA2 without its producer warp (FA2's loop, D85)."""
     from dataclasses import replace
 
     from fa2check.ablate.sweep import Configs
@@ -153,18 +185,19 @@ def test_switch_variants_run_fa2s_tiles_on_a_deeper_ring_where_it_fits():
         cell = Cell(1, 16, 16, 8192, d, "bfloat16", causal)
         fa2 = configs.config("hopper" + str(Variant()), cell)
         assert fa2.num_stages == 2
-        for v in Variant.hopper()[1:]:
+        for v in SWITCH_VARIANTS:
             ablated = configs.config("hopper" + str(v), cell)
             api = default_config(d, True, v, "bfloat16", "hopper", causal=causal, seqlen_q=8192,
                                  seqlen_k=8192, gpu="NVIDIA H200")
-            assert ablated == api == replace(fa2, num_stages=stages), (str(v), d, causal)
+            deeper = stages if v.pingpong or v.overlap else 2
+            assert ablated == api == replace(fa2, num_stages=deeper), (str(v), d, causal)
 
 
 def test_verify_hopper_columns_are_both_lattices():
     from fa2check.core.implementations import columns
 
     hopper = [c.variant for c in columns(["hopper"], None)]
-    assert hopper == [str(v) for v in Variant.all() + Variant.hopper()[1:]]
+    assert hopper == [str(v) for v in Variant.all() + SWITCH_VARIANTS]
     assert [c.variant for c in columns(["ours"], None)] == [str(v) for v in Variant.all()]
     assert [c.variant for c in columns(["gluon"], None)] == [str(v) for v in Variant.all()]
 
@@ -175,7 +208,9 @@ def test_the_fuzzer_draws_the_switch_variants_for_the_hopper_chassis_on_a_gpu():
 
     space = Space.for_device(True, impl=HOPPER)
     drawn = find(variants(space), lambda v: v.pingpong and v.overlap)
-    assert drawn == Variant(pingpong=True, overlap=True)
+    assert drawn == Variant(pingpong=True, overlap=True, warp_specialize=False)
+    assert find(variants(space), lambda v: v.warp_specialize and v.overlap) == Variant(
+        overlap=True)
     assert set(space.variants) == set(Variant.all() + Variant.hopper())
     assert space.describe().startswith("everything")  # the chassis's lattice is its whole space
     for on_gpu, impl in ((True, OURS), (False, HOPPER), (False, OURS)):
@@ -202,3 +237,7 @@ def test_a_switch_variants_flips_turn_each_switch_off_bitwise():
     assert all(c.passed for c in checks)
     [check] = flip_checks(None, Variant(pingpong=True), mine, outputs_of)
     assert not check.passed and check.numbers["other_variant"] == str(Variant())
+    seen.clear()  # without the producer warp, the flip puts it back
+    checks = flip_checks(None, Variant(warp_specialize=False, pingpong=True), mine, outputs_of)
+    assert [c.name for c in checks] == ["warp_specialize_bitwise", "pingpong_bitwise"]
+    assert seen == [Variant(pingpong=True), Variant(warp_specialize=False)]

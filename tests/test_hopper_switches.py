@@ -1,8 +1,10 @@
-"""The Hopper-era switches (docs/decisions.md D59): FlashAttention-3's ping-pong and
-intra-warpgroup overlap as constexprs of the Hopper chassis, on top of FA2 all on.
+"""The Hopper-era switches (docs/decisions.md D59, D85): FlashAttention-3's warp specialisation
+(a producer warp; on by default), ping-pong and intra-warpgroup overlap as constexprs of the
+Hopper chassis, on top of FA2 all on.
 
 CPU: their names and lattice, the refusals, and the sm_90 compile of every combination (its
-PTX shows each switch: OVERLAP's wait for S_j that leaves P V in flight, PINGPONG's turns).
+PTX shows each switch: OVERLAP's wait for S_j that leaves P V in flight, PINGPONG's turns,
+WARP_SPECIALIZE's producer warp: 12 warps, 3 of them padding, against the consumers' 8).
 GPU (marker gpu): every combination against the float64 oracle, and bit for bit against FA2's
 chassis (the same operations in the same order, only issued differently)."""
 import json
@@ -21,18 +23,23 @@ from fa2check.core.problems import Problem
 from kernels import Variant, flash_attention
 
 FA2 = Variant()
+SWITCH_VARIANTS = [v for v in Variant.hopper() if v.hopper_switches]  # the lattice less FA2
 
 
 def test_hopper_lattice_names_round_trip_and_keep_the_fa2_names():
     assert [str(v) for v in Variant.all()][0] == "+defer+seqpar+splitq"  # FA2's name unchanged
     assert len(Variant.all()) == 8 and not any(v.hopper_switches for v in Variant.all())
     names = [str(v) for v in Variant.hopper()]
-    assert names == ["+defer+seqpar+splitq", "+defer+seqpar+splitq+overlap",
-                     "+defer+seqpar+splitq+pingpong", "+defer+seqpar+splitq+pingpong+overlap"]
+    fa3 = ["", "+overlap", "+pingpong", "+pingpong+overlap"]
+    assert names == (["+defer+seqpar+splitq-warpspec" + s for s in fa3]
+                     + ["+defer+seqpar+splitq" + s for s in fa3])
     assert [Variant.parse(n) for n in names] == Variant.hopper()
-    assert Variant.parse("+defer+seqpar+splitq-pingpong") == FA2  # a switch named off
-    assert Variant(pingpong=True, overlap=True).fa2 == FA2
+    assert Variant.parse("+defer+seqpar+splitq-pingpong") == FA2  # a switch named at its default
+    assert Variant.parse("+defer+seqpar+splitq+warpspec") == FA2
+    assert Variant(pingpong=True, overlap=True, warp_specialize=False).fa2 == FA2
     assert Variant(pingpong=True).label == "FA2 with pingpong"
+    assert Variant(warp_specialize=False, overlap=True).label == (
+        "FA2 without warp_specialize, with overlap")
     with pytest.raises(ValueError, match="cannot parse"):
         Variant.parse("+defer+splitq+pingpong")  # an FA2 flag missing
     with pytest.raises(ValueError, match="cannot parse"):
@@ -41,18 +48,19 @@ def test_hopper_lattice_names_round_trip_and_keep_the_fa2_names():
 
 @pytest.mark.parametrize("fa2_flags", [f for f in [(False, True, True), (True, False, True),
                                                     (True, True, False)]])
-@pytest.mark.parametrize("switch", ["pingpong", "overlap"])
-def test_hopper_switches_are_refused_off_fa2(fa2_flags, switch):
+@pytest.mark.parametrize("switch, name", [("pingpong", "+pingpong"), ("overlap", "+overlap"),
+                                          ("warp_specialize", "-warpspec")])
+def test_hopper_switches_are_refused_off_fa2(fa2_flags, switch, name):
     with pytest.raises(ValueError, match="built on FA2 with all three changes on"):
-        Variant(*fa2_flags, **{switch: True})
+        Variant(*fa2_flags, **{switch: name.startswith("+")})
     with pytest.raises(ValueError, match="built on FA2"):
-        Variant.parse(str(Variant(*fa2_flags)) + "+" + switch)
+        Variant.parse(str(Variant(*fa2_flags)) + name)
 
 
 @pytest.mark.parametrize("backend", ["triton", "gluon"])
 def test_other_backends_refuse_the_hopper_switches(backend, device):
     q = torch.randn(1, 2, 8, 16, device=device, dtype=torch.float16)
-    for variant in Variant.hopper()[1:]:
+    for variant in SWITCH_VARIANTS:
         with pytest.raises(ValueError, match="on backend 'hopper' only"):
             flash_attention(q, q, q, variant=variant, backend=backend)
 
@@ -64,9 +72,11 @@ from kernels import Variant
 from kernels.hopper_forward import compile_for_sm90
 out = {}
 for v in Variant.hopper():
-    ptx = compile_for_sm90(v, head_dim=128, block_n=128, stages=2, causal=True).asm["ptx"]
+    kernel = compile_for_sm90(v, head_dim=128, block_n=128, stages=2, causal=True)
+    ptx = kernel.asm["ptx"]
     sync = sync_counts(ptx)
     out[str(v)] = dict(ptxas_usage(rerun_ptxas(ptx)), wgmma=ptx.count("wgmma.mma_async"),
+                       warps=kernel.metadata.num_warps,
                        wait_1=sync["wgmma_waits"].get(1, 0), waits=sync["mbarrier_waits"],
                        arrives=sync["mbarrier_arrives"],
                        named=[[*key, n] for key, n in sync["named"].items()])
@@ -80,8 +90,9 @@ def test_every_hopper_combination_compiles_for_sm90_and_shows_its_switches():
     1), nothing else does; PINGPONG's turns are named barriers 8 and 9 of 256 threads, no
     mbarrier: a `bar.sync` on its own turn per section site (first, loop, last) and consumer,
     a `bar.arrive` on the other's at each site but consumer 1's last, which opens instead;
-    Triton's own barriers keep to ids below 8. (Ignoring either constexpr in the kernel, or
-    an unbalanced turn, fails.)"""
+    Triton's own barriers keep to ids below 8; WARP_SPECIALIZE's producer warp takes the CTA to
+    12 warps (the consumers' 8, padded), without it 8. (Ignoring any constexpr in the kernel,
+    or an unbalanced turn, fails.)"""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
     proc = subprocess.run([sys.executable, "-c", PROBE], cwd=ROOT, env=env, capture_output=True,
@@ -99,6 +110,7 @@ def test_every_hopper_combination_compiles_for_sm90_and_shows_its_switches():
         expected = {("bar.sync", 8): 3, ("bar.sync", 9): 3, ("bar.arrive", 9): 3,
                     ("bar.arrive", 8): 3} if v.pingpong else {}
         assert turns == expected, (name, turns)
+        assert usage["warps"] == (12 if v.warp_specialize else 8), (name, usage)
     plain, pingpong = out[str(Variant(overlap=True))], out[str(Variant(pingpong=True,
                                                                        overlap=True))]
     assert (pingpong["waits"], pingpong["arrives"]) == (plain["waits"], plain["arrives"])
@@ -126,7 +138,7 @@ def test_gpu_hopper_switches_pass_and_match_fa2_bit_for_bit(problem, device):
     ref = Reference(problem, device, backward=False)
     hopper = partial(flash_attention, backend="hopper")
     fa2 = ref.run(hopper, FA2)
-    for variant in Variant.hopper()[1:]:
+    for variant in SWITCH_VARIANTS:
         out = ref.run(hopper, variant)
         failed = [str(c) for c in ref.judge(out) if not c.passed]
         assert not failed, f"{variant} on {problem}: " + "; ".join(failed)
@@ -146,6 +158,6 @@ def test_gpu_hopper_switches_keep_non_finite_values_where_fa2_does(dtype):
     v[:, :, 150, 5] = float("inf")
     fa2 = flash_attention(q, k, v, causal=True, backend="hopper")
     assert torch.isfinite(fa2[:, :, :150]).all()
-    for variant in Variant.hopper()[1:]:
+    for variant in SWITCH_VARIANTS:
         o = flash_attention(q, k, v, causal=True, variant=variant, backend="hopper")
         assert _same_bits(o, fa2), variant

@@ -15,10 +15,12 @@ so v(all) is the log of FA2's total speedup over the baseline. Reported for each
   (-1)^(|T|-|S|) v(S) for |T| >= 2; v(all) = sum of alone effects + sum of dividends, and
   phi_i = alone_i + sum over T containing i, |T|>=2, of d(T)/|T|.
 
-A second game, over the Hopper chassis's forward (docs/decisions.md D59, D66): the players are
-FlashAttention-3's two schedules (pingpong, overlap), the baseline is FA2 all on and the top is
-FA2 with both; "alone" is a switch on FA2, "removed" what all-on loses without it. The same
-code plays both games (`Game`, `game_of`).
+A second game, over the Hopper chassis's forward (docs/decisions.md D59, D66, D85): the players
+are FlashAttention-3's three ideas (warp_specialize, pingpong, overlap), the baseline is FA2 all
+on without them (no producer warp: a consumer loads) and the top is FA2 with all three; "alone"
+is a switch on that baseline, "removed" what all-on loses without it. Runs saved before D85
+timed no variant without the producer warp: their game has two players (pingpong, overlap) on
+FA2. The same code plays both games (`Game`, `game_of`).
 
 Every mode has the three players: split_q off is split-K in the forward (keys over warps or
 warpgroups) and in the backward (FA1's split of the dQ products' keys, docs/decisions.md D50).
@@ -41,21 +43,29 @@ from typing import Mapping, Sequence
 import numpy as np
 
 FLAGS = ("defer_norm", "seq_parallel", "split_q")
-SWITCHES = ("pingpong", "overlap")  # the Hopper lattice's (kernels.Variant.hopper)
+SWITCHES = ("warp_specialize", "pingpong", "overlap")  # the Hopper lattice's (Variant.hopper)
 CONFIDENCE = 0.95
 
 
 @dataclass(frozen=True)
 class Game:
-    """Who plays, and what the tables call every player on (`top`) and none on (`base`)."""
+    """Who plays, and what the tables call every player on (`top`) and none on (`base`);
+    `base_without`: the base's name for a run that timed fewer players (here: warp_specialize
+    before D85, whose base keeps the producer warp)."""
     name: str
     players: tuple
     top: str
     base: str
+    base_without: str = ""
+
+    def ends(self, players) -> tuple[str, str]:
+        """(top, base) names for the players a view played."""
+        return self.top, (self.base if len(players) == len(self.players) or not self.base_without
+                          else self.base_without)
 
 
 FA2_GAME = Game("fa2", FLAGS, "FA2", "FA1-style")
-SWITCH_GAME = Game("switches", SWITCHES, "FA2 + both switches", "FA2")
+SWITCH_GAME = Game("switches", SWITCHES, "FA2 + pingpong + overlap", "FA2 - warpspec", "FA2")
 SWITCH_VIEW = "switches"  # the last word of a view of the switch game: "fwd hopper switches"
 
 
@@ -73,15 +83,19 @@ def game_of(view: str) -> Game:
 
 # runs saved before split_q reached the backward (D50) timed its 4 split_q=True variants only
 BACKWARD_BEFORE_D50 = {"split_q": "not timed: the run predates split_q in the backward (D50)"}
+# switch runs saved before D85 timed no variant without the producer warp
+SWITCHES_BEFORE_D85 = {"warp_specialize": "not timed: the run predates the switch (D85)"}
 
 
 def players_for(view: str, timed: set | None = None) -> tuple[str, ...]:
     """The game's players: the three flags, or for a saved backward run that timed only the
-    split_q=True variants (`timed`: its kernel names), defer_norm and seq_parallel; the two
-    switches in a view of the switch game."""
-    if game_of(view) is SWITCH_GAME:
-        return SWITCHES
+    split_q=True variants (`timed`: its kernel names), defer_norm and seq_parallel; the three
+    switches in a view of the switch game, or pingpong and overlap for a run that timed no
+    variant without the producer warp."""
     mode, prefix = view_of(view)
+    if game_of(view) is SWITCH_GAME:
+        without = prefix + str(variant_for(frozenset(), SWITCHES))
+        return SWITCHES[1:] if timed is not None and without not in timed else SWITCHES
     if mode == "bwd" and timed is not None and not any(
             (prefix + str(variant_for(s, FLAGS))) in timed for s in subsets(FLAGS)
             if "split_q" not in s):

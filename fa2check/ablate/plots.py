@@ -13,10 +13,11 @@ BACKEND_STYLE = {"sdpa-flash": ("tab:gray", "-"), "sdpa-cudnn": ("black", "-"),
                  "sdpa-efficient": ("tab:gray", "--"), "sdpa-math": ("tab:gray", ":"),
                  "api": ("tab:cyan", "-."), "flex": ("tab:gray", "-.")}
 VARIANT_COLOURS = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown",
-                   "tab:pink", "tab:olive", "tab:cyan", "tab:gray", "black"]
+                   "tab:pink", "tab:olive", "tab:gray", "teal", "indigo", "crimson",
+                   "tab:cyan", "darkgoldenrod", "black"]
 # in Variant.all() order (FA2 first, FA1-style last), then the Hopper switches' (D66)
 FLAG_COLOURS = {"defer_norm": "tab:blue", "seq_parallel": "tab:orange", "split_q": "tab:green",
-                "pingpong": "tab:purple", "overlap": "tab:red"}
+                "warp_specialize": "tab:brown", "pingpong": "tab:purple", "overlap": "tab:red"}
 
 
 def _lattice():

@@ -21,7 +21,7 @@ from .paper import fa2_a100_speedups, fa3_reference
 from .tuning import band_seqlens
 
 FLAG_SHORT = {"defer_norm": "defer", "seq_parallel": "seqpar", "split_q": "splitq",
-              "pingpong": "pingpong", "overlap": "overlap"}  # Variant's
+              "warp_specialize": "warpspec", "pingpong": "pingpong", "overlap": "overlap"}
 BACKEND_LABELS = {"sdpa-flash": "flash", "sdpa-cudnn": "cuDNN", "sdpa-efficient": "efficient",
                   "sdpa-math": "math", "api": "API", "flex": "flex"}
 
@@ -80,10 +80,11 @@ def cell_label(cell: dict) -> list[str]:
 CELL_HEADERS = ["seqlen", "d", "mask", "dtype"]
 
 
-def names(view: str) -> tuple[str, str]:
+def names(view: str, players=None) -> tuple[str, str]:
     """(all players on, none on) contender names for a view: (FA2, FA1-style) for "fwd" or
-    "fwd gluon", (FA2 with both switches, FA2) for "fwd hopper switches"."""
-    players, prefix = players_for(view), view_of(view)[1]
+    "fwd gluon", (FA2 with every switch, FA2 without any) for "fwd hopper switches";
+    `players`: those the view played (default: its game's)."""
+    players, prefix = players or players_for(view), view_of(view)[1]
     return (prefix + str(variant_for(frozenset(players), players)),
             prefix + str(variant_for(frozenset(), players)))
 
@@ -137,8 +138,9 @@ def switches_line(settings: dict) -> str | None:
     if not settings.get("hopper_switches"):
         return None
     others = [m for m in settings["modes"] if m != "fwd"]
-    return ("--hopper-switches: FA2 + pingpong, + overlap and + both timed in fwd, on FA2's "
-            "tiles with one K/V stage more where it fits (D80)"
+    return ("--hopper-switches: FA2 with each combination of warp_specialize, pingpong and "
+            "overlap timed in fwd, on FA2's tiles (with pingpong or overlap one K/V stage more, "
+            "D80)"
             + (f"; not in {', '.join(others)} (the switches exist in the forward only: "
                "a switch variant's backward is FA2's)" if others else "") + ".")
 
@@ -146,8 +148,8 @@ def switches_line(settings: dict) -> str | None:
 # ----------------------------------------------------------------------------- tables
 
 def performance_table(mode: str, data: dict, matmul: dict) -> Grid:
-    fa2, fa1 = names(mode)
-    top, base = game_of(mode).top, game_of(mode).base
+    fa2, fa1 = names(mode, data["players"])
+    top, base = game_of(mode).ends(data["players"])
     backends = [b for b in PEERS if any(b in row["stats"] for row in data["cells"])]
     headers = CELL_HEADERS + [f"{top} ms", "IQR", f"{top} TFLOP/s", "% matmul",
                               f"{base} TFLOP/s"]
@@ -185,14 +187,15 @@ def short_factor(q: dict | None) -> str:
 
 def contributions_table(mode: str, data: dict) -> Grid:
     players, game = data["players"], game_of(mode)
-    headers = CELL_HEADERS + [f"{game.top} / {game.base}"]
+    top, base = game.ends(data["players"])
+    headers = CELL_HEADERS + [f"{top} / {base}"]
     for f in game.players:
         short = FLAG_SHORT[f]
         headers += [f"{short} alone", f"{short} removed", f"{short} Shapley"]
     grid = Grid(f"{mode}: what each improvement is worth, per cell (speedup factors; total and "
                 "Shapley with 95% CI)", headers,
-                _game_caption(mode, data) + f" alone: switched on in {game.base}; removed: "
-                f"what {game.top} loses without it.")
+                _game_caption(mode, data) + f" alone: switched on in {base}; removed: "
+                f"what {top} loses without it.")
     for row in data["cells"]:
         c = row["contributions"]
         if c is None:
@@ -211,7 +214,8 @@ def contributions_table(mode: str, data: dict) -> Grid:
 
 def _game_caption(mode: str, data: dict) -> str:
     game = game_of(mode)
-    text = (f"Shapley values on log time: the factors multiply to {game.top} / {game.base} "
+    top, base = game.ends(data["players"])
+    text = (f"Shapley values on log time: the factors multiply to {top} / {base} "
             "exactly. ns: the 95% bootstrap interval contains 1.")
     for flag, why in data.get("not_applicable", {}).items():
         text += f" {flag}: {why}."
@@ -220,9 +224,10 @@ def _game_caption(mode: str, data: dict) -> str:
 
 def summary_table(mode: str, data: dict) -> Grid:
     s, game = data["summary"], game_of(mode)
+    top, base = game.ends(data["players"])
     grid = Grid(f"{mode}: contributions over the grid ({data['cells_in_summary']} cells, "
                 "geometric mean of factors, 95% CI)",
-                ["improvement", f"alone on {game.base}", f"removed from {game.top}", "Shapley"],
+                ["improvement", f"alone on {base}", f"removed from {top}", "Shapley"],
                 _game_caption(mode, data))
     for flag in game.players:
         if flag in data["players"]:
@@ -236,7 +241,7 @@ def summary_table(mode: str, data: dict) -> Grid:
             name = interaction_name(t)
             grid.add(f"interaction {name.replace('x', ' x ')}", "", "", factor(s[f"interaction/{name}"]))
     product = math.exp(sum(s[f"shapley/{f}"]["log"] for f in players))
-    grid.add(f"total {game.top} / {game.base}", "", "",
+    grid.add(f"total {top} / {base}", "", "",
              factor(s["total"]) + f" (Shapley product {product:.2f}x)")
     return grid
 
@@ -245,13 +250,14 @@ def by_seqlen_table(mode: str, data: dict) -> Grid:
     """Contributions by seqlen; for FA2's game also both ends' % of the matmul rate and, in
     fwd+bwd, the FA2 paper's A100 figure (FA2 / FA1) over the same kinds of cells."""
     game = game_of(mode)
-    fa2, fa1 = names(mode)
+    top, base = game.ends(data["players"])
+    fa2, fa1 = names(mode, data["players"])
     fa2_game = game is FA2_GAME
     paper = fa2_game and view_of(mode)[0] == "fwd+bwd"
-    headers = ["seqlen", f"{game.top} / {game.base}"] + [f"Shapley {f}" for f in game.players]
+    headers = ["seqlen", f"{top} / {base}"] + [f"Shapley {f}" for f in game.players]
     caption = _game_caption(mode, data)
     if fa2_game:
-        headers += [f"{game.top} % matmul", f"{game.base} % matmul"]
+        headers += [f"{top} % matmul", f"{base} % matmul"]
     if paper:
         a100 = fa2_a100_speedups()
         headers.append("A100 FA2 / FA1 (paper)")
@@ -281,7 +287,7 @@ def fa3_reference_table(mode: str, data: dict) -> Grid:
     (ablations/paper/fa3-h100-fwd.json, fa2check.ablate.paper), labelled as a reference."""
     ref = fa3_reference()
     like = ref["cell"]
-    top, _ = names(mode)
+    top, _ = names(mode, data["players"])
     rows = [r for r in data["cells"] if r["contributions"] is not None
             and (r["cell"]["head_dim"], r["cell"]["seqlen"], r["cell"]["causal"])
             == (like["head_dim"], like["seqlen"], like["causal"])]
@@ -296,9 +302,10 @@ def fa3_reference_table(mode: str, data: dict) -> Grid:
                 + ("" if rows else " (none in this run)") + ".")
     for switch in data["players"]:
         ours = _geomean([r["contributions"][f"removed/{switch}"]["factor"] for r in rows])
-        fa3 = ref["without"][switch]
-        grid.add(switch, fa3["fa3"], num(ours, "{:.3f}x"), f"{ref['removed'][switch]:.3f}x",
-                 fa3["mapping"])
+        fa3 = ref["without"].get(switch)  # FA3 ablated no ping-pong on its own
+        grid.add(switch, fa3["fa3"] if fa3 else "-", num(ours, "{:.3f}x"),
+                 f"{ref['removed'][switch]:.3f}x" if fa3 else "-",
+                 fa3["mapping"] if fa3 else "FA3's table has no row for it")
     mine = _geomean([r["stats"][top]["tflops"] for r in rows if top in r["stats"]])
     grid.add("all on, TFLOP/s", "", num(mine), f"{ref['all_on_tflops']:.0f}", "")
     return grid

@@ -107,7 +107,8 @@ def kernels_for(mode: str, cell, settings: Settings) -> list[str]:
 
 def switch_names(mode: str, settings: Settings) -> list[str]:
     """With --hopper-switches, the Hopper lattice's variants other than FA2 (FA2 with
-    pingpong, overlap, both: "hopper+defer+seqpar+splitq+pingpong"), in the forward only (the
+    pingpong, overlap, both, and those four without the producer warp:
+    "hopper+defer+seqpar+splitq-warpspec+pingpong"), in the forward only (the
     switches exist there alone; the backward of a switch variant is FA2's). Like the Gluon
     kernels they are left out of a cell they fail, not costing it the 8 variants (D66)."""
     from kernels import Variant

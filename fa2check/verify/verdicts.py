@@ -98,11 +98,13 @@ def legend(columns: list, property_names: list[str]) -> list[str]:
         kinds.append("gluon: our forward written in Gluon")
     if any(label.startswith("hopper ") for label in labels):
         kinds.append("hopper: the wgmma/TMA chassis for sm_90 (forward; backward where it "
-                     "takes the call)" + ("; +pingpong, +overlap: FA2 with FlashAttention-3's "
-                                          "ping-pong turns / softmax under the previous P V, "
-                                          "forward only (D59)"
-                                          if any("+pingpong" in c.variant or "+overlap"
-                                                 in c.variant for c in columns) else ""))
+                     "takes the call)" + ("; -warpspec, +pingpong, +overlap: FA2 without its "
+                                          "producer warp / with FlashAttention-3's ping-pong "
+                                          "turns / softmax under the previous P V, forward "
+                                          "only (D59, D85)"
+                                          if any(s in c.variant for c in columns for s in
+                                                 ("-warpspec", "+pingpong", "+overlap"))
+                                          else ""))
     if any(label.startswith("sdpa_") for label in labels):
         kinds.append("sdpa_*: torch SDPA's backend of that name, forced alone")
     if any(c.impl == FLEX for c in columns):
