@@ -82,7 +82,8 @@ for s in "$@"; do case $s in
   quick-cold|quick-warm) step $s 170 python3 -m fa2check.ablate --grid quick --budget-s 150 $C --out "$W/$s" --no-plots ;;
   api) step api 100 python3 -m fa2check.ablate --seqlen 8192 --head-dim 128 --mode fwd --kernels triton --backends sdpa-flash,api --rep-ms 100 --budget-s 85 $C --out "$W/api" --no-plots ;;
   api-ab) step api-ab 120 python3 ablations/probes/api_vs_table.py --out "$W/api-ab" --rounds 8 $C ;;
-  fastest) FA2CHECK_FASTEST= step fastest-run 300 python3 -m fa2check.ablate --grid paper --mode fwd --kernels hopper --hopper-switches --backends sdpa-flash,sdpa-cudnn,api --budget-s 280 $C --out "$W/fastest"
+  fastest) B=${FASTEST_BUDGET_S:-280}  # the ablation's own budget; the step's timeout 20 s more
+           FA2CHECK_FASTEST= step fastest-run $((B + 20)) python3 -m fa2check.ablate --grid paper --mode fwd --kernels hopper --hopper-switches --backends sdpa-flash,sdpa-cudnn,api --budget-s $B $C --out "$W/fastest"
            step fastest-table 60 python3 -m fa2check.ablate.fastest_table --fwd "$(ls "$W"/fastest/*-paper-fwd.json)" \
              --fwd+bwd ablations/results/20261203-142817-nvidia-h200-paper-fwd-fwdbwd.json.gz --out "$W/fastest.json" ;;
   paper) B=${PAPER_BUDGET_S:-570}  # the ablation's own budget; the step's timeout 20 s more
