@@ -11,17 +11,17 @@ backends and show what each improvement of FlashAttention-2 is worth.
   python -m fa2check.ablate --from ablations/results/X.json [--update-readme]
   python -m fa2check.ablate --merge A.json --merge B.json   # one table from two runs' sweeps
   python -m fa2check.ablate --kernels hopper --hopper-switches --mode fwd --seqlen 8192 \
-      --head-dim 128            # also FA2 + pingpong / overlap / both: the switches' game
+      --head-dim 128            # also FA2's Hopper-era switch variants: the switches' game
 
 Tiles: every kernel runs the tiles flash_attention would pick (kernels.default_config: the
 table of tuned tiles, kernels/tuned_tiles.json, for this GPU, else the heuristic); the run says
 which, per key. Kernels: our 8 variants' forward runs on the Hopper chassis on sm_90
 (--kernels hopper; its backward on the same chassis, kernels/hopper_backward.py, where that
 takes the call), on the Triton kernels elsewhere. --hopper-switches (with --kernels hopper)
-also times the Hopper lattice's switch variants in the forward, on FA2's tiles (one K/V stage
-more where it fits, D80), and adds a
-second contributions table over the two switches (pingpong, overlap) beside FlashAttention-3's
-H100 ablation (docs/decisions.md D66).
+also times the Hopper lattice's switch variants in the forward, on FA2's tiles (with pingpong
+or overlap one K/V stage more where it fits, D80), and adds a second contributions table over
+the three switches (warp_specialize, pingpong, overlap) beside FlashAttention-3's H100 ablation
+(docs/decisions.md D66, D85).
 --budget-s bounds the whole command, compiling and tuning included.
 
 Every variant's output in a cell is checked against the float64 oracle (on slices, see
@@ -87,10 +87,11 @@ def parse_args(argv):
                         "forward of record; fwd+bwd and bwd with kernels/hopper_backward.py) or triton "
                         "(kernels/forward.py); auto: hopper on sm_90 where every cell fits it")
     t.add_argument("--hopper-switches", action="store_true",
-                   help="with --kernels hopper: also time FA2 + pingpong, + overlap and + both "
-                        "(FlashAttention-3's schedules on the chassis, FA2's tiles, one K/V "
-                        "stage more where it fits) in the forward, with their own "
-                        "contributions table (Shapley over the two switches, beside FA3's "
+                   help="with --kernels hopper: also time FA2 with each combination of "
+                        "warp_specialize, pingpong and overlap (FlashAttention-3's ideas on the "
+                        "chassis, FA2's tiles, one K/V stage more with pingpong or overlap) in "
+                        "the forward, with their own contributions table (Shapley over the "
+                        "three switches, beside FA3's "
                         "H100 ablation). The switches exist in the "
                         "forward only: bwd and fwd+bwd do not time them (the run says so), and "
                         "a run without --mode fwd is refused")

@@ -70,12 +70,13 @@ class Settings:
     gluon: bool = False  # also time the Gluon forward of every variant (fwd mode)
     gluon_max_seqlen: int = 4096
     shards: int = 1  # processes that gate and time disjoint sets of cells, one GPU each
-    hopper_switches: bool = False  # also time the Hopper lattice's 3 switch variants (fwd; D66)
+    hopper_switches: bool = False  # also time the Hopper lattice's 7 switch variants (fwd; D66)
 
     def __post_init__(self):
         if self.hopper_switches and self.kernels != HOPPER:
-            raise ValueError(f"--hopper-switches times the Hopper chassis's switches (pingpong, "
-                             f"overlap), which only --kernels {HOPPER} has; the run's kernels are "
+            raise ValueError(f"--hopper-switches times the Hopper chassis's switches "
+                             f"(warp_specialize, pingpong, overlap), which only --kernels {HOPPER} "
+                             f"has; the run's kernels are "
                              f"{self.kernels!r} (--kernels auto picks {HOPPER} only on sm_90, or "
                              "with --plan, where every cell fits the chassis)")
         if self.hopper_switches and "fwd" not in self.modes:

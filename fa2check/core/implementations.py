@@ -5,7 +5,8 @@ flash_attention's signature, named as MODULE:FUNC.
     gluon                 fa2check.adapters:gluon (our forward in Gluon), one column per variant
     hopper                fa2check.adapters:hopper (the wgmma/TMA chassis), one column per
                           variant of both lattices: the 8 FA2 variants and FA2 with the
-                          Hopper switches (pingpong, overlap, both; D59, D66)
+                          Hopper switches (warp_specialize off, pingpong, overlap; D59,
+                          D66, D85)
     sdpa                  ours and the four torch SDPA adapters beside it
     sdpa_math (etc.)      fa2check.adapters:sdpa_math
     flex                  fa2check.adapters:flex (torch's flex_attention, compiled)

@@ -13,7 +13,8 @@ facts and sm_90's limits (`ctas_per_sm`). Warp-specialized kernels (the Hopper c
 `hopper_attn_fwd` and `hopper_attn_bwd`) also show each partition's registers after
 setmaxnreg, and every warpgroup-MMA kernel its synchronisation sites (`sync`: wgmma waits by
 depth, mbarrier waits and arrives, the named-barrier turns of the Hopper switches;
-`--variant=+defer+seqpar+splitq+pingpong+overlap` shows them). A case fails if it does not
+`--variant=+defer+seqpar+splitq+pingpong+overlap` shows them; `-warpspec` drops the producer
+warp, 8 warps instead of 12). A case fails if it does not
 compile or needs more shared memory than an sm_90 block may have.
 
 New kernels join the gate by adding a `KernelSpec` to `SPECS` (e.g. a backward kernel).

@@ -26,8 +26,8 @@ chose for each variant, and compares every split-Q variant with its split-K coun
 same flags otherwise), saying plainly when split_q leaves a product's warpsPerCTA unchanged.
 
 Backends: every kernel of the compile gate (`SPECS`) names its backend, `triton` (layouts chosen
-by the compiler) or `gluon` (layouts written in the kernel), so a new kernel joins the report by
-joining the gate. As in the gate, with TRITON_INTERPRET set the kernels are interpreter
+by the compiler), `gluon` or `hopper` (layouts written in the kernel), so a new kernel joins
+the report by joining the gate. As in the gate, with TRITON_INTERPRET set the kernels are interpreter
 objects, so `main` then reruns itself without that variable.
 """
 from __future__ import annotations
@@ -316,7 +316,7 @@ FORWARDS = ["attn_fwd", "gluon_attn_fwd"]
 # --- compiling: every kernel spec names its backend -----------------------------------------------
 
 BACKENDS = {name: tuple(k for k, spec in SPECS.items() if spec.backend == name)
-            for name in ("triton", "gluon")}  # backend -> its kernels (compile gate specs)
+            for name in ("triton", "gluon", "hopper")}  # backend -> its kernels (gate specs)
 
 
 @dataclass
@@ -398,8 +398,10 @@ def split_q_findings(reports: list[LayoutReport]) -> list[str]:
     grouped: dict[tuple, list[str]] = {}
     for key, on in by_case.items():
         variant = Variant.parse(key[-1])
+        if not variant.split_q or variant.hopper_switches:  # a switch variant has no split-K
+            continue
         off = by_case.get(key[:-1] + (str(dataclasses.replace(variant, split_q=False)),))
-        if not variant.split_q or off is None:
+        if off is None:
             continue
         c = on.compile
         where = f"{on.backend} {c.kernel} {c.dtype} D={c.head_dim} " \
