@@ -66,10 +66,6 @@ poisoned keys, since the same code computes it and adding a product 0 * 0 change
 (docs/decisions.md D53). x_bad is double-buffered: one consumer may sanitise the next such
 tile while the other still puts NaN back from this one's.
 
-WARP_SPECIALIZE (FA3's producer warp, on by default; off only on FA2 all on, D85): off, no
-load warp; consumer 1 issues Q, the ring's first STAGES tiles and, after each release, the tile
-STAGES ahead into that slot once both consumers have released it (`_refill`).
-
 Domain (an ablation chassis, not a general backend): CUDA sm_90, float16/bfloat16, head_dim 64
 or 128, unit stride along head_dim and 16-byte aligned strides; `check_hopper_call` states
 the domain.

@@ -305,7 +305,7 @@ def fa3_reference_table(mode: str, data: dict) -> Grid:
         fa3 = ref["without"].get(switch)  # FA3 ablated no ping-pong on its own
         grid.add(switch, fa3["fa3"] if fa3 else "-", num(ours, "{:.3f}x"),
                  f"{ref['removed'][switch]:.3f}x" if fa3 else "-",
-                 fa3["mapping"] if fa3 else "FA3's table has no row for it")
+                 fa3["mapping"] if fa3 else "no FA3 row")
     mine = _geomean([r["stats"][top]["tflops"] for r in rows if top in r["stats"]])
     grid.add("all on, TFLOP/s", "", num(mine), f"{ref['all_on_tflops']:.0f}", "")
     return grid
