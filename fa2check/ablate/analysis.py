@@ -11,9 +11,9 @@ import numpy as np
 
 from .clocks import median_clock
 from .contenders import HOPPER, PEERS, PREFIXED, kernel_backend_of, parse_kernel_name
-from .contributions import (BACKWARD_BEFORE_D50, SWITCH_VIEW, SWITCHES_BEFORE_D85, analyse, game_of, players_for,
-                            repeat_draws, subsets, summarise, variant_for, view_of,
-                            with_intervals)
+from .contributions import (BACKWARD_BEFORE_D50, SWITCH_VIEW, SWITCHES_BEFORE_D85, analyse,
+                            game_of, players_for, repeat_draws, subsets, summarise, variant_for,
+                            view_of, with_intervals)
 from .grids import MODES, Cell
 from .timing import flatten, summary, tflops
 

@@ -27,8 +27,8 @@ same flags otherwise), saying plainly when split_q leaves a product's warpsPerCT
 
 Backends: every kernel of the compile gate (`SPECS`) names its backend, `triton` (layouts chosen
 by the compiler), `gluon` or `hopper` (layouts written in the kernel), so a new kernel joins
-the report by joining the gate. As in the gate, with TRITON_INTERPRET set the kernels are interpreter
-objects, so `main` then reruns itself without that variable.
+the report by joining the gate. As in the gate, with TRITON_INTERPRET set the kernels are
+interpreter objects, so `main` then reruns itself without that variable.
 """
 from __future__ import annotations
 
