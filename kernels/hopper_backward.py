@@ -114,25 +114,55 @@ def _producer(args, SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr,
     nb = 0
     t = 0
     for j in range(first, n_blocks, step):
-        mbarrier.wait(kv_empty.index(0), (nb & 1) ^ 1)
-        mbarrier.expect(kv_ready.index(0), k_desc.block_type.nbytes + v_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(k_desc, [off_b, off_hkv, j * BLOCK_N, 0],
-                                        kv_ready.index(0), k_smem.index(0))
-        tma.async_copy_global_to_shared(v_desc, [off_b, off_hkv, j * BLOCK_N, 0],
-                                        kv_ready.index(0), v_smem.index(0))
+        _load_block(args, nb, off_b, off_hkv, j)
         lo, hi = _row_blocks(j * BLOCK_N, seqlen_q, seqlen_k, causal)
         for h in range(off_hkv * group, off_hkv * group + group):
             for i in range(lo, hi):
-                slot = t % STAGES
-                mbarrier.wait(qd_empty.index(slot), ((t // STAGES) & 1) ^ 1)
-                ready = qd_ready.index(slot)
-                mbarrier.expect(ready, q_desc.block_type.nbytes + do_desc.block_type.nbytes)
-                tma.async_copy_global_to_shared(q_desc, [off_b, h, i * BLOCK_M, 0], ready,
-                                                q_smem.index(slot))
-                tma.async_copy_global_to_shared(do_desc, [off_b, h, i * BLOCK_M, 0], ready,
-                                                do_smem.index(slot))
+                _load_step(args, t, off_b, h, i)
                 t += 1
         nb += 1
+
+
+@gluon.jit
+def _load_block(args, nb, off_b, off_hkv, j):
+    """K_j, V_j into their slot once both consumers released the last block (the nb-th)."""
+    (q_desc, k_desc, v_desc, do_desc, q_smem, k_smem, v_smem, do_smem, ds_smem, x_dq,
+     qd_ready, qd_empty, kv_ready, kv_empty, bar_x, DQ, DK, DV, STAT2, INV_L, DELTA,
+     seqlen_q, seqlen_k, heads_q, heads_kv, padded_q, qk_scale, sm_scale) = args
+    mbarrier.wait(kv_empty.index(0), (nb & 1) ^ 1)
+    mbarrier.expect(kv_ready.index(0), k_desc.block_type.nbytes + v_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(k_desc, [off_b, off_hkv, j * BLOCK_N, 0],
+                                    kv_ready.index(0), k_smem.index(0))
+    tma.async_copy_global_to_shared(v_desc, [off_b, off_hkv, j * BLOCK_N, 0],
+                                    kv_ready.index(0), v_smem.index(0))
+
+
+@gluon.jit
+def _load_step(args, t, off_b, h, i):
+    """Q_i, dO_i of query head h into slot t % STAGES once both consumers released step
+    t - STAGES."""
+    (q_desc, k_desc, v_desc, do_desc, q_smem, k_smem, v_smem, do_smem, ds_smem, x_dq,
+     qd_ready, qd_empty, kv_ready, kv_empty, bar_x, DQ, DK, DV, STAT2, INV_L, DELTA,
+     seqlen_q, seqlen_k, heads_q, heads_kv, padded_q, qk_scale, sm_scale) = args
+    STAGES: gl.constexpr = q_smem.type.shape[0]
+    slot = t % STAGES
+    mbarrier.wait(qd_empty.index(slot), ((t // STAGES) & 1) ^ 1)
+    ready = qd_ready.index(slot)
+    mbarrier.expect(ready, q_desc.block_type.nbytes + do_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(q_desc, [off_b, h, i * BLOCK_M, 0], ready,
+                                    q_smem.index(slot))
+    tma.async_copy_global_to_shared(do_desc, [off_b, h, i * BLOCK_M, 0], ready,
+                                    do_smem.index(slot))
+
+
+@gluon.jit
+def _refill_step(args, u, n_steps, off_b, first_h, lo, n_rows, LOADS: gl.constexpr):
+    """Without the producer warp (WARP_SPECIALIZE off, seq_parallel's one column block), the
+    loading consumer (LOADS) issues step u of the block itself: its steps run over the group's
+    query heads, n_rows row blocks (from lo) each."""
+    if LOADS:
+        if u < n_steps:
+            _load_step(args, u, off_b, first_h + u // n_rows, lo + u % n_rows)
 
 
 @gluon.jit
@@ -182,7 +212,8 @@ def _dq_step(ds_smem, k_tile, x_dq, bar_x, t, SPLIT_Q: gl.constexpr, CONSUMER: g
 
 @gluon.jit
 def _consumer(args, SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr,
-              DEFER_NORM: gl.constexpr, causal: gl.constexpr, CONSUMER: gl.constexpr):
+              DEFER_NORM: gl.constexpr, causal: gl.constexpr, CONSUMER: gl.constexpr,
+              WARP_SPECIALIZE: gl.constexpr = True):
     (q_desc, k_desc, v_desc, do_desc, q_smem, k_smem, v_smem, do_smem, ds_smem, x_dq,
      qd_ready, qd_empty, kv_ready, kv_empty, bar_x, DQ, DK, DV, STAT2, INV_L, DELTA,
      seqlen_q, seqlen_k, heads_q, heads_kv, padded_q, qk_scale, sm_scale) = args
@@ -202,15 +233,24 @@ def _consumer(args, SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr,
     group = heads_q // heads_kv
     diag = seqlen_k - seqlen_q  # query i sees key j iff j <= i + diag
     first, n_blocks, step = _block_loop(seqlen_k, SEQ_PARALLEL)
+    # no producer warp (WARP_SPECIALIZE off, D86; seq_parallel only: one block, t from 0):
+    # consumer 1 issues K_j, V_j and the first STAGES steps, then each step into the slot it
+    # has just released, once consumer 0 has released it too
+    LOADS: gl.constexpr = not WARP_SPECIALIZE and CONSUMER == 1
     nb = 0
     t = 0
     for j in range(first, n_blocks, step):
         start_n = j * BLOCK_N
+        lo, hi = _row_blocks(start_n, seqlen_q, seqlen_k, causal)
+        if LOADS:
+            _load_block(args, nb, off_b, off_hkv, j)
+            for u in gl.static_range(STAGES):
+                _refill_step(args, u, group * (hi - lo), off_b, off_hkv * group, lo, hi - lo,
+                             LOADS)
         mbarrier.wait(kv_ready.index(0), nb & 1)
         keys = start_n + CONSUMER * KEYS + gl.arange(0, KEYS, layout=key_layout)
         dk = gl.zeros([KEYS, HEAD_DIM], gl.float32, acc_layout)
         dv = gl.zeros([KEYS, HEAD_DIM], gl.float32, acc_layout)
-        lo, hi = _row_blocks(start_n, seqlen_q, seqlen_k, causal)
         # row blocks from full_lo on see every key of the block (none if it passes seqlen_k)
         full_lo = hi
         if start_n + BLOCK_N <= seqlen_k:
@@ -275,6 +315,8 @@ def _consumer(args, SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr,
                 dk = warpgroup_mma(gl.convert_layout(dst, op_layout), q, dk, is_async=True)
                 dk = warpgroup_mma_wait(num_outstanding=0, deps=(dk,))
                 mbarrier.arrive(qd_empty.index(slot), count=1)  # Q_i, dO_i read: load the next
+                _refill_step(args, t + STAGES, group * (hi - lo), off_b, off_hkv * group, lo,
+                             hi - lo, LOADS)
                 dq = _dq_step(ds_smem, k_tile, x_dq, bar_x, t, SPLIT_Q, CONSUMER)
                 _add_dq(DQ, dq * sm_scale, off_b * heads_q + h, i, seqlen_q, CONSUMER)
                 t += 1
@@ -331,8 +373,8 @@ def _store_block(dk, dv, DK, DV, off_b, off_hkv, heads_kv, start_n, seqlen_k,
 @gluon.jit
 def _consumer_partition(args, SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr,
                         DEFER_NORM: gl.constexpr, IS_CAUSAL: gl.constexpr,
-                        CONSUMER: gl.constexpr):
-    _consumer(args, SPLIT_Q, SEQ_PARALLEL, DEFER_NORM, IS_CAUSAL, CONSUMER)
+                        CONSUMER: gl.constexpr, WARP_SPECIALIZE: gl.constexpr):
+    _consumer(args, SPLIT_Q, SEQ_PARALLEL, DEFER_NORM, IS_CAUSAL, CONSUMER, WARP_SPECIALIZE)
 
 
 @gluon.jit
@@ -346,10 +388,13 @@ def _hopper_attn_bwd(q_desc, k_desc, v_desc, do_desc, DQ, DK, DV, STAT2, INV_L, 
                      seqlen_q, seqlen_k, heads_q, heads_kv, padded_q, qk_scale, sm_scale,
                      SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr,
                      DEFER_NORM: gl.constexpr, IS_CAUSAL: gl.constexpr, STAGES: gl.constexpr,
-                     CONSUMER_REGS: gl.constexpr):
+                     CONSUMER_REGS: gl.constexpr, WARP_SPECIALIZE: gl.constexpr = True):
     """Grid (column blocks, B * Hkv) with seq_parallel, (1, B * Hkv) without. DQ: float32
     (B, Hq, Sq, D), zeroed; DK, DV: (B, Hkv, Sk, D) contiguous; STAT2, INV_L, DELTA: the
-    preprocess's (B, Hq, padded_q) float32 rows."""
+    preprocess's (B, Hq, padded_q) float32 rows. WARP_SPECIALIZE off: no producer warp
+    (FA2 all on only, D86)."""
+    gl.static_assert(WARP_SPECIALIZE or (DEFER_NORM and SPLIT_Q and SEQ_PARALLEL),
+                     "warp_specialize off is built on FA2 (DEFER_NORM, SPLIT_Q, SEQ_PARALLEL)")
     HEAD_DIM: gl.constexpr = k_desc.block_type.shape[3]
     dtype: gl.constexpr = k_desc.dtype
     q_smem = gl.allocate_shared_memory(dtype, [STAGES] + q_desc.block_type.shape, q_desc.layout)
@@ -385,12 +430,20 @@ def _hopper_attn_bwd(q_desc, k_desc, v_desc, do_desc, DQ, DK, DV, STAT2, INV_L, 
     args = (q_desc, k_desc, v_desc, do_desc, q_smem, k_smem, v_smem, do_smem, ds_smem, x_dq,
             qd_ready, qd_empty, kv_ready, kv_empty, bar_x, DQ, DK, DV, STAT2, INV_L, DELTA,
             seqlen_q, seqlen_k, heads_q, heads_kv, padded_q, qk_scale, sm_scale)
-    gl.warp_specialize([(_consumer_partition,
-                         (args, SPLIT_Q, SEQ_PARALLEL, DEFER_NORM, IS_CAUSAL, 0)),
-                        (_consumer_partition,
-                         (args, SPLIT_Q, SEQ_PARALLEL, DEFER_NORM, IS_CAUSAL, 1)),
-                        (_load_partition, (args, SPLIT_Q, SEQ_PARALLEL, DEFER_NORM, IS_CAUSAL))],
-                       [4, 1], [CONSUMER_REGS, BWD_PRODUCER_REGS])
+    if WARP_SPECIALIZE:  # a producer warp loads, the consumers only compute
+        gl.warp_specialize([(_consumer_partition,
+                             (args, SPLIT_Q, SEQ_PARALLEL, DEFER_NORM, IS_CAUSAL, 0, True)),
+                            (_consumer_partition,
+                             (args, SPLIT_Q, SEQ_PARALLEL, DEFER_NORM, IS_CAUSAL, 1, True)),
+                            (_load_partition,
+                             (args, SPLIT_Q, SEQ_PARALLEL, DEFER_NORM, IS_CAUSAL))],
+                           [4, 1], [CONSUMER_REGS, BWD_PRODUCER_REGS])
+    else:  # consumer 1 loads as well (_refill_step)
+        gl.warp_specialize([(_consumer_partition,
+                             (args, SPLIT_Q, SEQ_PARALLEL, DEFER_NORM, IS_CAUSAL, 0, False)),
+                            (_consumer_partition,
+                             (args, SPLIT_Q, SEQ_PARALLEL, DEFER_NORM, IS_CAUSAL, 1, False))],
+                           [4], [CONSUMER_REGS])
 
 
 def block_shapes(head_dim: int):
@@ -479,7 +532,7 @@ def hopper_attn_bwd(q, k, v, o, stats, do, dlse, causal, softmax_scale, variant,
         SPLIT_Q=variant.split_q, SEQ_PARALLEL=variant.seq_parallel,
         DEFER_NORM=variant.defer_norm, IS_CAUSAL=bool(causal),
         STAGES=bwd_stages(head_dim, variant.split_q), CONSUMER_REGS=BWD_CONSUMER_REGS,
-        num_warps=4)
+        WARP_SPECIALIZE=variant.warp_specialize, num_warps=4)
     return dq.to(q.dtype), dk, dv
 
 
@@ -499,7 +552,8 @@ def sm90_signature(variant, dtype="bfloat16", head_dim=128, causal=False,
     constexprs = {"SPLIT_Q": variant.split_q, "SEQ_PARALLEL": variant.seq_parallel,
                   "DEFER_NORM": variant.defer_norm, "IS_CAUSAL": causal,
                   "STAGES": bwd_stages(head_dim, variant.split_q),
-                  "CONSUMER_REGS": consumer_registers}
+                  "CONSUMER_REGS": consumer_registers,
+                  "WARP_SPECIALIZE": variant.warp_specialize}
     signature.update({name: "constexpr" for name in constexprs})
     return signature, constexprs
 

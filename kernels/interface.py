@@ -168,8 +168,11 @@ class _FlashAttention(torch.autograd.Function):
             return (None,) * 9
         if do is None:
             do = torch.zeros_like(o)
+        # the backward's variant: the FA2 flags and warp_specialize (the chassis's backward has
+        # it, D86); pingpong and overlap exist in the forward only
+        variant = replace(ctx.variant.fa2, warp_specialize=ctx.variant.warp_specialize)
         dq, dk, dv = _backward(q, k, v, o, stats, do, dlse, ctx.causal, ctx.softmax_scale,
-                               ctx.variant.fa2, ctx.config, o_res, ctx.backend)
+                               variant, ctx.config, o_res, ctx.backend)
         return dq, dk, dv, None, None, None, None, None, None
 
 
@@ -185,7 +188,8 @@ def _backward(q, k, v, o, stats, do, dlse, causal, softmax_scale, variant, confi
                                    config, o_res)
     from .backward import attn_bwd
 
-    return attn_bwd(q, k, v, o, stats, do, dlse, causal, softmax_scale, variant, config, o_res)
+    return attn_bwd(q, k, v, o, stats, do, dlse, causal, softmax_scale, variant.fa2, config,
+                    o_res)
 
 
 def _check_inputs(q, k, v, causal, softmax_scale, variant):

@@ -185,3 +185,51 @@ def test_gpu_hopper_backward_passes_the_oracle(problem, device):
                  for split_q in (True, False)]
         assert torch.equal(grads[0][1], grads[1][1]), f"{fa2ish}: dK differs by the split"
         assert torch.equal(grads[0][2], grads[1][2]), f"{fa2ish}: dV differs by the split"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("problem", GPU_PROBLEMS, ids=str)
+def test_gpu_hopper_backward_without_its_producer_warp(problem, device):
+    """warp_specialize off (D86): consumer 1 loads K, V and every step's Q and dO itself. Its
+    gradients pass the oracle (the call's forward without the producer too), and from the same
+    o and statistics its dK and dV are FA2's bit for bit (dQ's atomic adds may sum in another
+    order)."""
+    from kernels.hopper_backward import hopper_attn_bwd
+    from kernels.hopper_forward import hopper_attn_fwd
+
+    ref = Reference(problem, device, backward=True)
+    without = Variant(warp_specialize=False)
+    checks = ref.check(partial(flash_attention, backend="hopper"), without)
+    failed = [str(c) for c in checks if not c.passed]
+    assert not failed, f"{without} on {problem}: " + "; ".join(failed)
+    scale = problem.head_dim ** -0.5
+    config = default_config(problem.head_dim, True, Variant(), problem.dtype, "hopper",
+                            causal=problem.causal)
+    o, stats = hopper_attn_fwd(ref.q, ref.k, ref.v, problem.causal, scale, Variant(), config)
+    grads = [hopper_attn_bwd(ref.q, ref.k, ref.v, o, stats, ref.do, None, problem.causal, scale,
+                             variant, config) for variant in (Variant(), without)]
+    assert torch.equal(grads[0][1], grads[1][1]) and torch.equal(grads[0][2], grads[1][2])
+
+
+def test_the_backward_without_its_producer_warp_compiles_to_8_warps():
+    """D86: warp_specialize off drops the load warp (8 warps, not 12 with Triton's padding),
+    without spills; the FA1-style flags refuse it (a Variant cannot be built)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    probe = """
+import json
+from fa2check.inspect.compile_gate import ptxas_usage, rerun_ptxas
+from kernels import Variant
+from kernels.hopper_backward import compile_for_sm90
+out = {}
+for ws in (True, False):
+    k = compile_for_sm90(Variant(warp_specialize=ws), head_dim=128, causal=True)
+    out[str(ws)] = dict(ptxas_usage(rerun_ptxas(k.asm["ptx"])), warps=k.metadata.num_warps)
+print(json.dumps(out))
+"""
+    proc = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["True"]["warps"] == 12 and out["False"]["warps"] == 8, out
+    assert all(u["spill_stores"] == u["spill_loads"] == 0 for u in out.values()), out
