@@ -142,7 +142,7 @@ def switches_line(settings: dict) -> str | None:
             "overlap timed in fwd, on FA2's tiles (with pingpong or overlap one K/V stage more, "
             "D80)"
             + (f"; not in {', '.join(others)} (the switches exist in the forward only: "
-               "a switch variant's backward is FA2's)" if others else "") + ".")
+               "the backward has warp_specialize alone, D86)" if others else "") + ".")
 
 
 # ----------------------------------------------------------------------------- tables

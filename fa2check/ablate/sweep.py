@@ -81,7 +81,8 @@ class Settings:
                              "with --plan, where every cell fits the chassis)")
         if self.hopper_switches and "fwd" not in self.modes:
             raise ValueError(f"--hopper-switches: the switches exist in the forward only (the "
-                             f"backward runs variant.fa2); the modes {','.join(self.modes)} "
+                             f"backward has warp_specialize alone, D86, untimed here); the modes "
+                             f"{','.join(self.modes)} "
                              "have no forward of their own to time them in: add --mode fwd")
 
     def as_dict(self) -> dict:
@@ -109,8 +110,8 @@ def kernels_for(mode: str, cell, settings: Settings) -> list[str]:
 def switch_names(mode: str, settings: Settings) -> list[str]:
     """With --hopper-switches, the Hopper lattice's variants other than FA2 (FA2 with
     pingpong, overlap, both, and those four without the producer warp:
-    "hopper+defer+seqpar+splitq-warpspec+pingpong"), in the forward only (the
-    switches exist there alone; the backward of a switch variant is FA2's). Like the Gluon
+    "hopper+defer+seqpar+splitq-warpspec+pingpong"), in the forward only (pingpong and
+    overlap exist there alone; warp_specialize's backward, D86, is not timed here). Like the Gluon
     kernels they are left out of a cell they fail, not costing it the 8 variants (D66)."""
     from kernels import Variant
 
