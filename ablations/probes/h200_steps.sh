@@ -10,7 +10,8 @@
 #   api-ab         ablations/probes/api_vs_table.py: the API and the row of the kernel it runs
 #                  in alternating rounds (8k d=128 bf16, full and causal; 8 rounds)
 #   fastest        the Hopper switches over the paper grid's forward beside Triton's FA2 (the
-#                  api peer, with FA2CHECK_FASTEST empty), then a new table of fastest kernels
+#                  api peer, with FA2CHECK_FASTEST empty; FASTEST_BUDGET_S, default 280, the
+#                  ablation's budget: 420 for the 7 switch variants), then a new table of fastest kernels
 #                  from it and the committed paper run's fwd+bwd cells ($OUT: fastest.json,
 #                  to copy to kernels/ with the run's JSON to ablations/results/; D82)
 #   paper          the paper grid, forward and forward + backward, 3 sweeps
@@ -22,7 +23,7 @@
 #   switches       ablations/probes/hopper_switches.py at d=128 8k (oracle checks, then times;
 #                  SWITCHES_STAGES=3: every combination timed on a 3-stage K/V ring)
 #   switches-ablate  fa2check.ablate --kernels hopper --hopper-switches at d=128 8k, full and
-#                  causal, forward (D66): the 8 FA2 variants, FA2 + pingpong / overlap / both,
+#                  causal, forward (D66): the 8 FA2 variants, the 7 switch variants (D85),
 #                  sdpa flash and cuDNN; the switches' Shapley table beside FA3's (budget 150 s)
 #   fa1            the chassis's FA1-style rows as % of matmul at d=128 1k-8k (FA1_SEQLENS), with
 #                  FA1's num_splits (`+h`) and other K/V tile widths (FA1_BLOCK_NS, e.g. 128,256):
