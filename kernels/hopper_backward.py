@@ -106,7 +106,6 @@ def _producer(args, SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr,
      qd_ready, qd_empty, kv_ready, kv_empty, bar_x, DQ, DK, DV, STAT2, INV_L, DELTA,
      seqlen_q, seqlen_k, heads_q, heads_kv, padded_q, qk_scale, sm_scale) = args
     seqlen_q, seqlen_k = _in_partition(seqlen_q), _in_partition(seqlen_k)
-    STAGES: gl.constexpr = q_smem.type.shape[0]
     bh = gl.program_id(1)
     off_b, off_hkv = bh // heads_kv, bh % heads_kv
     group = heads_q // heads_kv

@@ -112,7 +112,6 @@ def _fastest(q, k, v, causal, needs_grad) -> tuple[str, Variant]:
 
     if not q.is_cuda or interpreting():
         return DEFAULT
-
     return for_call(q, k, v, causal, needs_grad, _gpu_name(q.device.index))
 
 

@@ -77,11 +77,6 @@ class Variant:
         return tuple(f for f, on in _HOPPER_DEFAULTS.items() if getattr(self, f) != on)
 
     @property
-    def hopper_on(self) -> tuple[str, ...]:
-        """The Hopper-era switches that are on (the switches' game: kernels/ablate)."""
-        return tuple(f for f in _HOPPER_NAMES if getattr(self, f))
-
-    @property
     def fa2(self) -> "Variant":
         """This variant with the Hopper-era switches at their defaults: its place in the FA2
         lattice."""
@@ -115,8 +110,8 @@ class Variant:
 
     @property
     def label(self) -> str:
-        """Short human label: FA2, FA1-style, the flags that differ from FA2, or FA2 with the
-        Hopper-era switches that are on."""
+        """Short human label: FA2, FA1-style, the flags that differ from FA2, or FA2 with and
+        without the Hopper-era switches away from their defaults."""
         if self.hopper_switches:
             off = [f for f in self.hopper_switches if not getattr(self, f)]
             on = [f for f in self.hopper_switches if getattr(self, f)]

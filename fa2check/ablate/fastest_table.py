@@ -19,6 +19,8 @@ import os
 
 import numpy as np
 
+from kernels.fastest import PARTS  # a run's mode gives the part of that name
+
 from .contenders import API, PEERS, parse_kernel_name
 from .results import load
 
@@ -27,7 +29,6 @@ RULE = ("a candidate replaces Triton's FA2 in a cell when its median time is at 
         "every sweep pooled); among those, the lowest median")
 MARGIN = 0.97
 TRITON_FA2 = "+defer+seqpar+splitq"
-PARTS = ("fwd", "fwd+bwd")  # a run's mode gives the part of that name
 
 
 def _stats(samples) -> tuple[float, float, float]:
