@@ -167,11 +167,8 @@ class _FlashAttention(torch.autograd.Function):
             return (None,) * 9
         if do is None:
             do = torch.zeros_like(o)
-        # the backward's variant: the FA2 flags and warp_specialize (the chassis's backward has
-        # it, D86); pingpong and overlap exist in the forward only
-        variant = replace(ctx.variant.fa2, warp_specialize=ctx.variant.warp_specialize)
         dq, dk, dv = _backward(q, k, v, o, stats, do, dlse, ctx.causal, ctx.softmax_scale,
-                               variant, ctx.config, o_res, ctx.backend)
+                               ctx.variant.backward, ctx.config, o_res, ctx.backend)
         return dq, dk, dv, None, None, None, None, None, None
 
 

@@ -82,6 +82,14 @@ class Variant:
         lattice."""
         return Variant(self.defer_norm, self.seq_parallel, self.split_q)
 
+    @property
+    def backward(self) -> "Variant":
+        """The variant the backward runs: the FA2 flags and warp_specialize (the chassis's
+        backward has a producer warp, docs/decisions.md D86); pingpong and overlap exist in the
+        forward only."""
+        return Variant(self.defer_norm, self.seq_parallel, self.split_q,
+                       warp_specialize=self.warp_specialize)
+
     def __str__(self) -> str:
         fa2 = "".join(("+" if getattr(self, f) else "-") + short for f, short in _FLAG_NAMES.items())
         return fa2 + "".join(("+" if getattr(self, f) else "-") + _HOPPER_NAMES[f]

@@ -14,12 +14,13 @@ def synthetic_results(date="2026-11-30T10:00:00+00:00", modes=("fwd", "bwd"), de
     """A results file as fa2check.ablate.sweep.run writes it, with made-up timings; gluon: the fwd
     mode also has Gluon kernels, whose split_q is worth less (0.1 instead of 0.3 on log time);
     kernels "hopper": our 8 variants are the Hopper chassis's ("hopper+defer+seqpar+splitq").
-    switches ({frozenset of switches on: log speedup over none on}, kernels "hopper"): the fwd
+    switches ({frozenset of switches on: log speedup over none on}, kernels "hopper"): every
     mode also has the switch variants (--hopper-switches), each sample the base's same sample
     divided by exp(its log speedup), so every median's ratio to the base's is that factor
     exactly. The base (no producer warp, FA2 all on) is FA2's sample times exp(the speedup of
-    {"warp_specialize"}). Where no set names warp_specialize, a run saved before D85: the sets
-    are relative to FA2 and every variant keeps its producer warp."""
+    {"warp_specialize"}). bwd has the sets within {"warp_specialize"} only (D86). Where no set
+    names warp_specialize, a run saved before D85 (fwd only): the sets are relative to FA2 and
+    every variant keeps its producer warp."""
     rng = np.random.default_rng(7)
     effects = {"defer_norm": 0.03, "seq_parallel": 0.8, "split_q": 0.3}
     gluon_effects = {**effects, "split_q": 0.1}
@@ -38,12 +39,15 @@ def synthetic_results(date="2026-11-30T10:00:00+00:00", modes=("fwd", "bwd"), de
                     centre = 3.0 * math.exp(-sum(sizes[p] for p in s))
                     samples[prefix + str(C.variant_for(s, players))] = [
                         list(centre * (1 + rng.normal(0, 0.01, 30))) for _ in range(3)]
-            if switches and mode == "fwd":
+            ws = frozenset({"warp_specialize"})
+            before_d85 = switches and not any(ws <= on for on in switches)
+            if switches and (mode == "fwd" or not before_d85):
                 fa2 = samples[f"{kernels}{C.variant_for(frozenset(C.FLAGS), C.FLAGS)}"]
-                ws = frozenset({"warp_specialize"})
-                before_d85 = not any(ws <= on for on in switches)
                 base = [[x * math.exp(switches.get(ws, 0.0)) for x in run] for run in fa2]
-                for on, speedup in {**switches, **({} if before_d85 else {frozenset(): 0.0})}.items():
+                sets = {**switches, **({} if before_d85 else {frozenset(): 0.0})}
+                if mode == "bwd":  # the backward has the producer warp alone (D86)
+                    sets = {on: speedup for on, speedup in sets.items() if on <= ws}
+                for on, speedup in sets.items():
                     name = f"{kernels}{C.variant_for(on | ws if before_d85 else on, C.SWITCHES)}"
                     samples.setdefault(name, [[x / math.exp(speedup) for x in run] for run in base])
             samples["sdpa-flash"] = [list(1.1 * (1 + rng.normal(0, 0.01, 30))) for _ in range(3)]

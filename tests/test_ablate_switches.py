@@ -1,7 +1,8 @@
-"""fa2check.ablate --hopper-switches (docs/decisions.md D66, D85): the Hopper lattice's switch
-variants (FA2 with and without its producer warp, each with pingpong, overlap, both) timed in
-the forward beside the 8 FA2 variants, and a second game over the three switches, with FA2
-without its producer warp as its baseline (a run saved before D85: two switches on FA2).
+"""fa2check.ablate --hopper-switches (docs/decisions.md D66, D85, D86): the Hopper lattice's
+switch variants (FA2 with and without its producer warp, each with pingpong, overlap, both)
+timed beside the 8 FA2 variants, and a second game over the three switches, with FA2 without
+its producer warp as its baseline (a run saved before D85: two switches on FA2; in bwd the
+producer warp alone, the one switch the backward has).
 
 Each test was shown to fail on a broken copy of the code, then the code restored:
 - the exact Shapley values: reversing SWITCH_GAME's players changes no value (each is keyed
@@ -13,7 +14,11 @@ Each test was shown to fail on a broken copy of the code, then the code restored
   with analysis keeping every hopper name in the switch view's stats, it failed;
 - the plan: with sweep.switch_names returning [] (the option ignored), it failed (18 and 16
   instead of 24 and 22);
-- the refusals: with Settings.__post_init__'s checks removed, both failed (no error);
+- the refusal: with Settings.__post_init__'s check removed, it failed (no error);
+- the backward's game (D86): with switch_names timing every switch variant in bwd, with
+  Variant.backward dropping warp_specialize, or with game_of giving bwd the three-player
+  game, the bwd tests failed; with the FA3 reference table in every mode, the report test
+  failed (3 tables);
 - the tiles: with tuning.part_variant returning the variant itself, it failed (the switch
   variants' own keys); with switch_ring's room check dropped (256 keys on 3 stages) or
   sweep.Configs not applying it, the deeper-ring test failed;
@@ -46,14 +51,15 @@ SWITCH_VIEW = "fwd hopper switches"
 SWITCH_VARIANTS = [v for v in Variant.hopper() if v.hopper_switches]  # all but FA2
 
 
-def _switch_results(switches=SWITCHES, **kwargs):
-    return synthetic_results(modes=("fwd", "bwd"), kernels="hopper", switches=switches,
-                             n_cells=4, **kwargs)
+def _switch_results(switches=SWITCHES, modes=("fwd", "bwd"), **kwargs):
+    return synthetic_results(modes=modes, kernels="hopper", switches=switches, n_cells=4,
+                             **kwargs)
 
 
 def test_the_switch_game_recovers_the_built_in_factors_exactly():
     analysis = analyse_results(_switch_results(), n_draws=50)
-    assert list(analysis["modes"]) == ["fwd hopper", SWITCH_VIEW, "bwd hopper"]
+    assert list(analysis["modes"]) == ["fwd hopper", SWITCH_VIEW, "bwd hopper",
+                                      "bwd hopper switches"]
     data = analysis["modes"][SWITCH_VIEW]
     assert data["players"] == list(C.SWITCHES) and data["game"] == "switches"
     assert data["not_applicable"] == {}
@@ -110,7 +116,7 @@ def test_the_report_shows_the_switch_game_beside_fa3s_ablation(tmp_path):
     assert f"| {math.exp(0.2):.3f}x | {ref['removed']['warp_specialize']:.3f}x |" in row
     assert "| pingpong | - |" in text  # FA3 has no row of its own for it
     assert "--hopper-switches: FA2 with each combination of warp_specialize" in text
-    assert "not in bwd" in text
+    assert "in bwd FA2 without its producer warp" in text
     from fa2check.ablate.plots import contributions_plot, tflops_plot
 
     tflops_plot(results, analysis, str(tmp_path / "tflops.png"))
@@ -142,17 +148,51 @@ def test_the_plan_counts_the_switch_variants_at_about_fa2s_cost():
     assert with_switches["precompile_final_s"] > without["precompile_final_s"]
 
 
-def test_the_option_is_refused_without_the_chassis_or_the_forward():
+def test_the_option_is_refused_without_the_chassis():
     from fa2check.ablate import main
     from fa2check.ablate.sweep import Settings
 
     with pytest.raises(ValueError, match="only --kernels hopper has"):
         Settings(modes=["fwd"], kernels="triton", hopper_switches=True)
-    with pytest.raises(ValueError, match="exist in the forward only"):
-        Settings(modes=["bwd", "fwd+bwd"], kernels="hopper", hopper_switches=True)
     with pytest.raises(SystemExit, match="only --kernels hopper has"):
         main(["--plan", "--kernels", "triton", "--hopper-switches", "--seqlen", "8192"])
-    Settings(modes=["fwd", "fwd+bwd"], kernels="hopper", hopper_switches=True)  # fwd: taken
+    Settings(modes=["bwd", "fwd+bwd"], kernels="hopper", hopper_switches=True)  # D86: taken
+
+
+def test_the_backward_times_the_one_switch_it_has():
+    """D86: fwd+bwd times every switch variant (the forward's switches and the backward's
+    producer warp); bwd only FA2 without its producer warp, whose backward is the one that
+    differs from FA2's (`Variant.backward`); its game has warp_specialize alone."""
+    from fa2check.ablate.sweep import Settings, switch_names
+
+    settings = Settings(modes=["fwd", "fwd+bwd", "bwd"], kernels="hopper", hopper_switches=True)
+    every = ["hopper" + str(v) for v in SWITCH_VARIANTS]
+    assert switch_names("fwd", settings) == switch_names("fwd+bwd", settings) == every
+    assert switch_names("bwd", settings) == ["hopper+defer+seqpar+splitq-warpspec"]
+    assert Variant(warp_specialize=False, pingpong=True).backward == Variant(warp_specialize=False)
+    assert Variant(pingpong=True, overlap=True).backward == Variant()
+    bwd = C.BWD_SWITCH_GAME
+    assert C.game_of("bwd hopper switches") is bwd and bwd.players == ("warp_specialize",)
+    assert C.game_of("fwd+bwd hopper switches") is C.SWITCH_GAME
+
+
+def test_a_backward_switch_game_recovers_the_producer_warps_factor(tmp_path):
+    from fa2check.ablate import report
+
+    results = _switch_results(modes=("fwd", "fwd+bwd", "bwd"), head_dim=128)
+    analysis = analyse_results(results, n_draws=50)
+    assert [v for v in analysis["modes"] if v.endswith("switches")] == [
+        SWITCH_VIEW, "fwd+bwd hopper switches", "bwd hopper switches"]
+    bwd = analysis["modes"]["bwd hopper switches"]
+    assert bwd["players"] == ["warp_specialize"] and bwd["not_applicable"] == {}
+    for name in ("shapley", "alone", "removed"):
+        assert bwd["summary"][f"{name}/warp_specialize"]["factor"] == pytest.approx(
+            math.exp(0.2), rel=1e-9)
+    both = analysis["modes"]["fwd+bwd hopper switches"]["summary"]
+    assert both["shapley/pingpong"]["factor"] == pytest.approx(math.exp(0.11), rel=1e-9)
+    text = report.markdown(results, analysis)
+    assert "| improvement | alone on FA2 - warpspec | removed from FA2 | Shapley |" in text
+    assert text.count("FA3 technique") == 1  # FA3's ablation is of its forward: fwd's view only
 
 
 def test_switch_variants_run_their_fa2_variants_tiles():

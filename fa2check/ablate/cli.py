@@ -18,10 +18,10 @@ table of tuned tiles, kernels/tuned_tiles.json, for this GPU, else the heuristic
 which, per key. Kernels: our 8 variants' forward runs on the Hopper chassis on sm_90
 (--kernels hopper; its backward on the same chassis, kernels/hopper_backward.py, where that
 takes the call), on the Triton kernels elsewhere. --hopper-switches (with --kernels hopper)
-also times the Hopper lattice's switch variants in the forward, on FA2's tiles (with pingpong
-or overlap one K/V stage more where it fits, D80), and adds a second contributions table over
-the three switches (warp_specialize, pingpong, overlap) beside FlashAttention-3's H100 ablation
-(docs/decisions.md D66, D85).
+also times the Hopper lattice's switch variants, on FA2's tiles (with pingpong or overlap one
+K/V stage more where it fits, D80), and adds a second contributions table over the three
+switches (warp_specialize, pingpong, overlap; fwd beside FlashAttention-3's H100 ablation; bwd
+has warp_specialize alone, D86) (docs/decisions.md D66, D85).
 --budget-s bounds the whole command, compiling and tuning included.
 
 Every variant's output in a cell is checked against the float64 oracle (on slices, see
@@ -89,12 +89,10 @@ def parse_args(argv):
     t.add_argument("--hopper-switches", action="store_true",
                    help="with --kernels hopper: also time FA2 with each combination of "
                         "warp_specialize, pingpong and overlap (FlashAttention-3's ideas on the "
-                        "chassis, FA2's tiles, one K/V stage more with pingpong or overlap) in "
-                        "the forward, with their own contributions table (Shapley over the "
-                        "three switches, beside FA3's "
-                        "H100 ablation). The switches exist in the "
-                        "forward only: bwd and fwd+bwd do not time them (the run says so), and "
-                        "a run without --mode fwd is refused")
+                        "chassis, FA2's tiles, one K/V stage more with pingpong or overlap), "
+                        "with their own contributions table (Shapley over the three switches; "
+                        "fwd beside FA3's H100 ablation). bwd times FA2 without its producer "
+                        "warp only: pingpong and overlap are forward-only (D86)")
     t.add_argument("--retune", action="store_true",
                    help="search every needed key's tiles (fa2check.ablate.tuning) and merge the "
                         "winners into the table of tuned tiles (--table-out)")

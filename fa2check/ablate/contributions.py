@@ -15,12 +15,13 @@ so v(all) is the log of FA2's total speedup over the baseline. Reported for each
   (-1)^(|T|-|S|) v(S) for |T| >= 2; v(all) = sum of alone effects + sum of dividends, and
   phi_i = alone_i + sum over T containing i, |T|>=2, of d(T)/|T|.
 
-A second game, over the Hopper chassis's forward (docs/decisions.md D59, D66, D85): the players
-are FlashAttention-3's three ideas (warp_specialize, pingpong, overlap), the baseline is FA2 all
+A second game, over the Hopper chassis (docs/decisions.md D59, D66, D85): the players are
+FlashAttention-3's three ideas (warp_specialize, pingpong, overlap), the baseline is FA2 all
 on without them (no producer warp: a consumer loads) and the top is FA2 with all three; "alone"
-is a switch on that baseline, "removed" what all-on loses without it. Runs saved before D85
-timed no variant without the producer warp: their game has two players (pingpong, overlap) on
-FA2. The same code plays both games (`Game`, `game_of`).
+is a switch on that baseline, "removed" what all-on loses without it. In bwd warp_specialize
+plays alone (pingpong and overlap are the forward's; D86); fwd+bwd has all three. Runs saved
+before D85 timed no variant without the producer warp: their game has two players (pingpong,
+overlap) on FA2. The same code plays every game (`Game`, `game_of`).
 
 Every mode has the three players: split_q off is split-K in the forward (keys over warps or
 warpgroups) and in the backward (FA1's split of the dQ products' keys, docs/decisions.md D50).
@@ -66,6 +67,8 @@ class Game:
 
 FA2_GAME = Game("fa2", FLAGS, "FA2", "FA1-style")
 SWITCH_GAME = Game("switches", SWITCHES, "FA2 + pingpong + overlap", "FA2 - warpspec", "FA2")
+# the backward's: pingpong and overlap exist in the forward only (Variant.backward, D86)
+BWD_SWITCH_GAME = Game("switches", SWITCHES[:1], "FA2", "FA2 - warpspec")
 SWITCH_VIEW = "switches"  # the last word of a view of the switch game: "fwd hopper switches"
 
 
@@ -77,8 +80,11 @@ def view_of(view: str) -> tuple[str, str]:
 
 
 def game_of(view: str) -> Game:
-    """The game a view plays: the switches' for "<mode> hopper switches", else FA2's flags."""
-    return SWITCH_GAME if view.split(" ")[-1] == SWITCH_VIEW else FA2_GAME
+    """The game a view plays: the switches' for "<mode> hopper switches" (in bwd warp_specialize
+    alone), else FA2's flags."""
+    if view.split(" ")[-1] != SWITCH_VIEW:
+        return FA2_GAME
+    return BWD_SWITCH_GAME if view_of(view)[0] == "bwd" else SWITCH_GAME
 
 
 # runs saved before split_q reached the backward (D50) timed its 4 split_q=True variants only
@@ -89,13 +95,14 @@ SWITCHES_BEFORE_D85 = {"warp_specialize": "not timed: the run predates the switc
 
 def players_for(view: str, timed: set | None = None) -> tuple[str, ...]:
     """The game's players: the three flags, or for a saved backward run that timed only the
-    split_q=True variants (`timed`: its kernel names), defer_norm and seq_parallel; the three
-    switches in a view of the switch game, or pingpong and overlap for a run that timed no
-    variant without the producer warp."""
+    split_q=True variants (`timed`: its kernel names), defer_norm and seq_parallel; the switch
+    game's players in a view of it, less warp_specialize for a run that timed no variant
+    without the producer warp."""
     mode, prefix = view_of(view)
-    if game_of(view) is SWITCH_GAME:
-        without = prefix + str(variant_for(frozenset(), SWITCHES))
-        return SWITCHES[1:] if timed is not None and without not in timed else SWITCHES
+    if game_of(view) is not FA2_GAME:
+        players = game_of(view).players
+        without = prefix + str(variant_for(frozenset(), players))
+        return players[1:] if timed is not None and without not in timed else players
     if mode == "bwd" and timed is not None and not any(
             (prefix + str(variant_for(s, FLAGS))) in timed for s in subsets(FLAGS)
             if "split_q" not in s):

@@ -134,15 +134,19 @@ def provenance_lines(results: dict, source: str | None = None) -> list[str]:
 
 
 def switches_line(settings: dict) -> str | None:
-    """What --hopper-switches timed (settings as saved), saying which modes have no switches."""
+    """What --hopper-switches timed (settings as saved): every switch in fwd and fwd+bwd, the
+    producer warp alone in bwd."""
     if not settings.get("hopper_switches"):
         return None
-    others = [m for m in settings["modes"] if m != "fwd"]
-    return ("--hopper-switches: FA2 with each combination of warp_specialize, pingpong and "
-            "overlap timed in fwd, on FA2's tiles (with pingpong or overlap one K/V stage more, "
-            "D80)"
-            + (f"; not in {', '.join(others)} (the switches exist in the forward only: "
-               "the backward has warp_specialize alone, D86)" if others else "") + ".")
+    parts = []
+    if with_forward := [m for m in settings["modes"] if m != "bwd"]:
+        parts.append("FA2 with each combination of warp_specialize, pingpong and overlap timed "
+                     f"in {', '.join(with_forward)}, on FA2's tiles (with pingpong or overlap "
+                     "one K/V stage more, D80)")
+    if "bwd" in settings["modes"]:
+        parts.append("in bwd FA2 without its producer warp (pingpong and overlap are the "
+                     "forward's, D86)")
+    return "--hopper-switches: " + "; ".join(parts) + "."
 
 
 # ----------------------------------------------------------------------------- tables
@@ -489,7 +493,7 @@ def tables(results: dict, analysis: dict, detail: bool = True, headline_last: bo
             base = same_run.get(view_of(mode)[0])
             if fa2_game and view_of(mode)[1] and base and base["summary"] is not None:
                 headline.append(backends_table(mode, base, data))
-            if not fa2_game:
+            if not fa2_game and view_of(mode)[0] == "fwd":  # FA3 ablated its forward
                 headline.append(fa3_reference_table(mode, data))
         if fa2_game:  # the switch game's view has the same peers as its FA2 view
             headline.append(versus_sdpa_table(mode, data))

@@ -70,7 +70,7 @@ class Settings:
     gluon: bool = False  # also time the Gluon forward of every variant (fwd mode)
     gluon_max_seqlen: int = 4096
     shards: int = 1  # processes that gate and time disjoint sets of cells, one GPU each
-    hopper_switches: bool = False  # also time the Hopper lattice's 7 switch variants (fwd; D66)
+    hopper_switches: bool = False  # also time the Hopper lattice's switch variants (D66, D86)
 
     def __post_init__(self):
         if self.hopper_switches and self.kernels != HOPPER:
@@ -79,11 +79,6 @@ class Settings:
                              f"has; the run's kernels are "
                              f"{self.kernels!r} (--kernels auto picks {HOPPER} only on sm_90, or "
                              "with --plan, where every cell fits the chassis)")
-        if self.hopper_switches and "fwd" not in self.modes:
-            raise ValueError(f"--hopper-switches: the switches exist in the forward only (the "
-                             f"backward has warp_specialize alone, D86, untimed here); the modes "
-                             f"{','.join(self.modes)} "
-                             "have no forward of their own to time them in: add --mode fwd")
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -100,7 +95,7 @@ def kernels_for(mode: str, cell, settings: Settings) -> list[str]:
     """Names of our kernels timed in a mode and cell: the Triton variants, and with
     settings.gluon the Gluon forward of every variant (forward only; dtypes and head dims it
     supports, seqlen up to gluon_max_seqlen), a second backend whose split_q is the warp
-    partitioning itself; with settings.hopper_switches the switch variants (fwd only)."""
+    partitioning itself; with settings.hopper_switches the switch variants (`switch_names`)."""
     names = primary_names(mode, settings) + switch_names(mode, settings)
     if mode == "fwd" and not gluon_skipped(cell, settings):
         names += [kernel_name(v, GLUON) for v in variants_for(mode)]
@@ -110,14 +105,17 @@ def kernels_for(mode: str, cell, settings: Settings) -> list[str]:
 def switch_names(mode: str, settings: Settings) -> list[str]:
     """With --hopper-switches, the Hopper lattice's variants other than FA2 (FA2 with
     pingpong, overlap, both, and those four without the producer warp:
-    "hopper+defer+seqpar+splitq-warpspec+pingpong"), in the forward only (pingpong and
-    overlap exist there alone; warp_specialize's backward, D86, is not timed here). Like the Gluon
-    kernels they are left out of a cell they fail, not costing it the 8 variants (D66)."""
+    "hopper+defer+seqpar+splitq-warpspec+pingpong"); in bwd only those whose backward differs
+    from FA2's (`Variant.backward`: FA2 without the producer warp, D86). Like the Gluon kernels
+    they are left out of a cell they fail, not costing it the 8 variants (D66)."""
     from kernels import Variant
 
-    if not settings.hopper_switches or mode != "fwd":
+    if not settings.hopper_switches:
         return []
-    return [kernel_name(v, HOPPER) for v in Variant.hopper() if v.hopper_switches]
+    variants = [v for v in Variant.hopper() if v.hopper_switches]
+    if mode == "bwd":  # the others' backward is FA2's own kernel
+        variants = list(dict.fromkeys(v.backward for v in variants if v.backward.hopper_switches))
+    return [kernel_name(v, HOPPER) for v in variants]
 
 
 def primary_names(mode: str, settings: Settings) -> list[str]:
