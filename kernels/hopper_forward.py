@@ -555,8 +555,9 @@ def _pipelined_section(j, m_i, l_i, acc, p, q, k_smem, v_smem, kv_ready, kv_empt
     slot = j % STAGES
     prev = (j + STAGES - 1) % STAGES
     mbarrier.wait(kv_ready.index(slot), (j // STAGES) & 1)
-    sanitised, n_sanitised = _sanitise_if_masked(v_smem, slot, j, start_m, seqlen_q, seqlen_k,
-                                                 x_bad, bar_v, causal, 1, CONSUMER)
+    sanitised, n_sanitised = _sanitise_if_masked(v_smem, _in_partition(slot), j, start_m,
+                                                 seqlen_q, seqlen_k, x_bad, bar_v, causal, 1,
+                                                 CONSUMER)
     if causal:
         if sanitised:  # before P_{j-1} V_{j-1} and P_j V_j are added (see the caller)
             acc = _nan_where_seen(acc, x_bad, n_sanitised, row0, seqlen_k - seqlen_q, True,
