@@ -216,7 +216,11 @@ def _sanitise_if_masked(v_smem, slot, j, start_m, seqlen_q, seqlen_k, x_bad, bar
         sanitised = j >= full_tiles
         n = j - full_tiles
         if sanitised:
-            _sanitise_values(v_smem, slot, j, seqlen_k, x_bad, bar_v, n, V_PARTS, CONSUMER)
+            # the slot through an opaque mov: my threads' addresses in it are then formed here,
+            # not hoisted out of the K/V loop and kept (spilled) across it (3-stage switch
+            # variants at d=128: 52 bytes, D88)
+            _sanitise_values(v_smem, _in_partition(slot), j, seqlen_k, x_bad, bar_v, n, V_PARTS,
+                             CONSUMER)
     return sanitised, n
 
 
@@ -555,9 +559,8 @@ def _pipelined_section(j, m_i, l_i, acc, p, q, k_smem, v_smem, kv_ready, kv_empt
     slot = j % STAGES
     prev = (j + STAGES - 1) % STAGES
     mbarrier.wait(kv_ready.index(slot), (j // STAGES) & 1)
-    sanitised, n_sanitised = _sanitise_if_masked(v_smem, _in_partition(slot), j, start_m,
-                                                 seqlen_q, seqlen_k, x_bad, bar_v, causal, 1,
-                                                 CONSUMER)
+    sanitised, n_sanitised = _sanitise_if_masked(v_smem, slot, j, start_m, seqlen_q, seqlen_k,
+                                                 x_bad, bar_v, causal, 1, CONSUMER)
     if causal:
         if sanitised:  # before P_{j-1} V_{j-1} and P_j V_j are added (see the caller)
             acc = _nan_where_seen(acc, x_bad, n_sanitised, row0, seqlen_k - seqlen_q, True,
