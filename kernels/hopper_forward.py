@@ -200,8 +200,7 @@ def _sanitise_values(v_smem, slot, j, seqlen_k, x_bad, bar_v, n, V_PARTS: gl.con
 
 @gluon.jit
 def _sanitise_if_masked(v_smem, slot, j, start_m, seqlen_q, seqlen_k, x_bad, bar_v,
-                        causal: gl.constexpr, V_PARTS: gl.constexpr, CONSUMER: gl.constexpr,
-                        OPAQUE_SLOT: gl.constexpr = False):
+                        causal: gl.constexpr, V_PARTS: gl.constexpr, CONSUMER: gl.constexpr):
     """Causal: whether K/V tile j hides a key from row start_m and has therefore been
     sanitised, and how many tiles were sanitised before it (those from the first that hides
     a key from row start_m: a row sees a prefix of the keys). seq_parallel: start_m is the
@@ -217,11 +216,6 @@ def _sanitise_if_masked(v_smem, slot, j, start_m, seqlen_q, seqlen_k, x_bad, bar
         sanitised = j >= full_tiles
         n = j - full_tiles
         if sanitised:
-            if OPAQUE_SLOT:
-                # the slot through an opaque mov: my threads' addresses in it are then formed
-                # here, not hoisted out of the K/V loop and kept (spilled) across it (the
-                # 3-stage switch variants at d=128: 52 bytes; elsewhere the mov spills, D88)
-                slot = _in_partition(slot)
             _sanitise_values(v_smem, slot, j, seqlen_k, x_bad, bar_v, n, V_PARTS, CONSUMER)
     return sanitised, n
 
@@ -562,8 +556,7 @@ def _pipelined_section(j, m_i, l_i, acc, p, q, k_smem, v_smem, kv_ready, kv_empt
     prev = (j + STAGES - 1) % STAGES
     mbarrier.wait(kv_ready.index(slot), (j // STAGES) & 1)
     sanitised, n_sanitised = _sanitise_if_masked(v_smem, slot, j, start_m, seqlen_q, seqlen_k,
-                                                 x_bad, bar_v, causal, 1, CONSUMER,
-                                                 OPAQUE_SLOT=True)
+                                                 x_bad, bar_v, causal, 1, CONSUMER)
     if causal:
         if sanitised:  # before P_{j-1} V_{j-1} and P_j V_j are added (see the caller)
             acc = _nan_where_seen(acc, x_bad, n_sanitised, row0, seqlen_k - seqlen_q, True,
