@@ -45,6 +45,11 @@ and then the step's dQ_i, the one place where the settings differ:
       cost split-Q removes (both settings meet once a step: split-Q's consumers read each
       other's half of dS^T, split-K's each other's partial dQ).
 
+OVERLAP (FA3's backward, D87; FA2 all on only): dP^T's product is issued right after S^T's,
+so P^T's exponentials run under it; dV's product then waits for both (P^T's 16-bit operand is
+still not live beside dP^T). The products and their operands are the same: dK and dV are FA2's
+bit for bit.
+
 SEQ_PARALLEL (FA2, section 3.2): grid (column blocks, B * Hkv). Off (FA1: one program per
 (batch, head)): grid (1, B * Hkv), the program walks every column block itself (the same loop,
 `range(first, n_blocks, step)`). dK is scaled by softmax_scale once, at the end of a block.
@@ -212,7 +217,7 @@ def _dq_step(ds_smem, k_tile, x_dq, bar_x, t, SPLIT_Q: gl.constexpr, CONSUMER: g
 @gluon.jit
 def _consumer(args, SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr,
               DEFER_NORM: gl.constexpr, causal: gl.constexpr, CONSUMER: gl.constexpr,
-              WARP_SPECIALIZE: gl.constexpr = True):
+              WARP_SPECIALIZE: gl.constexpr = True, OVERLAP: gl.constexpr = False):
     (q_desc, k_desc, v_desc, do_desc, q_smem, k_smem, v_smem, do_smem, ds_smem, x_dq,
      qd_ready, qd_empty, kv_ready, kv_empty, bar_x, DQ, DK, DV, STAT2, INV_L, DELTA,
      seqlen_q, seqlen_k, heads_q, heads_kv, padded_q, qk_scale, sm_scale) = args
@@ -279,23 +284,26 @@ def _consumer(args, SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr,
                 # of the loop, live (and spilled) across every step
                 rows = _in_partition(i * BLOCK_M + gl.arange(0, BLOCK_M, layout=col_layout))
                 stat = gl.load(STAT2 + stat_base + rows)  # padded rows: no mask
-                st = warpgroup_mma_wait(num_outstanding=0, deps=(st,))
+                if OVERLAP:  # FA3's backward: dP^T issued with S^T, P^T's exponentials under it
+                    dpt = _issue_dpt(v_c, do, DELTA + stat_base + rows, s_layout)
+                    st = warpgroup_mma_wait(num_outstanding=1, deps=(st,))
+                else:
+                    st = warpgroup_mma_wait(num_outstanding=0, deps=(st,))
                 pt = gl.exp2(st * qk_scale - stat[None, :])
                 if not DEFER_NORM:  # FA1: P = exp2(S c - m) / l
                     pt = pt * gl.load(INV_L + stat_base + rows)[None, :]
                 if i < full_lo:  # the tile crosses the diagonal or the end of the keys
                     pt = gl.where(_visible(keys, rows, seqlen_k, diag, causal), pt, 0.0)
-                # dV's product done before dP^T's: P^T's 16-bit operand is not live beside
-                # dP^T (at d=128 dK_c and dV_c alone hold 128 registers a thread)
+                # dV's product done before dP^T's is issued: P^T's 16-bit operand is not live
+                # beside dP^T (at d=128 dK_c and dV_c alone hold 128 registers a thread)
                 dv = warpgroup_mma(gl.convert_layout(pt.to(dtype), op_layout), do, dv,
                                    is_async=True)
-                dv = warpgroup_mma_wait(num_outstanding=0, deps=(dv,))
-                # dP^T - D_i in one product: the accumulator starts at -D_i (D_i's registers are
-                # then not live beside P^T and dP^T, the step's peak)
-                delta = gl.load(DELTA + stat_base + rows)
-                minus_delta = gl.zeros([KEYS, BLOCK_M], gl.float32, s_layout) - delta[None, :]
-                dpt = warpgroup_mma(v_c, do.permute((1, 0)), minus_delta, is_async=True)
-                dpt = warpgroup_mma_wait(num_outstanding=0, deps=(dpt,))
+                if OVERLAP:  # dP^T's group retires before dV's
+                    dv, dpt = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dpt))
+                else:
+                    dv = warpgroup_mma_wait(num_outstanding=0, deps=(dv,))
+                    dpt = _issue_dpt(v_c, do, DELTA + stat_base + rows, s_layout)
+                    dpt = warpgroup_mma_wait(num_outstanding=0, deps=(dpt,))
                 dst = pt * dpt
                 if i < full_lo:
                     # a hidden key's dP may be non-finite: its dS is 0 by `where`, not 0 * dP.
@@ -305,10 +313,11 @@ def _consumer(args, SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr,
                     dst = gl.where(pt == 0.0, 0.0, dst)
                 dst = dst.to(dtype)
                 ds_buf = t % 2
-                if not SEQ_PARALLEL:
-                    # FA1's schedule walks every column block: the buffer through an opaque mov,
-                    # so that my threads' store addresses are formed in the step, not hoisted to
-                    # the kernel's entry and kept across every block (d=128: 16-28 bytes spilled)
+                if not SEQ_PARALLEL or OVERLAP:
+                    # the buffer through an opaque mov, so that my threads' store addresses are
+                    # formed in the step, not hoisted out of it and kept (spilled) across it:
+                    # FA1's schedule walks every column block, OVERLAP holds dP^T longer
+                    # (d=128: 16-28 bytes spilled)
                     ds_buf = _in_partition(ds_buf)
                 ds_smem.index(ds_buf).slice(CONSUMER * KEYS, KEYS, 0).store(dst)
                 dk = warpgroup_mma(gl.convert_layout(dst, op_layout), q, dk, is_async=True)
@@ -323,6 +332,15 @@ def _consumer(args, SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr,
         _store_block(dk * sm_scale, dv, DK, DV, off_b, off_hkv, heads_kv, start_n, seqlen_k,
                      CONSUMER)
         nb += 1
+
+
+@gluon.jit
+def _issue_dpt(v_c, do, delta_ptrs, s_layout: gl.constexpr):
+    """dP^T - D_i = V_c dO_i^T - D_i in one product, issued (not waited for): the accumulator
+    starts at -D_i (D_i's registers are then not live beside P^T and dP^T, the step's peak)."""
+    delta = gl.load(delta_ptrs)
+    minus_delta = gl.zeros([BLOCK_N // 2, BLOCK_M], gl.float32, s_layout) - delta[None, :]
+    return warpgroup_mma(v_c, do.permute((1, 0)), minus_delta, is_async=True)
 
 
 @gluon.jit
@@ -372,8 +390,10 @@ def _store_block(dk, dv, DK, DV, off_b, off_hkv, heads_kv, start_n, seqlen_k,
 @gluon.jit
 def _consumer_partition(args, SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr,
                         DEFER_NORM: gl.constexpr, IS_CAUSAL: gl.constexpr,
-                        CONSUMER: gl.constexpr, WARP_SPECIALIZE: gl.constexpr):
-    _consumer(args, SPLIT_Q, SEQ_PARALLEL, DEFER_NORM, IS_CAUSAL, CONSUMER, WARP_SPECIALIZE)
+                        CONSUMER: gl.constexpr, WARP_SPECIALIZE: gl.constexpr,
+                        OVERLAP: gl.constexpr):
+    _consumer(args, SPLIT_Q, SEQ_PARALLEL, DEFER_NORM, IS_CAUSAL, CONSUMER, WARP_SPECIALIZE,
+              OVERLAP)
 
 
 @gluon.jit
@@ -387,13 +407,16 @@ def _hopper_attn_bwd(q_desc, k_desc, v_desc, do_desc, DQ, DK, DV, STAT2, INV_L, 
                      seqlen_q, seqlen_k, heads_q, heads_kv, padded_q, qk_scale, sm_scale,
                      SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr,
                      DEFER_NORM: gl.constexpr, IS_CAUSAL: gl.constexpr, STAGES: gl.constexpr,
-                     CONSUMER_REGS: gl.constexpr, WARP_SPECIALIZE: gl.constexpr = True):
+                     CONSUMER_REGS: gl.constexpr, WARP_SPECIALIZE: gl.constexpr = True,
+                     OVERLAP: gl.constexpr = False):
     """Grid (column blocks, B * Hkv) with seq_parallel, (1, B * Hkv) without. DQ: float32
     (B, Hq, Sq, D), zeroed; DK, DV: (B, Hkv, Sk, D) contiguous; STAT2, INV_L, DELTA: the
     preprocess's (B, Hq, padded_q) float32 rows. WARP_SPECIALIZE off: no producer warp
-    (FA2 all on only, D86)."""
-    gl.static_assert(WARP_SPECIALIZE or (DEFER_NORM and SPLIT_Q and SEQ_PARALLEL),
-                     "warp_specialize off is built on FA2 (DEFER_NORM, SPLIT_Q, SEQ_PARALLEL)")
+    (FA2 all on only, D86); OVERLAP: dP^T issued with S^T (FA2 all on only, D87)."""
+    gl.static_assert((WARP_SPECIALIZE and not OVERLAP)
+                     or (DEFER_NORM and SPLIT_Q and SEQ_PARALLEL),
+                     "warp_specialize off and overlap are built on FA2 (DEFER_NORM, SPLIT_Q, "
+                     "SEQ_PARALLEL)")
     HEAD_DIM: gl.constexpr = k_desc.block_type.shape[3]
     dtype: gl.constexpr = k_desc.dtype
     q_smem = gl.allocate_shared_memory(dtype, [STAGES] + q_desc.block_type.shape, q_desc.layout)
@@ -431,17 +454,21 @@ def _hopper_attn_bwd(q_desc, k_desc, v_desc, do_desc, DQ, DK, DV, STAT2, INV_L, 
             seqlen_q, seqlen_k, heads_q, heads_kv, padded_q, qk_scale, sm_scale)
     if WARP_SPECIALIZE:  # a producer warp loads, the consumers only compute
         gl.warp_specialize([(_consumer_partition,
-                             (args, SPLIT_Q, SEQ_PARALLEL, DEFER_NORM, IS_CAUSAL, 0, True)),
+                             (args, SPLIT_Q, SEQ_PARALLEL, DEFER_NORM, IS_CAUSAL, 0, True,
+                              OVERLAP)),
                             (_consumer_partition,
-                             (args, SPLIT_Q, SEQ_PARALLEL, DEFER_NORM, IS_CAUSAL, 1, True)),
+                             (args, SPLIT_Q, SEQ_PARALLEL, DEFER_NORM, IS_CAUSAL, 1, True,
+                              OVERLAP)),
                             (_load_partition,
                              (args, SPLIT_Q, SEQ_PARALLEL, DEFER_NORM, IS_CAUSAL))],
                            [4, 1], [CONSUMER_REGS, BWD_PRODUCER_REGS])
     else:  # consumer 1 loads as well (_refill_step)
         gl.warp_specialize([(_consumer_partition,
-                             (args, SPLIT_Q, SEQ_PARALLEL, DEFER_NORM, IS_CAUSAL, 0, False)),
+                             (args, SPLIT_Q, SEQ_PARALLEL, DEFER_NORM, IS_CAUSAL, 0, False,
+                              OVERLAP)),
                             (_consumer_partition,
-                             (args, SPLIT_Q, SEQ_PARALLEL, DEFER_NORM, IS_CAUSAL, 1, False))],
+                             (args, SPLIT_Q, SEQ_PARALLEL, DEFER_NORM, IS_CAUSAL, 1, False,
+                              OVERLAP))],
                            [4], [CONSUMER_REGS])
 
 
@@ -531,7 +558,7 @@ def hopper_attn_bwd(q, k, v, o, stats, do, dlse, causal, softmax_scale, variant,
         SPLIT_Q=variant.split_q, SEQ_PARALLEL=variant.seq_parallel,
         DEFER_NORM=variant.defer_norm, IS_CAUSAL=bool(causal),
         STAGES=bwd_stages(head_dim, variant.split_q), CONSUMER_REGS=BWD_CONSUMER_REGS,
-        WARP_SPECIALIZE=variant.warp_specialize, num_warps=4)
+        WARP_SPECIALIZE=variant.warp_specialize, OVERLAP=variant.overlap, num_warps=4)
     return dq.to(q.dtype), dk, dv
 
 
@@ -552,7 +579,7 @@ def sm90_signature(variant, dtype="bfloat16", head_dim=128, causal=False,
                   "DEFER_NORM": variant.defer_norm, "IS_CAUSAL": causal,
                   "STAGES": bwd_stages(head_dim, variant.split_q),
                   "CONSUMER_REGS": consumer_registers,
-                  "WARP_SPECIALIZE": variant.warp_specialize}
+                  "WARP_SPECIALIZE": variant.warp_specialize, "OVERLAP": variant.overlap}
     signature.update({name: "constexpr" for name in constexprs})
     return signature, constexprs
 

@@ -40,7 +40,9 @@ class Variant:
     - pingpong (FA3 section 3.1): the two consumer warpgroups take turns at the tensor cores,
       one's softmax under the other's products.
     - overlap (FA3 section 3.2): within a warpgroup, S_j = Q K_j^T is issued before
-      P_{j-1} V_{j-1}, so the softmax of tile j runs under the product of tile j - 1.
+      P_{j-1} V_{j-1}, so the softmax of tile j runs under the product of tile j - 1; in the
+      backward, dP^T = V dO^T is issued with S^T = K Q^T, so P^T's exponentials run under it
+      (FA3's backward).
     """
 
     defer_norm: bool = True
@@ -84,11 +86,11 @@ class Variant:
 
     @property
     def backward(self) -> "Variant":
-        """The variant the backward runs: the FA2 flags and warp_specialize (the chassis's
-        backward has a producer warp, docs/decisions.md D86); pingpong and overlap exist in the
-        forward only."""
+        """The variant the backward runs: the FA2 flags, warp_specialize and overlap (the
+        chassis's backward has a producer warp, D86, and issues dP^T beside S^T, D87);
+        pingpong exists in the forward only."""
         return Variant(self.defer_norm, self.seq_parallel, self.split_q,
-                       warp_specialize=self.warp_specialize)
+                       warp_specialize=self.warp_specialize, overlap=self.overlap)
 
     def __str__(self) -> str:
         fa2 = "".join(("+" if getattr(self, f) else "-") + short for f, short in _FLAG_NAMES.items())

@@ -18,7 +18,7 @@ def synthetic_results(date="2026-11-30T10:00:00+00:00", modes=("fwd", "bwd"), de
     mode also has the switch variants (--hopper-switches), each sample the base's same sample
     divided by exp(its log speedup), so every median's ratio to the base's is that factor
     exactly. The base (no producer warp, FA2 all on) is FA2's sample times exp(the speedup of
-    {"warp_specialize"}). bwd has the sets within {"warp_specialize"} only (D86). Where no set
+    {"warp_specialize"}). bwd has the sets without pingpong only (D87). Where no set
     names warp_specialize, a run saved before D85 (fwd only): the sets are relative to FA2 and
     every variant keeps its producer warp."""
     rng = np.random.default_rng(7)
@@ -45,8 +45,8 @@ def synthetic_results(date="2026-11-30T10:00:00+00:00", modes=("fwd", "bwd"), de
                 fa2 = samples[f"{kernels}{C.variant_for(frozenset(C.FLAGS), C.FLAGS)}"]
                 base = [[x * math.exp(switches.get(ws, 0.0)) for x in run] for run in fa2]
                 sets = {**switches, **({} if before_d85 else {frozenset(): 0.0})}
-                if mode == "bwd":  # the backward has the producer warp alone (D86)
-                    sets = {on: speedup for on, speedup in sets.items() if on <= ws}
+                if mode == "bwd":  # the backward has no pingpong (D87)
+                    sets = {on: speedup for on, speedup in sets.items() if "pingpong" not in on}
                 for on, speedup in sets.items():
                     name = f"{kernels}{C.variant_for(on | ws if before_d85 else on, C.SWITCHES)}"
                     samples.setdefault(name, [[x / math.exp(speedup) for x in run] for run in base])

@@ -1,8 +1,8 @@
 """fa2check.ablate --hopper-switches (docs/decisions.md D66, D85, D86): the Hopper lattice's
 switch variants (FA2 with and without its producer warp, each with pingpong, overlap, both)
 timed beside the 8 FA2 variants, and a second game over the three switches, with FA2 without
-its producer warp as its baseline (a run saved before D85: two switches on FA2; in bwd the
-producer warp alone, the one switch the backward has).
+its producer warp as its baseline (a run saved before D85: two switches on FA2; in bwd
+warp_specialize and overlap, the backward's two, D87; before D87 the producer warp alone).
 
 Each test was shown to fail on a broken copy of the code, then the code restored:
 - the exact Shapley values: reversing SWITCH_GAME's players changes no value (each is keyed
@@ -15,10 +15,11 @@ Each test was shown to fail on a broken copy of the code, then the code restored
 - the plan: with sweep.switch_names returning [] (the option ignored), it failed (18 and 16
   instead of 24 and 22);
 - the refusal: with Settings.__post_init__'s check removed, it failed (no error);
-- the backward's game (D86): with switch_names timing every switch variant in bwd, with
-  Variant.backward dropping warp_specialize, or with game_of giving bwd the three-player
-  game, the bwd tests failed; with the FA3 reference table in every mode, the report test
-  failed (3 tables);
+- the backward's game (D86, D87): with switch_names timing every switch variant in bwd, with
+  Variant.backward dropping warp_specialize or overlap, or with game_of giving bwd the
+  three-player game, the bwd tests failed; with the FA3 reference table in every mode, the
+  report test failed (3 tables); with players_for keeping overlap in a run that timed none,
+  the pre-D87 test failed (no contributions);
 - the tiles: with tuning.part_variant returning the variant itself, it failed (the switch
   variants' own keys); with switch_ring's room check dropped (256 keys on 3 stages) or
   sweep.Configs not applying it, the deeper-ring test failed;
@@ -116,7 +117,7 @@ def test_the_report_shows_the_switch_game_beside_fa3s_ablation(tmp_path):
     assert f"| {math.exp(0.2):.3f}x | {ref['removed']['warp_specialize']:.3f}x |" in row
     assert "| pingpong | - |" in text  # FA3 has no row of its own for it
     assert "--hopper-switches: FA2 with each combination of warp_specialize" in text
-    assert "in bwd FA2 without its producer warp" in text
+    assert "in bwd FA2 with each combination of warp_specialize and overlap" in text
     from fa2check.ablate.plots import contributions_plot, tflops_plot
 
     tflops_plot(results, analysis, str(tmp_path / "tflops.png"))
@@ -159,24 +160,28 @@ def test_the_option_is_refused_without_the_chassis():
     Settings(modes=["bwd", "fwd+bwd"], kernels="hopper", hopper_switches=True)  # D86: taken
 
 
-def test_the_backward_times_the_one_switch_it_has():
-    """D86: fwd+bwd times every switch variant (the forward's switches and the backward's
-    producer warp); bwd only FA2 without its producer warp, whose backward is the one that
-    differs from FA2's (`Variant.backward`); its game has warp_specialize alone."""
+def test_the_backward_times_the_switches_it_has():
+    """D86, D87: fwd+bwd times every switch variant (the forward's switches and the
+    backward's); bwd one of each backward other than FA2's (`Variant.backward`: without the
+    producer warp, with overlap, both); its game has warp_specialize and overlap."""
     from fa2check.ablate.sweep import Settings, switch_names
 
     settings = Settings(modes=["fwd", "fwd+bwd", "bwd"], kernels="hopper", hopper_switches=True)
     every = ["hopper" + str(v) for v in SWITCH_VARIANTS]
     assert switch_names("fwd", settings) == switch_names("fwd+bwd", settings) == every
-    assert switch_names("bwd", settings) == ["hopper+defer+seqpar+splitq-warpspec"]
+    assert switch_names("bwd", settings) == [
+        "hopper+defer+seqpar+splitq-warpspec", "hopper+defer+seqpar+splitq-warpspec+overlap",
+        "hopper+defer+seqpar+splitq+overlap"]
     assert Variant(warp_specialize=False, pingpong=True).backward == Variant(warp_specialize=False)
-    assert Variant(pingpong=True, overlap=True).backward == Variant()
+    assert Variant(pingpong=True, overlap=True).backward == Variant(overlap=True)
     bwd = C.BWD_SWITCH_GAME
-    assert C.game_of("bwd hopper switches") is bwd and bwd.players == ("warp_specialize",)
+    assert C.game_of("bwd hopper switches") is bwd
+    assert bwd.players == ("warp_specialize", "overlap")
     assert C.game_of("fwd+bwd hopper switches") is C.SWITCH_GAME
+    assert bwd.ends(bwd.players) == ("FA2 + overlap", "FA2 - warpspec")
 
 
-def test_a_backward_switch_game_recovers_the_producer_warps_factor(tmp_path):
+def test_a_backward_switch_game_recovers_its_factors(tmp_path):
     from fa2check.ablate import report
 
     results = _switch_results(modes=("fwd", "fwd+bwd", "bwd"), head_dim=128)
@@ -184,15 +189,37 @@ def test_a_backward_switch_game_recovers_the_producer_warps_factor(tmp_path):
     assert [v for v in analysis["modes"] if v.endswith("switches")] == [
         SWITCH_VIEW, "fwd+bwd hopper switches", "bwd hopper switches"]
     bwd = analysis["modes"]["bwd hopper switches"]
-    assert bwd["players"] == ["warp_specialize"] and bwd["not_applicable"] == {}
-    for name in ("shapley", "alone", "removed"):
-        assert bwd["summary"][f"{name}/warp_specialize"]["factor"] == pytest.approx(
-            math.exp(0.2), rel=1e-9)
+    assert bwd["players"] == ["warp_specialize", "overlap"] and bwd["not_applicable"] == {}
+    # over none on: warp_specialize 0.2, overlap -0.05, both 0.15: no interaction
+    for name, log in {"shapley/warp_specialize": 0.2, "shapley/overlap": -0.05,
+                      "removed/overlap": -0.05, "total": 0.15}.items():
+        assert bwd["summary"][name]["factor"] == pytest.approx(math.exp(log), rel=1e-9), name
     both = analysis["modes"]["fwd+bwd hopper switches"]["summary"]
     assert both["shapley/pingpong"]["factor"] == pytest.approx(math.exp(0.11), rel=1e-9)
     text = report.markdown(results, analysis)
-    assert "| improvement | alone on FA2 - warpspec | removed from FA2 | Shapley |" in text
+    assert "| improvement | alone on FA2 - warpspec | removed from FA2 + overlap | Shapley |" in text
     assert text.count("FA3 technique") == 1  # FA3's ablation is of its forward: fwd's view only
+
+
+def test_a_run_saved_before_the_backwards_overlap_plays_the_producer_warp_alone():
+    """The bwd samples of a run made before D87 hold FA2 with and without its producer warp
+    only: its game is warp_specialize's alone, on FA2, and the report says why overlap has no
+    value."""
+    from fa2check.ablate import report
+
+    results = _switch_results(modes=("fwd", "bwd"), head_dim=128)
+    for entry in results["cells"]:
+        samples = entry["modes"]["bwd"]["samples"]
+        for name in [n for n in samples if "overlap" in n]:
+            del samples[name]
+    analysis = analyse_results(results, n_draws=50)
+    bwd = analysis["modes"]["bwd hopper switches"]
+    assert bwd["players"] == ["warp_specialize"] and "overlap" in bwd["not_applicable"]
+    assert bwd["summary"]["total"]["factor"] == pytest.approx(math.exp(0.2), rel=1e-9)
+    text = report.markdown(results, analysis)
+    assert "| improvement | alone on FA2 - warpspec | removed from FA2 | Shapley |" in text
+    assert "| overlap | n/a | n/a | n/a |" in text
+    assert "predates overlap in the backward" in text
 
 
 def test_switch_variants_run_their_fa2_variants_tiles():

@@ -15,7 +15,8 @@ What the two settings of SPLIT_Q must be, read from the TTGIR and the PTX of one
 
 Each assertion is shown to fail where it should (`test_the_checks_fail_on_the_wrong_build`):
 the split-Q checks on the split-K build and the reverse (the constexpr flipped), and the spill
-check on a split-Q build starved of registers.
+check on a split-Q build starved of registers. The switches' compile test failed with OVERLAP
+not passed to the build (no wait_group 1).
 """
 import json
 import os
@@ -187,49 +188,67 @@ def test_gpu_hopper_backward_passes_the_oracle(problem, device):
         assert torch.equal(grads[0][2], grads[1][2]), f"{fa2ish}: dV differs by the split"
 
 
+BACKWARD_SWITCHES = [Variant(warp_specialize=False), Variant(overlap=True),
+                     Variant(warp_specialize=False, overlap=True)]
+
+
 @pytest.mark.gpu
+@pytest.mark.parametrize("switched", BACKWARD_SWITCHES, ids=str)
 @pytest.mark.parametrize("problem", GPU_PROBLEMS, ids=str)
-def test_gpu_hopper_backward_without_its_producer_warp(problem, device):
-    """warp_specialize off (D86): consumer 1 loads K, V and every step's Q and dO itself. Its
-    gradients pass the oracle (the call's forward without the producer too), and from the same
-    o and statistics its dK and dV are FA2's bit for bit (dQ's atomic adds may sum in another
-    order)."""
+def test_gpu_hopper_backward_switches(problem, switched, device):
+    """The backward's switches: warp_specialize off (D86: consumer 1 loads K, V and every
+    step's Q and dO itself) and overlap (D87: dP^T issued with S^T). Their gradients pass the
+    oracle (the call's forward with the same switches), and from the same o and statistics
+    their dK and dV are FA2's bit for bit (dQ's atomic adds may sum in another order)."""
     from kernels.hopper_backward import hopper_attn_bwd
     from kernels.hopper_forward import hopper_attn_fwd
 
     ref = Reference(problem, device, backward=True)
-    without = Variant(warp_specialize=False)
-    checks = ref.check(partial(flash_attention, backend="hopper"), without)
+    checks = ref.check(partial(flash_attention, backend="hopper"), switched)
     failed = [str(c) for c in checks if not c.passed]
-    assert not failed, f"{without} on {problem}: " + "; ".join(failed)
+    assert not failed, f"{switched} on {problem}: " + "; ".join(failed)
     scale = problem.head_dim ** -0.5
     config = default_config(problem.head_dim, True, Variant(), problem.dtype, "hopper",
                             causal=problem.causal)
     o, stats = hopper_attn_fwd(ref.q, ref.k, ref.v, problem.causal, scale, Variant(), config)
     grads = [hopper_attn_bwd(ref.q, ref.k, ref.v, o, stats, ref.do, None, problem.causal, scale,
-                             variant, config) for variant in (Variant(), without)]
+                             variant, config) for variant in (Variant(), switched)]
     assert torch.equal(grads[0][1], grads[1][1]) and torch.equal(grads[0][2], grads[1][2])
 
 
-def test_the_backward_without_its_producer_warp_compiles_to_8_warps():
-    """D86: warp_specialize off drops the load warp (8 warps, not 12 with Triton's padding),
-    without spills; the FA1-style flags refuse it (a Variant cannot be built)."""
+def test_the_backwards_switches_show_in_its_compiled_code():
+    """D86: warp_specialize off drops the load warp (8 warps, not 12 with Triton's padding).
+    D87: overlap waits for S^T with dP^T in flight (wait_group 1), nothing else does. No spills
+    but one register (4 bytes stored, 12 loaded) without the producer warp and with overlap at
+    d=128; the FA1-style flags refuse both switches (a Variant cannot be built)."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
     probe = """
 import json
-from fa2check.inspect.compile_gate import ptxas_usage, rerun_ptxas
+from fa2check.inspect.compile_gate import ptxas_usage, rerun_ptxas, sync_counts
 from kernels import Variant
 from kernels.hopper_backward import compile_for_sm90
 out = {}
 for ws in (True, False):
-    k = compile_for_sm90(Variant(warp_specialize=ws), head_dim=128, causal=True)
-    out[str(ws)] = dict(ptxas_usage(rerun_ptxas(k.asm["ptx"])), warps=k.metadata.num_warps)
+    for overlap in (False, True):
+        k = compile_for_sm90(Variant(warp_specialize=ws, overlap=overlap), head_dim=128,
+                             causal=True)
+        ptx = k.asm["ptx"]
+        out[f"{ws} {overlap}"] = dict(ptxas_usage(rerun_ptxas(ptx)), warps=k.metadata.num_warps,
+                                      wait_1=sync_counts(ptx)["wgmma_waits"].get(1, 0))
 print(json.dumps(out))
 """
     proc = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert out["True"]["warps"] == 12 and out["False"]["warps"] == 8, out
-    assert all(u["spill_stores"] == u["spill_loads"] == 0 for u in out.values()), out
+    for key, usage in out.items():
+        ws, overlap = (flag == "True" for flag in key.split())
+        assert usage["warps"] == (12 if ws else 8), (key, usage)
+        assert (usage["wait_1"] > 0) == overlap, (key, usage)
+        stores, loads = (0, 0) if ws or not overlap else (4, 12)  # one register, read 3 times
+        assert usage["spill_stores"] <= stores and usage["spill_loads"] <= loads, (key, usage)
+    for flags in ((False, True, True), (True, False, True), (True, True, False)):
+        for switch in ({"warp_specialize": False}, {"overlap": True}):
+            with pytest.raises(ValueError, match="built on FA2"):
+                Variant(*flags, **switch)

@@ -11,7 +11,7 @@ import numpy as np
 
 from .clocks import median_clock
 from .contenders import HOPPER, PEERS, PREFIXED, kernel_backend_of, parse_kernel_name
-from .contributions import (BACKWARD_BEFORE_D50, SWITCH_VIEW, SWITCHES_BEFORE_D85, analyse,
+from .contributions import (NOT_TIMED, SWITCH_VIEW, analyse,
                             game_of, players_for, repeat_draws, subsets, summarise, variant_for,
                             view_of, with_intervals)
 from .grids import MODES, Cell
@@ -121,9 +121,8 @@ def analyse_results(results: dict, n_draws: int = DEFAULT_DRAWS, seed: int = 0) 
         out["modes"][view] = {
             "players": list(players),
             "game": game_name,
-            "not_applicable": ({} if len(players) == len(game_of(view).players) else
-                               SWITCHES_BEFORE_D85 if game_name == "switches" else
-                               BACKWARD_BEFORE_D50),
+            "not_applicable": {p: NOT_TIMED[p] for p in game_of(view).players
+                               if p not in players},
             "cells": cells,
             "summary": summarise([r for _, r in analysed]) if analysed else None,
             "by_seqlen": by_seqlen,

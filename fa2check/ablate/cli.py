@@ -21,7 +21,7 @@ takes the call), on the Triton kernels elsewhere. --hopper-switches (with --kern
 also times the Hopper lattice's switch variants, on FA2's tiles (with pingpong or overlap one
 K/V stage more where it fits, D80), and adds a second contributions table over the three
 switches (warp_specialize, pingpong, overlap; fwd beside FlashAttention-3's H100 ablation; bwd
-has warp_specialize alone, D86) (docs/decisions.md D66, D85).
+has warp_specialize and overlap) (docs/decisions.md D66, D85, D87).
 --budget-s bounds the whole command, compiling and tuning included.
 
 Every variant's output in a cell is checked against the float64 oracle (on slices, see
@@ -91,8 +91,8 @@ def parse_args(argv):
                         "warp_specialize, pingpong and overlap (FlashAttention-3's ideas on the "
                         "chassis, FA2's tiles, one K/V stage more with pingpong or overlap), "
                         "with their own contributions table (Shapley over the three switches; "
-                        "fwd beside FA3's H100 ablation). bwd times FA2 without its producer "
-                        "warp only: pingpong and overlap are forward-only (D86)")
+                        "fwd beside FA3's H100 ablation). bwd times warp_specialize and "
+                        "overlap only: pingpong is forward-only (D87)")
     t.add_argument("--retune", action="store_true",
                    help="search every needed key's tiles (fa2check.ablate.tuning) and merge the "
                         "winners into the table of tuned tiles (--table-out)")

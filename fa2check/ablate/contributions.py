@@ -19,7 +19,7 @@ A second game, over the Hopper chassis (docs/decisions.md D59, D66, D85): the pl
 FlashAttention-3's three ideas (warp_specialize, pingpong, overlap), the baseline is FA2 all
 on without them (no producer warp: a consumer loads) and the top is FA2 with all three; "alone"
 is a switch on that baseline, "removed" what all-on loses without it. In bwd warp_specialize
-plays alone (pingpong and overlap are the forward's; D86); fwd+bwd has all three. Runs saved
+and overlap play (pingpong is the forward's; D86, D87); fwd+bwd has all three. Runs saved
 before D85 timed no variant without the producer warp: their game has two players (pingpong,
 overlap) on FA2. The same code plays every game (`Game`, `game_of`).
 
@@ -50,25 +50,27 @@ CONFIDENCE = 0.95
 
 @dataclass(frozen=True)
 class Game:
-    """Who plays, and what the tables call every player on (`top`) and none on (`base`);
-    `base_without`: the base's name for a run that timed fewer players (here: warp_specialize
-    before D85, whose base keeps the producer warp)."""
+    """Who plays, and what the tables call every player on (`top`) and none on (`base`): FA2's
+    game names its own; a switch game's names follow the players a view played (`ends`)."""
     name: str
     players: tuple
-    top: str
-    base: str
-    base_without: str = ""
+    top: str = ""
+    base: str = ""
 
     def ends(self, players) -> tuple[str, str]:
-        """(top, base) names for the players a view played."""
-        return self.top, (self.base if len(players) == len(self.players) or not self.base_without
-                          else self.base_without)
+        """(top, base) names for the players a view played: a switch game's top is FA2 with
+        them on (warp_specialize is FA2's default), its base FA2 with none ("FA2 - warpspec"
+        where warp_specialize played)."""
+        if self.top:
+            return self.top, self.base
+        return ("FA2" + "".join(f" + {p}" for p in players if p != "warp_specialize"),
+                "FA2 - warpspec" if "warp_specialize" in players else "FA2")
 
 
 FA2_GAME = Game("fa2", FLAGS, "FA2", "FA1-style")
-SWITCH_GAME = Game("switches", SWITCHES, "FA2 + pingpong + overlap", "FA2 - warpspec", "FA2")
-# the backward's: pingpong and overlap exist in the forward only (Variant.backward, D86)
-BWD_SWITCH_GAME = Game("switches", SWITCHES[:1], "FA2", "FA2 - warpspec")
+SWITCH_GAME = Game("switches", SWITCHES)
+# the backward's: pingpong exists in the forward only (Variant.backward, D86, D87)
+BWD_SWITCH_GAME = Game("switches", ("warp_specialize", "overlap"))
 SWITCH_VIEW = "switches"  # the last word of a view of the switch game: "fwd hopper switches"
 
 
@@ -80,29 +82,34 @@ def view_of(view: str) -> tuple[str, str]:
 
 
 def game_of(view: str) -> Game:
-    """The game a view plays: the switches' for "<mode> hopper switches" (in bwd warp_specialize
-    alone), else FA2's flags."""
+    """The game a view plays: the switches' for "<mode> hopper switches" (in bwd without
+    pingpong), else FA2's flags."""
     if view.split(" ")[-1] != SWITCH_VIEW:
         return FA2_GAME
     return BWD_SWITCH_GAME if view_of(view)[0] == "bwd" else SWITCH_GAME
 
 
-# runs saved before split_q reached the backward (D50) timed its 4 split_q=True variants only
-BACKWARD_BEFORE_D50 = {"split_q": "not timed: the run predates split_q in the backward (D50)"}
-# switch runs saved before D85 timed no variant without the producer warp
-SWITCHES_BEFORE_D85 = {"warp_specialize": "not timed: the run predates the switch (D85)"}
+# why a player of a saved run's game is missing: it predates the player
+NOT_TIMED = {"split_q": "not timed: the run predates split_q in the backward (D50)",
+             "warp_specialize": "not timed: the run predates the switch (D85)",
+             "overlap": "not timed: the run predates overlap in the backward (D87)"}
 
 
 def players_for(view: str, timed: set | None = None) -> tuple[str, ...]:
-    """The game's players: the three flags, or for a saved backward run that timed only the
-    split_q=True variants (`timed`: its kernel names), defer_norm and seq_parallel; the switch
-    game's players in a view of it, less warp_specialize for a run that timed no variant
-    without the producer warp."""
+    """The game's players, less those a saved run (`timed`: its kernel names) predates: for a
+    backward run that timed only the split_q=True variants, defer_norm and seq_parallel; in
+    the switch game, warp_specialize for a run that timed no variant without the producer warp
+    (D85), and in bwd overlap for one that timed none with it (D87)."""
     mode, prefix = view_of(view)
-    if game_of(view) is not FA2_GAME:
-        players = game_of(view).players
-        without = prefix + str(variant_for(frozenset(), players))
-        return players[1:] if timed is not None and without not in timed else players
+    game = game_of(view)
+    if game is not FA2_GAME:
+        players = game.players
+        if timed is None:
+            return players
+        if prefix + str(variant_for(frozenset(), players)) not in timed:
+            players = players[1:]  # no base without the producer warp: FA2 is the base
+        return tuple(p for p in players
+                     if prefix + str(variant_for(frozenset({p}), players)) in timed)
     if mode == "bwd" and timed is not None and not any(
             (prefix + str(variant_for(s, FLAGS))) in timed for s in subsets(FLAGS)
             if "split_q" not in s):

@@ -13,9 +13,9 @@ from rich.table import Table
 from rich.text import Text
 
 from .clocks import median_clock
-from .contenders import PEERS
-from .contributions import (FA2_GAME, game_of, interaction_name, players_for, subsets,
-                            variant_for, view_of)
+from .contenders import HOPPER, PEERS
+from .contributions import (BWD_SWITCH_GAME, FA2_GAME, SWITCH_VIEW, game_of, interaction_name,
+                            players_for, subsets, variant_for, view_of)
 from .grids import Cell
 from .paper import fa2_a100_speedups, fa3_reference
 from .tuning import band_seqlens
@@ -108,7 +108,7 @@ def provenance_lines(results: dict, source: str | None = None) -> list[str]:
                  f"warm-up {settings['warmup_ms']} ms, repeat {settings['rep_ms']} ms.")
     if line := tiles_line(results):
         lines.append(line)
-    if line := switches_line(settings):
+    if line := switches_line(settings, results):
         lines.append(line)
     for what in results.get("skipped_by_budget") or []:
         lines.append(f"Skipped by --budget-s: {what}.")
@@ -133,9 +133,9 @@ def provenance_lines(results: dict, source: str | None = None) -> list[str]:
     return lines
 
 
-def switches_line(settings: dict) -> str | None:
-    """What --hopper-switches timed (settings as saved): every switch in fwd and fwd+bwd, the
-    producer warp alone in bwd."""
+def switches_line(settings: dict, results: dict | None = None) -> str | None:
+    """What --hopper-switches timed (settings as saved; with the results, what their bwd
+    samples show a run saved before D87 timed there: the producer warp alone)."""
     if not settings.get("hopper_switches"):
         return None
     parts = []
@@ -144,8 +144,15 @@ def switches_line(settings: dict) -> str | None:
                      f"in {', '.join(with_forward)}, on FA2's tiles (with pingpong or overlap "
                      "one K/V stage more, D80)")
     if "bwd" in settings["modes"]:
-        parts.append("in bwd FA2 without its producer warp (pingpong and overlap are the "
-                     "forward's, D86)")
+        players = BWD_SWITCH_GAME.players
+        if results is not None:
+            timed = {n for e in results["cells"] for n in e["modes"].get("bwd", {}).get(
+                "samples", {})}
+            players = players_for(f"bwd {HOPPER} {SWITCH_VIEW}", timed)
+        parts.append("in bwd FA2 with each combination of warp_specialize and overlap "
+                     "(pingpong is the forward's, D87)" if len(players) == 2 else
+                     "in bwd FA2 with and without its producer warp (the run predates overlap "
+                     "in the backward, D87)")
     return "--hopper-switches: " + "; ".join(parts) + "."
 
 

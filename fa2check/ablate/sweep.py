@@ -105,15 +105,16 @@ def kernels_for(mode: str, cell, settings: Settings) -> list[str]:
 def switch_names(mode: str, settings: Settings) -> list[str]:
     """With --hopper-switches, the Hopper lattice's variants other than FA2 (FA2 with
     pingpong, overlap, both, and those four without the producer warp:
-    "hopper+defer+seqpar+splitq-warpspec+pingpong"); in bwd only those whose backward differs
-    from FA2's (`Variant.backward`: FA2 without the producer warp, D86). Like the Gluon kernels
-    they are left out of a cell they fail, not costing it the 8 variants (D66)."""
+    "hopper+defer+seqpar+splitq-warpspec+pingpong"); in bwd one of each backward other than
+    FA2's (`Variant.backward`: without the producer warp, with overlap, both; D86, D87). Like
+    the Gluon kernels they are left out of a cell they fail, not costing it the 8 variants
+    (D66)."""
     from kernels import Variant
 
     if not settings.hopper_switches:
         return []
     variants = [v for v in Variant.hopper() if v.hopper_switches]
-    if mode == "bwd":  # the others' backward is FA2's own kernel
+    if mode == "bwd":  # pingpong's backward is the kernel without it
         variants = list(dict.fromkeys(v.backward for v in variants if v.backward.hopper_switches))
     return [kernel_name(v, HOPPER) for v in variants]
 
