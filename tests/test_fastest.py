@@ -163,3 +163,18 @@ def test_gpu_the_default_call_runs_the_tables_kernel_and_passes(needs_grad, monk
         assert expected == (("triton", Variant()) if needs_grad else ("hopper", PINGPONG))
     failed = [str(c) for c in ref.judge(out) if not c.passed]
     assert not failed, failed
+
+
+def test_a_later_run_of_a_part_replaces_an_earlier_runs_cells():
+    """The committed fwd+bwd part comes from the 48-cell run and two re-measurements after the
+    backward's overlap (D87): their cells win, in the order given; the other order keeps the
+    first run's. (With the first run winning, as a `setdefault` would, this failed.)"""
+    names = [s["file"] for s in json.load(open(os.path.join(ROOT, "kernels", "fastest.json")))[
+        "sources"] if s["part"] == "fwd+bwd"]
+    runs = [("fwd+bwd", os.path.join(ROOT, "ablations", "results", n)) for n in names]
+    assert len(runs) == 3
+    by_source = lambda table: {e["seqlen"]: e["source"] for e in table["entries"]}  # noqa: E731
+    newest = by_source(fastest_table.build(runs))
+    assert newest[16384] == names[2] and newest[4096] == newest[8192] == names[1]
+    assert newest[2048] == names[0]
+    assert set(by_source(fastest_table.build(runs[::-1])).values()) == {names[0]}

@@ -4,7 +4,9 @@ ablation runs that timed Triton's FA2 beside the Hopper chassis's FA2 and its sw
     python -m fa2check.ablate.fastest_table --fwd RUN.json --fwd+bwd RUN.json --out kernels/fastest.json
 
 Every cell of a run given for a part gives one entry: its fwd mode for part "fwd" (calls that
-need no gradient), its fwd+bwd mode for part "fwd+bwd" (calls that do). Triton's FA2 is the
+need no gradient), its fwd+bwd mode for part "fwd+bwd" (calls that do). Runs of a part are read
+in the order given: a later run's cell replaces an earlier run's (re-measure the cells a kernel
+change touched). Triton's FA2 is the
 reference: the row of the Triton kernel "+defer+seqpar+splitq", or the `api` peer where it ran
 that kernel (runs made before the API chose by this table record no api_kernel: it did). The
 candidates are our kernels with FA2's three flags and any switches, on any backend, that passed
@@ -78,13 +80,15 @@ def build(runs: list[tuple[str, str]]) -> dict:
         sources.append({"part": part, "file": os.path.basename(path),
                         "commit": prov.get("git_commit"),
                         "date": prov.get("date"), "command": prov.get("command")})
+        mine = set()
         for entry in results["cells"]:
             choice = cell_choice(entry, part)
             if choice is not None:
                 key = (gpu, part, choice["head_dim"], choice["causal"], choice["dtype"],
                        choice["seqlen"])
-                if key in entries:
-                    raise SystemExit(f"{path}: a second measurement of {key}; give each cell once")
+                if key in mine:
+                    raise SystemExit(f"{path}: a second measurement of {key} in one run")
+                mine.add(key)  # a later run's cell replaces an earlier run's (newer code)
                 entries[key] = {"gpu": gpu, "part": part, **choice,
                                 "source": os.path.basename(path)}
     order = sorted(entries)
@@ -109,7 +113,8 @@ def main(argv=None) -> int:
     for part in PARTS:
         parser.add_argument(f"--{part}", action="append", default=[], metavar="RUN",
                             help=f"ablation results (JSON or .json.gz) whose {part} mode gives "
-                                 f"part {part!r}; repeatable")
+                                 f"part {part!r}; repeatable (a later run's cells replace an "
+                                 "earlier one's)")
     parser.add_argument("--out", required=True, help="the table to write (kernels/fastest.json)")
     args = parser.parse_args(argv)
     runs = [(part, path) for part in PARTS for path in getattr(args, part)]
