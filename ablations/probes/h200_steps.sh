@@ -86,7 +86,9 @@ for s in "$@"; do case $s in
   fastest) B=${FASTEST_BUDGET_S:-280}  # the ablation's own budget; the step's timeout 20 s more
            FA2CHECK_FASTEST= step fastest-run $((B + 20)) python3 -m fa2check.ablate --grid paper --mode fwd --kernels hopper --hopper-switches --backends sdpa-flash,sdpa-cudnn,api --budget-s $B $C --out "$W/fastest"
            step fastest-table 60 python3 -m fa2check.ablate.fastest_table --fwd "$(ls "$W"/fastest/*-paper-fwd.json)" \
-             --fwd+bwd ablations/results/20261203-184844-nvidia-h200-paper-fwdbwd-bwd.json.gz --out "$W/fastest.json" ;;
+             --fwd+bwd ablations/results/20261203-184844-nvidia-h200-paper-fwdbwd-bwd.json.gz \
+             --fwd+bwd ablations/results/20261203-192527-nvidia-h200-paper-bwd-fwdbwd.json.gz \
+             --fwd+bwd ablations/results/20261203-193343-nvidia-h200-paper-fwdbwd.json.gz --out "$W/fastest.json" ;;
   paper) B=${PAPER_BUDGET_S:-570}  # the ablation's own budget; the step's timeout 20 s more
          step paper $((B + 20)) python3 -m fa2check.ablate --grid paper --mode fwd,fwd+bwd --budget-s $B $C --out "$W/paper" ;;
   verify-full|verify-warm) step $s ${VERIFY_TIMEOUT:-300} python3 -m fa2check.verify --tier full --json "$W/$s.json" $C ;;

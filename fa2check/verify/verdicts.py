@@ -100,8 +100,8 @@ def legend(columns: list, property_names: list[str]) -> list[str]:
         kinds.append("hopper: the wgmma/TMA chassis for sm_90 (forward; backward where it "
                      "takes the call)" + ("; -warpspec, +pingpong, +overlap: FA2 without its "
                                           "producer warp / with FlashAttention-3's ping-pong "
-                                          "turns / softmax under the previous P V (these "
-                                          "two in the forward only; D59, D85, D86)"
+                                          "turns (forward only) / softmax under the previous "
+                                          "P V, in the backward P under dP (D59, D85-D87)"
                                           if any(s in c.variant for c in columns for s in
                                                  ("-warpspec", "+pingpong", "+overlap"))
                                           else ""))
