@@ -70,7 +70,7 @@ class Settings:
     gluon: bool = False  # also time the Gluon forward of every variant (fwd mode)
     gluon_max_seqlen: int = 4096
     shards: int = 1  # processes that gate and time disjoint sets of cells, one GPU each
-    hopper_switches: bool = False  # also time the Hopper lattice's switch variants (D66, D86)
+    hopper_switches: bool = False  # also time the Hopper lattice's switch variants (D66, D87)
 
     def __post_init__(self):
         if self.hopper_switches and self.kernels != HOPPER:
