@@ -32,6 +32,8 @@ Where dQ is computed (DQ_PASS, a tile choice tuned like block sizes, not one of 
 SEQ_PARALLEL: one program per column block (and, with DQ_PASS, one per query row block of each
 query head) in grid (blocks, batch * kv heads). Not SEQ_PARALLEL: grid (batch * kv heads,);
 each program walks all column blocks (then, with DQ_PASS, all row blocks of its heads) itself.
+A variant with seq_parallel off runs that grid where FA1's launcher did and the column grid
+(SEQ_PARALLEL) where FA1's launcher switched to it (kernels/fa1_launch.py, D90).
 SPLIT_Q off (split-K, FA1's backward partition): dQ_i += dS_ij K_j sums over the keys of a
 tile, and FA1 cut those keys over its warps (csrc/flash_attn/src/fmha_dgrad_kernel_1xN_loop.h
 in flash-attention before FlashAttention-2: the dQ product's tile is Cta_tile_o =
@@ -52,7 +54,8 @@ import triton
 import triton.language as tl
 
 from .config import block_d
-from .forward import LOG2E, _head_cols, _visible_key_range
+from .fa1_launch import bwd_column_parallel
+from .forward import LOG2E, _head_cols, _visible_key_range, sms_and_ctas_per_sm
 from .launch_cache import CachedLaunch
 
 
@@ -488,17 +491,10 @@ def attn_bwd(q, k, v, o, stats, do, dlse, causal, softmax_scale, variant, config
         dq = torch.zeros(shape, device=q.device, dtype=torch.float32)
     dk = torch.empty(k.shape, device=k.device, dtype=k.dtype)  # contiguous, and so is dv:
     dv = torch.empty(v.shape, device=v.device, dtype=v.dtype)  # the kernel scales dk's strides
-    if variant.seq_parallel:
-        blocks = triton.cdiv(seqlen_k, config.bwd_block_n)
-        if config.bwd_dq_pass:
-            blocks += heads_q // heads_kv * triton.cdiv(seqlen_q, config.bwd_block_n)
-        grid = (blocks, batch * heads_kv)
-    else:
-        grid = (batch * heads_kv,)
-    _ATTN_BWD[grid](
-        q, k, v, do, dq, dk, dv, stat2, inv_l, delta,
-        *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dk.stride(),
-        heads_q, heads_kv, seqlen_q, padded_q, seqlen_k, softmax_scale * LOG2E, softmax_scale,
+    args = (q, k, v, do, dq, dk, dv, stat2, inv_l, delta,
+            *q.stride(), *k.stride(), *v.stride(), *do.stride(), *dk.stride(),
+            heads_q, heads_kv, seqlen_q, padded_q, seqlen_k, softmax_scale * LOG2E, softmax_scale)
+    kwargs = dict(
         IS_CAUSAL=causal, DEFER_NORM=variant.defer_norm, SEQ_PARALLEL=variant.seq_parallel,
         SPLIT_Q=variant.split_q, KEY_SLICES=1 if variant.split_q else config.bwd_key_slices,
         DQ_PASS=config.bwd_dq_pass, BLOCK_M=config.bwd_block_m, BLOCK_N=config.bwd_block_n,
@@ -506,4 +502,17 @@ def attn_bwd(q, k, v, o, stats, do, dlse, causal, softmax_scale, variant, config
         BLOCK_DV=block_d(head_dim_v), INPUT_PRECISION=config.input_precision,
         num_warps=config.bwd_num_warps, num_stages=config.bwd_num_stages,
     )
+    # FA1's launcher (seq_parallel off) may pick one program per column block too (D90); its
+    # occupancy question is asked of the kernel with one program per (batch, kv head)
+    if bwd_column_parallel(variant, config.fa1_bwd_splits, batch * heads_kv, seqlen_k,
+                           config.bwd_block_n, causal,
+                           lambda: sms_and_ctas_per_sm(_attn_bwd, q.device, args, kwargs)):
+        blocks = triton.cdiv(seqlen_k, config.bwd_block_n)
+        if config.bwd_dq_pass:
+            blocks += heads_q // heads_kv * triton.cdiv(seqlen_q, config.bwd_block_n)
+        grid = (blocks, batch * heads_kv)
+        kwargs["SEQ_PARALLEL"] = True
+    else:
+        grid = (batch * heads_kv,)
+    _ATTN_BWD[grid](*args, **kwargs)
     return dq.to(q.dtype), dk, dv

@@ -69,9 +69,13 @@ class TileConfig:
     # resident CTA: 133 registers at 4 warps fit 3 CTAs an SM, 128 fit 4.
     max_registers: int = 0
     # forward, seq_parallel off: splits of each (batch, head)'s query row blocks, grid
-    # (batch * heads, splits), split s owning row blocks s, s + splits, ... as in FA1; 1 is one
-    # program per (batch, head), the design of record; 0 is FA1's heuristic (kernels/forward.py)
-    fa1_splits: int = 1
+    # (batch * heads, splits), split s owning row blocks s, s + splits, ... as in FA1; 0 is
+    # FA1's launcher's heuristic, the FA1 of record; 1 is one program per (batch, head), a
+    # reference grid (kernels/fa1_launch.py, D90)
+    fa1_splits: int = 0
+    # backward, seq_parallel off: 0 is FA1's launcher's heuristic (one program per (batch, kv
+    # head) or one per key column block), 1 always the former, more always the latter
+    fa1_bwd_splits: int = 0
     # backward: one program per key/value column block of bwd_block_n keys
     bwd_block_m: int = 64
     bwd_block_n: int = 64
@@ -83,8 +87,10 @@ class TileConfig:
     bwd_key_slices: int = 4
 
     def dq_atomics(self, variant) -> bool:
-        """Whether the backward sums dQ with float32 atomic adds (so its bits may vary)."""
-        return variant.seq_parallel and not self.bwd_dq_pass
+        """Whether the backward may sum dQ with float32 atomic adds (so its bits may vary):
+        with one program per key column block, which FA1's launcher also picks for long
+        sequences unless fa1_bwd_splits is 1 (kernels/fa1_launch.py)."""
+        return (variant.seq_parallel or self.fa1_bwd_splits != 1) and not self.bwd_dq_pass
 
     def bwd_dq_keys(self) -> int:
         """Keys of one dQ_i += dS_ij K_j product of the backward: the dQ pass steps over

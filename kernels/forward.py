@@ -45,9 +45,10 @@ a tile visits only the row blocks that see some of its keys; row blocks that see
 (seqlen_q > seqlen_k) get O = 0, L = -inf without a tile.
   Grid (batch * heads, splits), TileConfig.fa1_splits: split s owns row blocks s, s + splits,
 s + 2 splits, ... (interleaved, as FA1's blockIdx.z took query steps blockIdx.z, + gridDim.z,
-...), and loads every K/V tile its row blocks see. One split, the default, is one program per
-(batch, head): FA1 as the FA2 paper describes it (parallel over batch and heads), the design
-of record; 0 takes FA1's heuristic (fa1_num_splits), which adds splits to fill the GPU's waves.
+...), and loads every K/V tile its row blocks see. 0, the default, takes FA1's launcher's
+heuristic (kernels/fa1_launch.py), which adds splits to fill the GPU's waves, as the FA1 the
+FA2 paper timed did (D90); 1 is one program per (batch, head), the paper's prose ("parallel
+over batch and heads"), kept as a reference grid.
   HBM traffic per (batch, head) with N = seqlen_q = seqlen_k, D = head_dim, Bc = BLOCK_N and
 2-byte inputs: K and V read once (4 N D bytes; once a split), O written once (2 N D), and at each
 of the N / Bc tiles Q read once (2 N D) and the float32 partial output read and written
@@ -98,12 +99,12 @@ tile choice, `TileConfig.nan_flags`, since each is faster for some tiles; decisi
     j <= i + diag), whose P there is 0, so a leaked NaN or +-inf of V[:, d] always makes the
     first row's column d NaN (0 * NaN, 0 * inf).
 """
-import math
 
 import triton
 import triton.language as tl
 
 from .config import head_chunks
+from .fa1_launch import FA1_MAX_SPLITS, INTERPRETER_SMS, fa1_num_splits
 from .launch_cache import CachedLaunch, _argument_key
 from .launch_order import LONGEST_FIRST_MIN_KEYS, heaviest_first
 from .tma import chunk_descriptors
@@ -865,45 +866,22 @@ def _attn_fwd(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, KD1, VD1, ACC_TMP, M_
 _ATTN_FWD = CachedLaunch(_attn_fwd)  # host time: kernels/launch_cache.py
 
 
-# FA1's cap on its forward's splits (fmha_fwd_launch_template.h)
-FA1_MAX_SPLITS = 30
-# the interpreter has no SMs: FA1's heuristic then assumes an H200's 132, one CTA each
-INTERPRETER_SMS = 132
+_CTAS_PER_SM = {}  # (kernel, device, specialization) -> resident CTAs an SM
 
 
-def fa1_num_splits(batch_heads: int, num_sms: int, ctas_per_sm: int, max_splits: int) -> int:
-    """FA1's num_splits_heuristic_fwd (fmha_fwd_launch_template.h): the number of splits of
-    each (batch, head)'s query row blocks, grid (batch, heads, splits). For n = 1..max_splits
-    the wave efficiency of batch_heads * n CTAs on num_sms * ctas_per_sm slots is
-    waves / ceil(waves), waves = batch_heads * n / (num_sms * ctas_per_sm); more splits mean
-    more HBM traffic (every split re-reads the K/V tiles), so FA1 takes the smallest n within
-    95% of the best efficiency. FA1 capped n at min(30, query steps) in intent; its code reads
-    `(seqlen_q + M - 1 / M)`, which C parses as seqlen_q + M, so it allowed up to 30 splits
-    even where fewer row blocks leave some empty; the caller here passes the intent."""
-    efficiency = []
-    for n in range(1, max(1, max_splits) + 1):
-        waves = batch_heads * n / (num_sms * ctas_per_sm)
-        efficiency.append(waves / math.ceil(waves))
-    best = max(efficiency)
-    return next(n for n, e in enumerate(efficiency, 1) if e > 0.95 * best)
-
-
-_CTAS_PER_SM = {}  # (device, specialization) -> resident CTAs an SM
-
-
-def _sms_and_ctas_per_sm(device, args, kwargs) -> tuple[int, int]:
-    """(SMs, CTAs of this kernel an SM can hold), as FA1 asked CUDA's occupancy calculator:
-    from the compiled kernel's registers, shared memory and warps and the device's limits."""
+def sms_and_ctas_per_sm(jit_fn, device, args, kwargs) -> tuple[int, int]:
+    """(SMs, CTAs of jit_fn an SM can hold), as FA1 asked CUDA's occupancy calculator: from the
+    compiled kernel's registers, shared memory and warps and the device's limits."""
     import torch
 
-    if device.type != "cuda" or not isinstance(_attn_fwd, triton.runtime.JITFunction):
+    if device.type != "cuda" or not isinstance(jit_fn, triton.runtime.JITFunction):
         return INTERPRETER_SMS, 1
     props = torch.cuda.get_device_properties(device)
     # what Triton specializes on (kernels/launch_cache.py), with ints in its classes
-    key = (device, tuple((a == 1, a % 16 == 0) if type(a) is int else _argument_key(a)
-                         for a in args), tuple(kwargs.items()))
+    key = (jit_fn, device, tuple((a == 1, a % 16 == 0) if type(a) is int else _argument_key(a)
+                                 for a in args), tuple(kwargs.items()))
     if key not in _CTAS_PER_SM:
-        kernel = _attn_fwd.warmup(*args, grid=(1,), **kwargs)
+        kernel = jit_fn.warmup(*args, grid=(1,), **kwargs)
         if hasattr(kernel, "result"):  # compiled asynchronously
             kernel = kernel.result()
         kernel._init_handles()  # n_regs is read when the cubin is loaded
@@ -1011,7 +989,7 @@ def attn_fwd(q, k, v, causal, softmax_scale, variant, config, o_residual=False):
             grid = (row_blocks, batch * heads_q)
         else:
             splits = config.fa1_splits or fa1_num_splits(
-                batch * heads_q, *_sms_and_ctas_per_sm(q.device, args, kwargs),
+                batch * heads_q, *sms_and_ctas_per_sm(_attn_fwd, q.device, args, kwargs),
                 max_splits=min(FA1_MAX_SPLITS, row_blocks))
             grid = (batch * heads_q, min(splits, row_blocks))
         _ATTN_FWD[grid](*args, **kwargs)

@@ -52,7 +52,9 @@ bit for bit.
 
 SEQ_PARALLEL (FA2, section 3.2): grid (column blocks, B * Hkv). Off (FA1: one program per
 (batch, head)): grid (1, B * Hkv), the program walks every column block itself (the same loop,
-`range(first, n_blocks, step)`). dK is scaled by softmax_scale once, at the end of a block.
+`range(first, n_blocks, step)`). dK is scaled by softmax_scale once, at the end of a block. A
+variant with seq_parallel off runs SEQ_PARALLEL where FA1's launcher switched to its column
+grid (kernels/fa1_launch.py, D90).
 
 Masks: only steps whose tile crosses the causal diagonal (bottom-right aligned: query i sees
 key j iff j <= i + Sk - Sq) or the end of the keys compute one. Rows past seqlen_q arrive as
@@ -70,6 +72,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
 
+from .fa1_launch import bwd_column_parallel
 from .forward import LOG2E
 from .tma import tma_ready
 from .hopper_forward import (HOPPER_DTYPES, HOPPER_HEAD_DIMS, SHARED_LIMIT, _gl_dtype,
@@ -551,15 +554,29 @@ def hopper_attn_bwd(q, k, v, o, stats, do, dlse, causal, softmax_scale, variant,
     dk = torch.empty(k.shape, device=k.device, dtype=k.dtype)  # contiguous
     dv = torch.empty(v.shape, device=v.device, dtype=v.dtype)
     n_blocks = triton.cdiv(seqlen_k, BLOCK_N.value)
-    grid = (n_blocks if variant.seq_parallel else 1, batch * heads_kv)
+    # FA1's launcher (seq_parallel off) may pick one program per column block too (D90)
+    columns = bwd_column_parallel(variant, config.fa1_bwd_splits, batch * heads_kv, seqlen_k,
+                                  BLOCK_N.value, causal, lambda: _sms_and_ctas(q.device))
+    grid = (n_blocks if columns else 1, batch * heads_kv)
     _hopper_attn_bwd[grid](
         *_descriptors(q, k, v, do), dq, dk, dv, stat2, inv_l, delta, seqlen_q, seqlen_k,
         heads_q, heads_kv, padded_q, softmax_scale * LOG2E, softmax_scale,
-        SPLIT_Q=variant.split_q, SEQ_PARALLEL=variant.seq_parallel,
+        SPLIT_Q=variant.split_q, SEQ_PARALLEL=columns,
         DEFER_NORM=variant.defer_norm, IS_CAUSAL=bool(causal),
         STAGES=bwd_stages(head_dim, variant.split_q), CONSUMER_REGS=BWD_CONSUMER_REGS,
         WARP_SPECIALIZE=variant.warp_specialize, OVERLAP=variant.overlap, num_warps=4)
     return dq.to(q.dtype), dk, dv
+
+
+# CTAs of the backward an SM holds (the sm_90 compile: 12 warps at up to 240 registers)
+BWD_CTAS_PER_SM = 1
+
+
+def _sms_and_ctas(device) -> tuple[int, int]:
+    """FA1's backward heuristic's occupancy question, for this kernel on this device."""
+    import torch
+
+    return torch.cuda.get_device_properties(device).multi_processor_count, BWD_CTAS_PER_SM
 
 
 def sm90_signature(variant, dtype="bfloat16", head_dim=128, causal=False,

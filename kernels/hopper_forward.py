@@ -41,8 +41,9 @@ prefetches the next step's state into a two-slot state ring while the consumers 
 the consumers write it back through the slot it arrived in (then O, at the last tile); the
 K/V ring may be one stage deep (a tile serves every row block). FA1's num_splits
 (fmha_fwd_launch_template.h, TileConfig.fa1_splits): program s of grid axis 0 takes every
-splits-th row block of its (batch, head) and walks the K/V tiles they see (D58); one split,
-one program per (batch, head), is the variant of record.
+splits-th row block of its (batch, head) and walks the K/V tiles they see (D58); FA1's
+heuristic (kernels/fa1_launch.py) is the default and the FA1 of record, one split (one program
+per (batch, head)) a reference grid (D90).
 
 DEFER_NORM, as in kernels/forward.py: O is rescaled by alpha only and divided by l once after
 the loop, L = m c + log2 l (in natural log) stored; off, FA1's recurrence: O is kept normalised
@@ -1187,11 +1188,11 @@ CTAS_PER_SM = 1
 
 def fa1_splits(config, batch_heads: int, row_blocks: int, device) -> int:
     """FA1's schedule's programs a (batch, head): config.fa1_splits, or with 0 FA1's
-    num_splits heuristic (kernels.forward.fa1_num_splits) for this GPU's SMs; at most one a
+    num_splits heuristic (kernels.fa1_launch.fa1_num_splits) for this GPU's SMs; at most one a
     row block."""
     import torch
 
-    from .forward import FA1_MAX_SPLITS, INTERPRETER_SMS, fa1_num_splits
+    from .fa1_launch import FA1_MAX_SPLITS, INTERPRETER_SMS, fa1_num_splits
 
     splits = config.fa1_splits
     if not splits:

@@ -257,10 +257,11 @@ def _check_config(config: TileConfig, variant: Variant, on_gpu: bool):
             cap and not MIN_REGISTERS <= cap <= MAX_REGISTERS):
         raise ValueError(f"config.max_registers must be 0 (no cap) or an int in "
                          f"[{MIN_REGISTERS}, {MAX_REGISTERS}], got {cap!r}")
-    splits = config.fa1_splits
-    if isinstance(splits, bool) or not isinstance(splits, int) or splits < 0:
-        raise ValueError(f"config.fa1_splits must be an int >= 0 (0: FA1's heuristic), got "
-                         f"{splits!r}")
+    for name in ("fa1_splits", "fa1_bwd_splits"):
+        splits = getattr(config, name)
+        if isinstance(splits, bool) or not isinstance(splits, int) or splits < 0:
+            raise ValueError(f"config.{name} must be an int >= 0 (0: FA1's heuristic), got "
+                             f"{splits!r}")
     for name in ("tma", "nan_flags", "bwd_dq_pass"):
         if not isinstance(getattr(config, name), bool):
             raise TypeError(f"config.{name} must be a bool, got {type(getattr(config, name)).__name__}")

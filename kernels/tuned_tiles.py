@@ -30,7 +30,8 @@ SCHEMA = "fa2check.tuned_tiles/1"
 PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tuned_tiles.json")
 PATH_ENV = "FA2CHECK_TUNED_TILES"
 PARTS = ("fwd", "bwd")
-NOT_TILES = ("input_precision",)  # a numerics choice, never taken from a table
+# a numerics choice and FA1's launcher's grids (kernels/fa1_launch.py), never from a table
+NOT_TILES = ("input_precision", "fa1_splits", "fa1_bwd_splits")
 PROVENANCE = ("commit", "date", "median_ms", "tuned_on", "source")
 
 

@@ -210,3 +210,29 @@ def test_the_api_peers_kernels_are_precompiled_with_the_grid():
     with_api, without = names((API,)), names(())
     assert set(with_api) - set(without) == {("fwd", API_KERNEL), ("bwd", API_KERNEL)}
     assert len(names((API,), "triton")) == len(names((), "triton"))  # one kernel, compiled once
+
+
+def test_fa1_style_runs_fa1s_launcher_unless_the_reference_grid_is_asked_for():
+    """D90: the FA1-style variants' configs carry FA1's launcher's heuristics (fa1_splits and
+    fa1_bwd_splits 0) by default and one program per (batch, head) with --fa1-grid batch-heads;
+    a run on the reference grid (or saved before D90) is labelled so in its tables."""
+    from fa2check.ablate import report
+    from fa2check.ablate.sweep import Configs
+
+    cell = Cell(2, 16, 16, 8192, 128, "bfloat16", False)
+    fa1 = Variant(False, False, False)
+    for grid, fields in (("fa1", (0, 0)), ("batch-heads", (1, 1))):
+        config = Configs({}, on_gpu=True, gpu="NVIDIA H200", fa1_grid=grid).config(
+            "hopper" + str(fa1), cell)
+        assert (config.fa1_splits, config.fa1_bwd_splits) == fields
+    from fa2check.ablate import cli
+
+    assert cli.settings_from(cli.parse_args(["--grid", "quick"])).fa1_grid == "fa1"
+    reference = cli.parse_args(["--grid", "quick", "--fa1-grid", "batch-heads"])
+    assert cli.settings_from(reference).fa1_grid == "batch-heads"
+    data = {"players": ["defer_norm", "seq_parallel", "split_q"]}
+    assert report.ends("fwd hopper", {**data, "fa1_grid": "fa1"}) == ("FA2", "FA1-style")
+    for saved in ({**data, "fa1_grid": "batch-heads"}, data):  # data: saved before D90
+        assert report.ends("fwd hopper", saved) == ("FA2", report.BATCH_HEADS_LABEL)
+    assert "not FA1's launcher" in report.fa1_grid_line({})
+    assert "FA1's own launcher" in report.fa1_grid_line({"fa1_grid": "fa1"})

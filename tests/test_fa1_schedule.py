@@ -14,7 +14,8 @@ import kernels.forward
 from fa2check.core.checks import Reference
 from fa2check.core.problems import Problem
 from kernels import TileConfig, Variant, default_config, flash_attention
-from kernels.forward import FA1_MAX_SPLITS, INTERPRETER_SMS, fa1_num_splits
+from kernels.fa1_launch import (FA1_MAX_SPLITS, INTERPRETER_SMS, bwd_column_parallel,
+                                fa1_bwd_column_parallel, fa1_num_splits)
 from properties.causal_masking import first_hidden_key
 
 BLOCK = 16
@@ -32,9 +33,12 @@ SPLITS = (1, 3, 0)  # one program per (batch, head); three; FA1's heuristic
 VARIANTS = [Variant(defer, False, split_q) for defer in (True, False) for split_q in (True, False)]
 
 
-def _config(problem, splits):
+def _config(problem, splits, bwd_splits=None):
+    """FA1's schedule on 16-row blocks with `splits` (the backward on one program per (batch,
+    head) with one split, unless bwd_splits says otherwise)."""
     base = default_config(problem.head_dim, False, None, problem.dtype)
-    return replace(base, block_m=BLOCK, block_n=BLOCK, key_slices=2, fa1_splits=splits)
+    return replace(base, block_m=BLOCK, block_n=BLOCK, key_slices=2, fa1_splits=splits,
+                   fa1_bwd_splits=(1 if splits == 1 else 0) if bwd_splits is None else bwd_splits)
 
 
 def _heuristic_splits(problem):
@@ -170,7 +174,59 @@ def test_fa1_num_splits_is_fa1s_heuristic():
 
 def test_fa1_splits_must_be_a_count():
     q = torch.randn(1, 2, 33, 16, dtype=torch.float16)
-    for bad in (-1, True, 1.5):
-        with pytest.raises(ValueError, match="fa1_splits"):
-            flash_attention(q, q, q, variant=Variant(seq_parallel=False),
-                            config=TileConfig(16, 16, fa1_splits=bad))
+    for field in ("fa1_splits", "fa1_bwd_splits"):
+        for bad in (-1, True, 1.5):
+            with pytest.raises(ValueError, match=field):
+                flash_attention(q, q, q, variant=Variant(seq_parallel=False),
+                                config=replace(TileConfig(16, 16), **{field: bad}))
+
+
+def test_fa1s_launcher_is_the_default():
+    """A config's FA1 grids are FA1's launcher's heuristics unless asked otherwise (D90)."""
+    config = default_config(64, False, Variant(seq_parallel=False), "bfloat16")
+    assert (config.fa1_splits, config.fa1_bwd_splits) == (0, 0)
+
+
+def test_fa1_bwd_column_parallel_is_fa1s_heuristic():
+    """fmha_bwd_launch_template.h: the column grid where its wave efficiency, discounted by
+    1 + block_n / seqlen_k (half that causal), beats one program per (batch, head); causal from
+    10 column blocks always."""
+    # the paper grid at d=128 on 132 SMs: 512 (b, h) at 512 keys fill 0.97 of 4 waves, the
+    # 2048 column programs 0.97 too, discounted by 1.25: one program a (batch, head)
+    assert not fa1_bwd_column_parallel(512, 132, 1, 512, 128, False)
+    # 64 (b, h) at 4k: 0.48 of a wave against 2048 columns' 0.97 / (1 + 1/32)
+    assert fa1_bwd_column_parallel(64, 132, 1, 4096, 128, False)
+    # causal at 1k: 8 blocks, 0.97 against 0.97 / (1 + 0.5 / 8); from 10 blocks always
+    assert not fa1_bwd_column_parallel(256, 132, 1, 1024, 128, True)
+    assert fa1_bwd_column_parallel(256, 132, 1, 1280, 128, True)
+    # seqlen_k rounded up to whole blocks: 65 keys are two blocks of 64, one key is one
+    assert fa1_bwd_column_parallel(4, 132, 1, 65, 64, False)
+    assert not fa1_bwd_column_parallel(4, 132, 1, 1, 64, False)
+    # fa1_bwd_splits: 1 never, more always, seq_parallel always; the occupancy asked lazily
+    off, on = Variant(seq_parallel=False), Variant()
+    never_asked = lambda: pytest.fail("occupancy asked")  # noqa: E731
+    assert not bwd_column_parallel(off, 1, 64, 4096, 128, False, never_asked)
+    assert bwd_column_parallel(off, 2, 512, 512, 128, False, never_asked)
+    assert bwd_column_parallel(on, 1, 512, 512, 128, False, never_asked)
+    assert bwd_column_parallel(off, 0, 256, 1280, 128, True, never_asked)
+    assert bwd_column_parallel(off, 0, 64, 4096, 128, False, lambda: (132, 1))
+    assert not bwd_column_parallel(off, 0, 64, 4096, 128, False, lambda: (33, 1))
+
+
+@pytest.mark.parametrize("problem", PROBLEMS[:3], ids=str)
+def test_fa1_backward_on_both_of_its_grids(problem, device):
+    """seq_parallel off's backward on one program per (batch, head) and on FA1's column grid
+    (one program per 16-key column block, dQ by atomic adds) against the float64 oracle; dK
+    and dV are the same sums in the same order on both grids, bit for bit."""
+    ref = Reference(problem, device)
+    for variant in VARIANTS:
+        grads = {}
+        for bwd_splits in (1, 2):
+            config = _config(problem, 1, bwd_splits)
+            checks = ref.check(partial(flash_attention, config=config), variant)
+            failed = [str(c) for c in checks if not c.passed]
+            assert not failed, f"{variant} fa1_bwd_splits={bwd_splits}: " + "; ".join(failed)
+            q, k, v, do = (t.detach().requires_grad_(True) for t in problem.inputs(device))
+            o = flash_attention(q, k, v, causal=problem.causal, variant=variant, config=config)
+            grads[bwd_splits] = torch.autograd.grad(o, (k, v), do)
+        assert all(torch.equal(a, b) for a, b in zip(grads[1], grads[2])), variant

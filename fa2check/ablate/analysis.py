@@ -74,6 +74,12 @@ def views(results: dict) -> list[str]:
     return out
 
 
+def fa1_grid_of(results: dict) -> str:
+    """The grid the run's FA1-style variants ran on (kernels.fa1_launch.FA1_GRIDS): a run saved
+    before D90 ran one program per (batch, head)."""
+    return results["settings"].get("fa1_grid", "batch-heads")
+
+
 def analyse_results(results: dict, n_draws: int = DEFAULT_DRAWS, seed: int = 0) -> dict:
     """{"matmul_tflops": {dtype: rate}, "modes": {view: {...}}} (see module docstring); a view
     is a mode, or a mode and a kernel backend ("fwd gluon", see `views`)."""
@@ -121,6 +127,7 @@ def analyse_results(results: dict, n_draws: int = DEFAULT_DRAWS, seed: int = 0) 
         out["modes"][view] = {
             "players": list(players),
             "game": game_name,
+            "fa1_grid": fa1_grid_of(results),
             "not_applicable": {p: NOT_TIMED[p] for p in game_of(view).players
                                if p not in players},
             "cells": cells,

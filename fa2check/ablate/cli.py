@@ -128,6 +128,11 @@ def parse_args(argv):
     t.add_argument("--shards", type=int, default=1,
                    help="gate and time the cells in this many processes, one GPU each (cells "
                         "split by predicted cost; a cell's contenders share one GPU)")
+    t.add_argument("--fa1-grid", choices=("fa1", "batch-heads"), default="fa1",
+                   help="the FA1-style variants' grid: fa1 (default), FA1's own launcher with its "
+                        "num_splits heuristics, the FA1 the FA2 paper timed; batch-heads, one "
+                        "program per (batch, head), a reference that leaves SMs idle at long "
+                        "sequences (D90)")
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--plan", action="store_true", help="print the planning estimate and exit")
     t.add_argument("--commit", help="git commit to record where the checkout has no .git")
@@ -189,7 +194,7 @@ def settings_from(args, kernels: str = "triton"):
                         workers=args.jobs or tuning.default_workers(), seed=args.seed,
                         configs_from=tuple(args.configs_from), gluon=args.gluon,
                         gluon_max_seqlen=args.gluon_max_seqlen, shards=args.shards,
-                        hopper_switches=args.hopper_switches)
+                        hopper_switches=args.hopper_switches, fa1_grid=args.fa1_grid)
     except ValueError as error:
         raise SystemExit(str(error)) from None
 

@@ -11,9 +11,10 @@ The model is deliberately simple and is written down so that a run can be compar
   is timed by `bench` itself in 1 + SLOW_SAMPLES calls;
 - t from the paper's FLOP count over a predicted rate: SDPA's backends at the rates measured on
   this H200 (shared/anchors: bf16 medians over the paper grid); our FA2 at about sdpa-flash's
-  rate; seq_parallel off divides the rate by the fraction of the 132 SMs that batch * heads
-  programs can fill (2 per SM); split-K and FA1's normalisation cost factors SPLIT_K_COST and
-  DEFER_OFF_COST.
+  rate; seq_parallel off: FA1's launcher (D90) fills the GPU, its forward's schedule at
+  FA1_SCHEDULE_COST, its backward at FA2's rate; on the (batch, heads) reference grid the rate
+  is divided by the fraction of the 132 SMs that batch * heads programs can fill (2 per SM);
+  split-K and FA1's normalisation cost factors SPLIT_K_COST and DEFER_OFF_COST.
 This is a budgeting model, on the slow side on purpose so that a run fits its time; the
 physical predictions that the measurements are compared with are in docs/decisions.md.
 """
@@ -56,6 +57,9 @@ BWD_SPLIT_K_COST = 10.0
 HOPPER_BWD_SPLIT_K_COST = 1.1
 HOPPER_BWD_SLOWER = 1.2
 DEFER_OFF_COST = 1.06
+# FA1's forward schedule on FA1's launcher (the chassis, d=128 bf16 full on the H200, issue 56):
+# 218-223 TFLOP/s from 2k to 16k against FA2's 515-550
+FA1_SCHEDULE_COST = 2.4
 # forward, backward TFLOP/s (non-causal, causal) measured for our FA2 and for SDPA
 RATES = {
     "ours": {"fwd": (420.0, 360.0), "bwd": (300.0, 260.0)},
@@ -66,7 +70,7 @@ RATES = {
 }
 
 
-def predicted_ms(cell, mode: str, name: str, variant=None) -> float:
+def predicted_ms(cell, mode: str, name: str, variant=None, fa1_grid: str = "fa1") -> float:
     rates = RATES.get("ours" if variant is not None else name, RATES["ours"])  # api, flex: ours
     total = 0.0
     for part in ("fwd", "bwd"):
@@ -74,9 +78,11 @@ def predicted_ms(cell, mode: str, name: str, variant=None) -> float:
             continue
         rate = rates[part][1 if cell.causal else 0]
         if variant is not None:
-            if not variant.seq_parallel:
+            if not variant.seq_parallel and fa1_grid == "batch-heads":
                 programs = cell.batch * (cell.heads_q if part == "fwd" else cell.heads_kv)
                 rate *= min(1.0, programs / (SMS * PROGRAMS_PER_SM))
+            elif not variant.seq_parallel and part == "fwd":
+                rate /= FA1_SCHEDULE_COST
             hopper = name.startswith("hopper")
             if hopper and part == "bwd":
                 rate /= HOPPER_BWD_SLOWER
@@ -100,9 +106,10 @@ def cell_cost_s(cell, modes, contenders_for, settings) -> tuple[float, float]:
     sweep, slowest = 0.0, {}
     for mode in modes:
         for name, variant in contenders_for(cell, mode):
-            ms = predicted_ms(cell, mode, name, variant)
+            ms = predicted_ms(cell, mode, name, variant, settings.fa1_grid)
             sweep += measurement_s(ms, settings.warmup_ms, settings.rep_ms)
-            slowest[name] = max(slowest.get(name, 0.0), predicted_ms(cell, "fwd+bwd", name, variant))
+            slowest[name] = max(slowest.get(name, 0.0), predicted_ms(cell, "fwd+bwd", name,
+                                                                     variant, settings.fa1_grid))
     gate = sum(2 * ms for ms in slowest.values()) / 1e3 + 0.5  # first call, check, oracle
     gate += FLEX_COMPILE_S * ("flex" in slowest)
     return sweep, gate
@@ -144,7 +151,7 @@ def estimate(cells, modes, contenders_for, settings, phase1: list, phase2: list,
     per_key = {}  # a key's candidates share its (part, variant, representative cell)
     for part, variant, cell in tuning:
         per_key.setdefault((part, str(variant), cell), []).append(measurement_s(
-            predicted_ms(cell, part, "ours", variant), settings.tune_warmup_ms,
+            predicted_ms(cell, part, "ours", variant, settings.fa1_grid), settings.tune_warmup_ms,
             settings.tune_rep_ms))
     # then the FINALISTS of each key again, in FINAL_ROUNDS rounds (sweep.tune)
     tune = sum(sum(t) * (1 + min(FINALISTS, len(t)) * FINAL_ROUNDS / len(t))

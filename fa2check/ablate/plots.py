@@ -7,7 +7,7 @@ import math
 
 from .contenders import PEERS, parse_kernel_name
 from .contributions import game_of
-from .report import BACKEND_LABELS, names
+from .report import BACKEND_LABELS, ends, names
 
 BACKEND_STYLE = {"sdpa-flash": ("tab:gray", "-"), "sdpa-cudnn": ("black", "-"),
                  "sdpa-efficient": ("tab:gray", "--"), "sdpa-math": ("tab:gray", ":"),
@@ -68,7 +68,7 @@ def tflops_plot(results, analysis, path):
     rows, cols = _facets(analysis)
     plt, fig, axes = _figure(rows, cols)
     for i, (mode, head_dim) in enumerate(rows):
-        (fa2, fa1), game = names(mode), game_of(mode)
+        (fa2, fa1), (top, base) = names(mode), ends(mode, analysis["modes"][mode])
         for j, (causal, dtype) in enumerate(cols):
             ax = axes[i][j]
             cells = _cells(analysis, mode, head_dim, causal, dtype)
@@ -84,8 +84,8 @@ def tflops_plot(results, analysis, path):
                     ax.plot(xs, ys, style, color=colour, marker=".", label=BACKEND_LABELS[name])
                 else:
                     variant = parse_kernel_name(name)[1]
-                    label = name + (f" {game.top}" if name == fa2 else
-                                    f" {game.base}" if name == fa1 else "")
+                    label = name + (f" {top}" if name == fa2 else
+                                    f" {base}" if name == fa1 else "")
                     width = 2.5 if name in (fa2, fa1) else 1.0
                     style = "--" if not variant.seq_parallel else "-"
                     ax.plot(xs, ys, style, linewidth=width, marker="o", markersize=3, label=label,
@@ -111,6 +111,7 @@ def contributions_plot(results, analysis, path):
     plt, fig, axes = _figure(rows, cols)
     for i, (mode, head_dim) in enumerate(rows):
         players, game = analysis["modes"][mode]["players"], game_of(mode)
+        top, base = ends(mode, analysis["modes"][mode])
         flags = game.players
         for j, (causal, dtype) in enumerate(cols):
             ax = axes[i][j]
@@ -126,7 +127,7 @@ def contributions_plot(results, analysis, path):
                     pos = x + (k - len(flags) / 2) * width
                     ax.bar(pos, math.log2(q["factor"]), width, color=FLAG_COLOURS.get(flag, "black"),
                            alpha=1.0 if q["significant"] else 0.35,
-                           label=(flag if name != "total" else f"total {game.top} / {game.base}")
+                           label=(flag if name != "total" else f"total {top} / {base}")
                            if x == 0 else None)
                     # max(0, .): a cell timed once has an interval of one point, which the
                     # estimate, computed another way, can miss by an ulp

@@ -80,6 +80,29 @@ def cell_label(cell: dict) -> list[str]:
 CELL_HEADERS = ["seqlen", "d", "mask", "dtype"]
 
 
+# what the FA1-style end of FA2's game is called when it ran on the reference grid (D90)
+BATCH_HEADS_LABEL = "FA1-style on the (batch, heads) grid"
+
+
+def ends(view: str, data: dict) -> tuple[str, str]:
+    """(top, base) labels of a view's game: "FA2" and "FA1-style" (FA1's launcher), or the
+    reference grid's label where the run's FA1-style variants ran one program per (batch, head)
+    (a run saved before D90 did)."""
+    top, base = game_of(view).ends(data["players"])
+    if game_of(view) is FA2_GAME and data.get("fa1_grid", "batch-heads") == "batch-heads":
+        base = BATCH_HEADS_LABEL
+    return top, base
+
+
+def fa1_grid_line(settings: dict) -> str:
+    """What grid the FA1-style variants ran on (kernels.fa1_launch, D90)."""
+    if settings.get("fa1_grid", "batch-heads") == "fa1":
+        return ("FA1-style: FA1's own launcher, its forward's num_splits heuristic and its "
+                "backward's choice of a column grid (kernels/fa1_launch.py).")
+    return ("FA1-style ran on the (batch, heads) grid, one program per (batch, head): a "
+            "reference grid, not FA1's launcher, which split the work to fill the GPU (D90).")
+
+
 def names(view: str, players=None) -> tuple[str, str]:
     """(all players on, none on) contender names for a view: (FA2, FA1-style) for "fwd" or
     "fwd gluon", (FA2 with every switch, FA2 without any) for "fwd hopper switches";
@@ -106,6 +129,7 @@ def provenance_lines(results: dict, source: str | None = None) -> list[str]:
     timer = ("triton do_bench, L2 flushed" if p.get("device") == "cuda" else "host clock")
     lines.append(f"Sweeps: {results.get('repeats_done')} of {settings['repeats']}{stopped}; {timer}, "
                  f"warm-up {settings['warmup_ms']} ms, repeat {settings['rep_ms']} ms.")
+    lines.append(fa1_grid_line(settings))
     if line := tiles_line(results):
         lines.append(line)
     if line := switches_line(settings, results):
@@ -160,7 +184,7 @@ def switches_line(settings: dict, results: dict | None = None) -> str | None:
 
 def performance_table(mode: str, data: dict, matmul: dict) -> Grid:
     fa2, fa1 = names(mode, data["players"])
-    top, base = game_of(mode).ends(data["players"])
+    top, base = ends(mode, data)
     backends = [b for b in PEERS if any(b in row["stats"] for row in data["cells"])]
     headers = CELL_HEADERS + [f"{top} ms", "IQR", f"{top} TFLOP/s", "% matmul",
                               f"{base} TFLOP/s"]
@@ -198,7 +222,7 @@ def short_factor(q: dict | None) -> str:
 
 def contributions_table(mode: str, data: dict) -> Grid:
     players, game = data["players"], game_of(mode)
-    top, base = game.ends(data["players"])
+    top, base = ends(mode, data)
     headers = CELL_HEADERS + [f"{top} / {base}"]
     for f in game.players:
         short = FLAG_SHORT[f]
@@ -225,7 +249,7 @@ def contributions_table(mode: str, data: dict) -> Grid:
 
 def _game_caption(mode: str, data: dict) -> str:
     game = game_of(mode)
-    top, base = game.ends(data["players"])
+    top, base = ends(mode, data)
     text = (f"Shapley values on log time: the factors multiply to {top} / {base} "
             "exactly. ns: the 95% bootstrap interval contains 1.")
     for flag, why in data.get("not_applicable", {}).items():
@@ -235,7 +259,7 @@ def _game_caption(mode: str, data: dict) -> str:
 
 def summary_table(mode: str, data: dict) -> Grid:
     s, game = data["summary"], game_of(mode)
-    top, base = game.ends(data["players"])
+    top, base = ends(mode, data)
     grid = Grid(f"{mode}: contributions over the grid ({data['cells_in_summary']} cells, "
                 "geometric mean of factors, 95% CI)",
                 ["improvement", f"alone on {base}", f"removed from {top}", "Shapley"],
@@ -261,7 +285,7 @@ def by_seqlen_table(mode: str, data: dict) -> Grid:
     """Contributions by seqlen; for FA2's game also both ends' % of the matmul rate and, in
     fwd+bwd, the FA2 paper's A100 figure (FA2 / FA1) over the same kinds of cells."""
     game = game_of(mode)
-    top, base = game.ends(data["players"])
+    top, base = ends(mode, data)
     fa2, fa1 = names(mode, data["players"])
     fa2_game = game is FA2_GAME
     paper = fa2_game and view_of(mode)[0] == "fwd+bwd"

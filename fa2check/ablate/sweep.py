@@ -71,6 +71,9 @@ class Settings:
     gluon_max_seqlen: int = 4096
     shards: int = 1  # processes that gate and time disjoint sets of cells, one GPU each
     hopper_switches: bool = False  # also time the Hopper lattice's switch variants (D66, D87)
+    # the grid of the FA1-style variants (kernels.fa1_launch.FA1_GRIDS): FA1's launcher, or the
+    # (batch, heads) reference grid (D90)
+    fa1_grid: str = "fa1"
 
     def __post_init__(self):
         if self.hopper_switches and self.kernels != HOPPER:
@@ -170,8 +173,9 @@ class Configs:
     was loaded or tuned for one of its parts' keys ({TuneKey: {"key", "fields", "source"}}),
     that part's fields from the record."""
 
-    def __init__(self, records: dict, on_gpu: bool, gpu: str | None = None):
-        self.records, self.on_gpu = dict(records), on_gpu
+    def __init__(self, records: dict, on_gpu: bool, gpu: str | None = None,
+                 fa1_grid: str = "fa1"):
+        self.records, self.on_gpu, self.fa1_grid = dict(records), on_gpu, fa1_grid
         if gpu is None:  # the table's key: this GPU's name ("" where there is none)
             gpu = torch.cuda.get_device_name() if on_gpu and torch.cuda.is_available() else ""
         self.gpu = gpu
@@ -185,6 +189,7 @@ class Configs:
         cell."""
         from kernels import default_config
         from kernels.config import block_d, tma_fits
+        from kernels.fa1_launch import with_fa1_grid
         from kernels.hopper_forward import switch_ring
         from kernels.tuned_tiles import part_fields
 
@@ -206,8 +211,9 @@ class Configs:
         if kernel_backend == "hopper":  # a switch variant: FA2's tiles, a deeper ring (D80)
             config = switch_ring(config, variant, block_d(width), cell.causal)
         # as flash_attention: TMA only where descriptors fit K's and V's rows (D62)
-        return dataclasses.replace(config, tma=config.tma and tma_fits(cell.head_dim, cell.dv,
-                                                                       dtype=cell.dtype))
+        config = dataclasses.replace(config, tma=config.tma and tma_fits(cell.head_dim, cell.dv,
+                                                                         dtype=cell.dtype))
+        return with_fa1_grid(config, self.fa1_grid)
 
     def as_list(self) -> list[dict]:
         return [self.records[k] for k in sorted(self.records, key=lambda k: tuple(map(str, k.as_dict().values())))]
@@ -276,14 +282,17 @@ def tune(key, cell, candidates, device, settings, precompiled) -> dict:
     """Time every candidate of one key on its representative cell, then the fastest few
     again in interleaved rounds (tuning.FINALISTS, tuning.FINAL_ROUNDS); keep the lowest
     median of those rounds."""
+    from kernels.fa1_launch import with_fa1_grid
+
     kernel_backend, variant = parse_kernel_name(key.variant)
     inputs = make_inputs(cell, device, settings.seed)
 
     def samples_of(fields):
-        config = tuning.build_config(key.head_dim, variant, device == "cuda",
-                                     fwd=fields if key.part == "fwd" else None,
-                                     bwd=fields if key.part == "bwd" else None,
-                                     kernel_backend=kernel_backend)
+        config = with_fa1_grid(tuning.build_config(key.head_dim, variant, device == "cuda",
+                                                   fwd=fields if key.part == "fwd" else None,
+                                                   bwd=fields if key.part == "bwd" else None,
+                                                   kernel_backend=kernel_backend),
+                               settings.fa1_grid)
         with timed_call(ours(variant, config, kernel_backend), key.part, inputs,
                         cell.causal) as fn:
             return list(bench(fn, device=device, warmup_ms=settings.tune_warmup_ms,
@@ -367,7 +376,8 @@ def run(cells, settings: Settings, device: str, *, console=None, started=None, c
     t0 = time.perf_counter()
     loaded = tuning.load_configs(settings.configs_from)
     keys = needed_keys(cells, modes, settings)
-    configs = Configs({k: loaded[k] for k in keys if k in loaded}, on_gpu, gpu)
+    configs = Configs({k: loaded[k] for k in keys if k in loaded}, on_gpu, gpu,
+                      settings.fa1_grid)
     to_tune = ([k for k in keys if k not in configs.records
                 and retune_key_matches(k, settings.retune_keys)] if settings.tune else [])
     candidates = tuning_jobs(to_tune, cells, settings, on_gpu)
@@ -725,7 +735,8 @@ def plan_estimate(cells, settings: Settings) -> dict:
     keys = needed_keys(cells, settings.modes, settings)
     loaded = tuning.load_configs(settings.configs_from)
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else PLANNED_GPU
-    configs = Configs({k: loaded[k] for k in keys if k in loaded}, on_gpu=True, gpu=gpu)
+    configs = Configs({k: loaded[k] for k in keys if k in loaded}, on_gpu=True, gpu=gpu,
+                      fa1_grid=settings.fa1_grid)
     to_tune = ([k for k in keys if k not in configs.records
                 and retune_key_matches(k, settings.retune_keys)] if settings.tune else [])
     candidates = tuning_jobs(to_tune, cells, settings, on_gpu=True)
