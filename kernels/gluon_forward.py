@@ -85,13 +85,14 @@ def _axis(n: gl.constexpr, axis: gl.constexpr, layout: gl.constexpr):
 
 
 @gluon.jit
-def _gluon_row_block(Q, K, V, O, LSE, M, L, start_m, off_b, off_h, off_hkv,
+def _gluon_row_block(Q, K, V, O, O_RES, LSE, M, L, start_m, off_b, off_h, off_hkv,
                      stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn,
                      stride_vb, stride_vh, stride_vn, stride_ob, stride_oh, stride_om,
                      stride_lb, stride_lh, seqlen_q, seqlen_k, qk_scale,
                      IS_CAUSAL: gl.constexpr, DEFER_NORM: gl.constexpr,
                      KEY_SLICES: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                     HEAD_DIM: gl.constexpr, NUM_WARPS: gl.constexpr):
+                     HEAD_DIM: gl.constexpr, NUM_WARPS: gl.constexpr,
+                     STORE_O_RES: gl.constexpr):
     SLICE: gl.constexpr = BLOCK_N // KEY_SLICES  # keys per slice (per warp under split-K)
     mma: gl.constexpr = mma_layout(KEY_SLICES, NUM_WARPS)
     ld: gl.constexpr = load_layout(KEY_SLICES, NUM_WARPS)
@@ -192,17 +193,22 @@ def _gluon_row_block(Q, K, V, O, LSE, M, L, start_m, off_b, off_h, off_hkv,
     o_ptrs = O + off_b.to(gl.int64) * stride_ob + off_h.to(gl.int64) * stride_oh \
         + rows_o * stride_om + dims_o
     gl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=rows_o < seqlen_q)
+    if STORE_O_RES:  # o's rounding residual at o's offsets, for the backward's Delta (D06)
+        res_ptrs = O_RES + off_b.to(gl.int64) * stride_ob + off_h.to(gl.int64) * stride_oh \
+            + rows_o * stride_om + dims_o
+        residual = acc - acc.to(O.dtype.element_ty).to(gl.float32)
+        gl.store(res_ptrs, residual.to(O.dtype.element_ty), mask=rows_o < seqlen_q)
 
 
 @gluon.jit
-def _gluon_attn_fwd(Q, K, V, O, LSE, M, L,
+def _gluon_attn_fwd(Q, K, V, O, O_RES, LSE, M, L,
                     stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn,
                     stride_vb, stride_vh, stride_vn, stride_ob, stride_oh, stride_om,
                     stride_lb, stride_lh, heads_q, group_size, seqlen_q, seqlen_k, qk_scale,
                     IS_CAUSAL: gl.constexpr, DEFER_NORM: gl.constexpr,
                     SEQ_PARALLEL: gl.constexpr, KEY_SLICES: gl.constexpr,
                     BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
-                    NUM_WARPS: gl.constexpr):
+                    NUM_WARPS: gl.constexpr, STORE_O_RES: gl.constexpr = False):
     if SEQ_PARALLEL:
         off_bh = gl.program_id(1)
     else:
@@ -211,18 +217,21 @@ def _gluon_attn_fwd(Q, K, V, O, LSE, M, L,
     off_h = off_bh % heads_q
     off_hkv = off_h // group_size  # GQA/MQA
     if SEQ_PARALLEL:
-        _gluon_row_block(Q, K, V, O, LSE, M, L, gl.program_id(0) * BLOCK_M, off_b, off_h, off_hkv,
+        _gluon_row_block(Q, K, V, O, O_RES, LSE, M, L, gl.program_id(0) * BLOCK_M, off_b, off_h,
+                         off_hkv,
                          stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn,
                          stride_vb, stride_vh, stride_vn, stride_ob, stride_oh, stride_om,
                          stride_lb, stride_lh, seqlen_q, seqlen_k, qk_scale, IS_CAUSAL,
-                         DEFER_NORM, KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_WARPS)
+                         DEFER_NORM, KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_WARPS,
+                         STORE_O_RES)
     else:
         for start_m in range(0, seqlen_q, BLOCK_M):
-            _gluon_row_block(Q, K, V, O, LSE, M, L, start_m, off_b, off_h, off_hkv,
+            _gluon_row_block(Q, K, V, O, O_RES, LSE, M, L, start_m, off_b, off_h, off_hkv,
                              stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn,
                              stride_vb, stride_vh, stride_vn, stride_ob, stride_oh, stride_om,
                              stride_lb, stride_lh, seqlen_q, seqlen_k, qk_scale, IS_CAUSAL,
-                             DEFER_NORM, KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_WARPS)
+                             DEFER_NORM, KEY_SLICES, BLOCK_M, BLOCK_N, HEAD_DIM, NUM_WARPS,
+                             STORE_O_RES)
 
 
 def unsupported(dtype, head_dim: int, head_dim_v: int | None = None) -> str | None:
@@ -259,18 +268,22 @@ def check_gluon_call(dtype, head_dim: int, variant, config, head_dim_v: int | No
         raise ValueError(why)
 
 
-def gluon_attn_fwd(q, k, v, causal, softmax_scale, variant, config):
-    """`kernels.forward.attn_fwd`'s contract, computed by the Gluon kernel (CUDA only).
+def gluon_attn_fwd(q, k, v, causal, softmax_scale, variant, config, o_residual=False):
+    """`kernels.forward.attn_fwd`'s contract, (o, stats, o_res), computed by the Gluon kernel
+    (CUDA only; o_res: o's rounding residual with o_residual, else None; D91).
     Split-K cuts each K/V tile into num_warps slices, one per warp (config.key_slices unused)."""
+    import torch
+
     check_gluon_call(q.dtype, q.shape[-1], variant, config, v.shape[-1])
     q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
     batch, heads_q, seqlen_q, head_dim = q.shape
     heads_kv, seqlen_k = k.shape[1], k.shape[2]
     o, stats, (_, m, l) = empty_outputs(q, variant.defer_norm)
+    o_res = torch.empty_like(o) if o_residual and q.dtype != torch.float32 else None
     row_blocks = triton.cdiv(seqlen_q, config.block_m)
     grid = (row_blocks, batch * heads_q) if variant.seq_parallel else (batch * heads_q,)
     _gluon_attn_fwd[grid](
-        q, k, v, o, stats[0], m, l,
+        q, k, v, o, o if o_res is None else o_res, stats[0], m, l,
         q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
         v.stride(0), v.stride(1), v.stride(2), o.stride(0), o.stride(1), o.stride(2),
         stats[0].stride(0), stats[0].stride(1), heads_q, heads_q // heads_kv, seqlen_q,
@@ -278,6 +291,6 @@ def gluon_attn_fwd(q, k, v, causal, softmax_scale, variant, config):
         IS_CAUSAL=causal, DEFER_NORM=variant.defer_norm, SEQ_PARALLEL=variant.seq_parallel,
         KEY_SLICES=1 if variant.split_q else config.num_warps, BLOCK_M=config.block_m,
         BLOCK_N=config.block_n, HEAD_DIM=head_dim, NUM_WARPS=config.num_warps,
-        num_warps=config.num_warps,
+        num_warps=config.num_warps, STORE_O_RES=o_res is not None,
     )
-    return o, stats
+    return o, stats, o_res

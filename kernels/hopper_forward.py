@@ -240,8 +240,8 @@ def _nan_where_seen(acc, x_bad, n, row0, diag, SPLIT_Q: gl.constexpr, CONSUMER: 
 
 @gluon.jit
 def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, kv_ready,
-              kv_empty, x_max, x_sum, x_out, bar_max, bar_out, x_bad, bar_v, O, LSE, M, L,
-              o_tmp_desc, stats_desc,
+              kv_empty, x_max, x_sum, x_out, bar_max, bar_out, x_bad, bar_v, O, O_RES, LSE, M,
+              L, o_tmp_desc, stats_desc,
               seqlen_q, seqlen_k, heads_q, group_size, qk_scale, stride_ob, stride_oh,
               stride_om, stride_lb, stride_lh, state,
               DEFER_NORM: gl.constexpr, SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr,
@@ -334,7 +334,7 @@ def _load_partial_state(o_tmp_desc, stats_desc, state, t, j, i, after_itself, bh
         for step t - 1's completion too (read after write through HBM).
     Neither wait can see a later phase of its barrier: a consumer finishes step t (and so
     completes later phases) only after this load's ready barrier."""
-    st_acc, st_stats, st_ready, st_free, o_desc = state
+    st_acc, st_stats, st_ready, st_free, o_desc, o_res_desc = state
     ST_SLOTS: gl.constexpr = st_acc.type.shape[0] // 2  # buffers (2, or 1: state_slots)
     s = t % 2
     # with one buffer step t - 1 must have freed it: r is the step whose barrier slot and
@@ -665,10 +665,13 @@ def _running_output(acc_buf, j, o_layout: gl.constexpr):
 
 
 @gluon.jit
-def _store_outputs(m_i, l_i, acc, O, LSE, M, L, off_b, off_h, row0, seqlen_q, qk_scale,
+def _store_outputs(m_i, l_i, acc, O, O_RES, LSE, M, L, off_b, off_h, row0, seqlen_q, qk_scale,
                    stride_ob, stride_oh, stride_om, stride_lb, stride_lh,
-                   DEFER_NORM: gl.constexpr, SPLIT_Q: gl.constexpr, CONSUMER: gl.constexpr):
-    """My rows' O (my columns) and, from one consumer, their L (or m and l): the epilogue."""
+                   DEFER_NORM: gl.constexpr, SPLIT_Q: gl.constexpr, CONSUMER: gl.constexpr,
+                   STORE_O_RES: gl.constexpr):
+    """My rows' O (my columns) and, from one consumer, their L (or m and l): the epilogue.
+    STORE_O_RES: also O's rounding residual O - float(o) in o's dtype, at o's offsets (the
+    backward's Delta from the float32 output, D06)."""
     BM: gl.constexpr = ROWS_PER_WARPGROUP
     o_layout: gl.constexpr = acc.type.layout
     orow_layout: gl.constexpr = gl.SliceLayout(1, o_layout)
@@ -680,6 +683,11 @@ def _store_outputs(m_i, l_i, acc, O, LSE, M, L, off_b, off_h, row0, seqlen_q, qk
     o_ptrs = (O + off_b.to(gl.int64) * stride_ob + off_h.to(gl.int64) * stride_oh
               + o_rows.to(gl.int64)[:, None] * stride_om + cols[None, :])
     gl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=(o_rows < seqlen_q)[:, None])
+    if STORE_O_RES:  # o's strides: the residual is allocated like o
+        res_ptrs = (O_RES + off_b.to(gl.int64) * stride_ob + off_h.to(gl.int64) * stride_oh
+                    + o_rows.to(gl.int64)[:, None] * stride_om + cols[None, :])
+        residual = acc - acc.to(O.dtype.element_ty).to(gl.float32)
+        gl.store(res_ptrs, residual.to(O.dtype.element_ty), mask=(o_rows < seqlen_q)[:, None])
     _store_statistics(m_i, l_i, LSE, M, L, off_b, off_h, row0, seqlen_q, qk_scale, stride_lb,
                       stride_lh, DEFER_NORM, SPLIT_Q, CONSUMER)
 
@@ -714,21 +722,31 @@ def _store_statistics(m_i, l_i, LSE, M, L, off_b, off_h, row0, seqlen_q, qk_scal
 
 
 @gluon.jit
-def _store_outputs_tma(m_i, l_i, acc, o_desc, staging, LSE, M, L, off_b, off_h, row0,
-                       seqlen_q, qk_scale, stride_lb, stride_lh, DEFER_NORM: gl.constexpr,
-                       SPLIT_Q: gl.constexpr, CONSUMER: gl.constexpr):
-    """FA1's schedule's epilogue: as _store_outputs, but O goes through `staging` (my half of
-    the state ring's slot, read already) with a TMA store, which drops the rows past seqlen_q
-    itself: no pointer tensor (64-bit a element) stays live in the loop. Complete on return
-    (the slot may be loaded again after the arrive that follows)."""
+def _store_outputs_tma(m_i, l_i, acc, o_desc, o_res_desc, staging, LSE, M, L, off_b, off_h,
+                       row0, seqlen_q, qk_scale, stride_lb, stride_lh, DEFER_NORM: gl.constexpr,
+                       SPLIT_Q: gl.constexpr, CONSUMER: gl.constexpr,
+                       STORE_O_RES: gl.constexpr):
+    """FA1's schedule's epilogue: as _store_outputs, but O (and its residual) goes through
+    `staging` (my half of the state ring's slot, read already) with a TMA store, which drops
+    the rows past seqlen_q itself: no pointer tensor (64-bit a element) stays live in the loop.
+    Complete on return (the slot may be loaded again after the arrive that follows)."""
     BM: gl.constexpr = ROWS_PER_WARPGROUP
     COLS: gl.constexpr = acc.type.shape[1]
+    col0: gl.constexpr = 0 if SPLIT_Q else CONSUMER * COLS
     out = staging._reinterpret(o_desc.dtype, o_desc.block_type.shape, o_desc.layout)
-    out.reshape([BM, COLS]).store(_final_output(l_i, acc, DEFER_NORM).to(o_desc.dtype))
+    acc = _final_output(l_i, acc, DEFER_NORM)
+    o = acc.to(o_desc.dtype)
+    out.reshape([BM, COLS]).store(o)
     fence_async_shared()  # my writes (generic proxy) before the TMA engine reads them
     gl.thread_barrier()  # every thread's writes and fence before the one thread's copy
-    col0: gl.constexpr = 0 if SPLIT_Q else CONSUMER * COLS
     tma.async_copy_shared_to_global(o_desc, [off_b, off_h, row0, col0], out)
+    if STORE_O_RES:  # the staging buffer again, once O is out of it
+        tma.store_wait(0)
+        gl.thread_barrier()
+        out.reshape([BM, COLS]).store((acc - o.to(gl.float32)).to(o_desc.dtype))
+        fence_async_shared()
+        gl.thread_barrier()
+        tma.async_copy_shared_to_global(o_res_desc, [off_b, off_h, row0, col0], out)
     _store_statistics(m_i, l_i, LSE, M, L, off_b, off_h, row0, seqlen_q, qk_scale, stride_lb,
                       stride_lh, DEFER_NORM, SPLIT_Q, CONSUMER)
     tma.store_wait(0)  # read out of the slot: the slot may be loaded again
@@ -762,7 +780,7 @@ def _store_partial_state(m_i, l_i, acc, o_tmp_desc, stats_desc, state, b, i, bh,
     """My part of row block i's partial state through my half of state buffer b (the
     buffer its load arrived in, read already) to HBM with TMA stores, complete in global
     memory on return (the producer may load it for the next step)."""
-    st_acc, st_stats, st_ready, st_free, o_desc = state
+    st_acc, st_stats, st_ready, st_free, o_desc, o_res_desc = state
     BM: gl.constexpr = ROWS_PER_WARPGROUP
     COLS: gl.constexpr = acc.type.shape[1]
     acc_buf = st_acc.index(2 * b + CONSUMER)
@@ -805,13 +823,14 @@ def _in_partition(x):
 
 @gluon.jit
 def _consumer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, kv_ready,
-              kv_empty, x_max, x_sum, x_out, bar_max, bar_out, x_bad, bar_v, O, LSE, M, L,
-              o_tmp_desc, stats_desc,
+              kv_empty, x_max, x_sum, x_out, bar_max, bar_out, x_bad, bar_v, O, O_RES, LSE, M,
+              L, o_tmp_desc, stats_desc,
               seqlen_q, seqlen_k, heads_q, group_size, qk_scale, stride_ob, stride_oh,
               stride_om, stride_lb, stride_lh, state,
               DEFER_NORM: gl.constexpr, SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr,
               causal: gl.constexpr, CONSUMER: gl.constexpr, PINGPONG: gl.constexpr = False,
-              OVERLAP: gl.constexpr = False, WARP_SPECIALIZE: gl.constexpr = True):
+              OVERLAP: gl.constexpr = False, WARP_SPECIALIZE: gl.constexpr = True,
+              STORE_O_RES: gl.constexpr = False):
     if not SEQ_PARALLEL:
         seqlen_q, seqlen_k = _in_partition(seqlen_q), _in_partition(seqlen_k)
     BM: gl.constexpr = ROWS_PER_WARPGROUP
@@ -864,22 +883,23 @@ def _consumer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
                                            n_sanitised, DEFER_NORM, SPLIT_Q, SEQ_PARALLEL, CONSUMER)
                 mbarrier.arrive(kv_empty.index(slot), count=1)
                 _refill(loads, k_smem, v_smem, kv_ready, kv_empty, j + STAGES, LOADS)
-        _store_outputs(m_i, l_i, acc, O, LSE, M, L, off_b, off_h, row0, seqlen_q, qk_scale,
-                       stride_ob, stride_oh, stride_om, stride_lb, stride_lh, DEFER_NORM,
-                       SPLIT_Q, CONSUMER)
+        _store_outputs(m_i, l_i, acc, O, O_RES, LSE, M, L, off_b, off_h, row0, seqlen_q,
+                       qk_scale, stride_ob, stride_oh, stride_om, stride_lb, stride_lh,
+                       DEFER_NORM, SPLIT_Q, CONSUMER, STORE_O_RES)
     else:  # FA1: K/V tiles outer, row blocks inner, each row block's state through HBM
         bh = gl.program_id(1)
         row_blocks = gl.cdiv(seqlen_q, ROWS)
         r, splits, last = _fa1_split(row_blocks, causal)
         Q_SLOTS: gl.constexpr = q_smem.type.shape[0] // Q_BOXES
-        st_acc, st_stats, st_ready, st_free, o_desc = state
+        st_acc, st_stats, st_ready, st_free, o_desc, o_res_desc = state
         ST_SLOTS: gl.constexpr = st_acc.type.shape[0] // 2  # state buffers (state_slots)
         # my row blocks that see no key at all (causal, seqlen_q > seqlen_k): O = 0, L = -inf
         for i in range(r, _first_row_block(0, seqlen_q, seqlen_k, causal, ROWS, BLOCK_N),
                        splits):
-            _store_outputs(m_0, l_0, acc_0, O, LSE, M, L, off_b, off_h,
+            _store_outputs(m_0, l_0, acc_0, O, O_RES, LSE, M, L, off_b, off_h,
                            i * ROWS + MY_BOX * BM, seqlen_q, qk_scale, stride_ob, stride_oh,
-                           stride_om, stride_lb, stride_lh, DEFER_NORM, SPLIT_Q, CONSUMER)
+                           stride_om, stride_lb, stride_lh, DEFER_NORM, SPLIT_Q, CONSUMER,
+                           STORE_O_RES)
         t = 0
         for j in range(_tiles_seen(last * ROWS, seqlen_q, seqlen_k, causal, ROWS, BLOCK_N)):
             slot = j % STAGES
@@ -915,9 +935,10 @@ def _consumer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
                                            sanitised, n_sanitised, DEFER_NORM, SPLIT_Q,
                                            SEQ_PARALLEL, CONSUMER)
                 if j == _tiles_seen(i * ROWS, seqlen_q, seqlen_k, causal, ROWS, BLOCK_N) - 1:
-                    _store_outputs_tma(m_i, l_i, acc, o_desc, st_acc.index(2 * b + CONSUMER),
-                                       LSE, M, L, off_b, off_h, row0, seqlen_q, qk_scale,
-                                       stride_lb, stride_lh, DEFER_NORM, SPLIT_Q, CONSUMER)
+                    _store_outputs_tma(m_i, l_i, acc, o_desc, o_res_desc,
+                                       st_acc.index(2 * b + CONSUMER), LSE, M, L, off_b, off_h,
+                                       row0, seqlen_q, qk_scale, stride_lb, stride_lh,
+                                       DEFER_NORM, SPLIT_Q, CONSUMER, STORE_O_RES)
                 else:
                     _store_partial_state(m_i, l_i, acc, o_tmp_desc, stats_desc, state, b, i,
                                          bh, ROWS, SPLIT_Q, CONSUMER)
@@ -933,10 +954,10 @@ def _consumer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
 def _consumer_partition(args, DEFER_NORM: gl.constexpr, SPLIT_Q: gl.constexpr,
                         SEQ_PARALLEL: gl.constexpr, IS_CAUSAL: gl.constexpr,
                         CONSUMER: gl.constexpr, PINGPONG: gl.constexpr, OVERLAP: gl.constexpr,
-                        WARP_SPECIALIZE: gl.constexpr):
+                        WARP_SPECIALIZE: gl.constexpr, STORE_O_RES: gl.constexpr):
     _consumer(*args, DEFER_NORM=DEFER_NORM, SPLIT_Q=SPLIT_Q, SEQ_PARALLEL=SEQ_PARALLEL,
               causal=IS_CAUSAL, CONSUMER=CONSUMER, PINGPONG=PINGPONG, OVERLAP=OVERLAP,
-              WARP_SPECIALIZE=WARP_SPECIALIZE)
+              WARP_SPECIALIZE=WARP_SPECIALIZE, STORE_O_RES=STORE_O_RES)
 
 
 @gluon.jit
@@ -947,19 +968,21 @@ def _load_warp(args, DEFER_NORM: gl.constexpr, SPLIT_Q: gl.constexpr,
 
 
 @gluon.jit
-def _hopper_attn_fwd(q_desc, k_desc, v_desc, O, LSE, M, L, o_tmp_desc, stats_desc, o_desc,
-                     seqlen_q, seqlen_k, heads_q, group_size, qk_scale, stride_ob, stride_oh,
+def _hopper_attn_fwd(q_desc, k_desc, v_desc, O, O_RES, LSE, M, L, o_tmp_desc, stats_desc,
+                     o_desc, o_res_desc, seqlen_q, seqlen_k, heads_q, group_size, qk_scale, stride_ob, stride_oh,
                      stride_om,
                      stride_lb, stride_lh, DEFER_NORM: gl.constexpr,
                      SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr, IS_CAUSAL: gl.constexpr,
                      STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, Q_SLOTS: gl.constexpr,
                      STATE_SLOTS: gl.constexpr = 2, PINGPONG: gl.constexpr = False,
-                     OVERLAP: gl.constexpr = False, WARP_SPECIALIZE: gl.constexpr = True):
+                     OVERLAP: gl.constexpr = False, WARP_SPECIALIZE: gl.constexpr = True,
+                     STORE_O_RES: gl.constexpr = False):
     """Grid (row blocks, B * Hq) with seq_parallel, (splits, B * Hq) without. Q_SLOTS: Q buffers
     (1 with seq_parallel; FA1's schedule reloads Q every step: 2, or 1 where 2 do not fit).
     STATE_SLOTS: FA1's schedule's state buffers (state_slots).
     PINGPONG, OVERLAP, WARP_SPECIALIZE (off: no producer warp): FlashAttention-3's schedules,
-    on FA2 all on only (D59, D85)."""
+    on FA2 all on only (D59, D85). STORE_O_RES: O_RES (through o_res_desc in FA1's schedule)
+    gets O's rounding residual for the backward (D06, D91); else it aliases O, unwritten."""
     gl.static_assert(not (PINGPONG or OVERLAP or not WARP_SPECIALIZE)
                      or (DEFER_NORM and SPLIT_Q and SEQ_PARALLEL),
                      "the Hopper-era switches are built on FA2 (DEFER_NORM, SPLIT_Q, SEQ_PARALLEL)")
@@ -1019,22 +1042,27 @@ def _hopper_attn_fwd(q_desc, k_desc, v_desc, O, LSE, M, L, o_tmp_desc, stats_des
             mbarrier.init(st_free.index(i), count=2)  # both consumers
 
     args = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, kv_ready,
-            kv_empty, x_max, x_sum, x_out, bar_max, bar_out, x_bad, bar_v, O, LSE, M, L,
+            kv_empty, x_max, x_sum, x_out, bar_max, bar_out, x_bad, bar_v, O, O_RES, LSE, M, L,
             o_tmp_desc, stats_desc,
             seqlen_q, seqlen_k, heads_q, group_size, qk_scale, stride_ob, stride_oh,
-            stride_om, stride_lb, stride_lh, (st_acc, st_stats, st_ready, st_free, o_desc))
+            stride_om, stride_lb, stride_lh,
+            (st_acc, st_stats, st_ready, st_free, o_desc, o_res_desc))
     if WARP_SPECIALIZE:  # a producer warp loads, the consumers only compute
         gl.warp_specialize([(_consumer_partition, (args, DEFER_NORM, SPLIT_Q, SEQ_PARALLEL,
-                                                   IS_CAUSAL, 0, PINGPONG, OVERLAP, True)),
+                                                   IS_CAUSAL, 0, PINGPONG, OVERLAP, True,
+                                                   STORE_O_RES)),
                             (_consumer_partition, (args, DEFER_NORM, SPLIT_Q, SEQ_PARALLEL,
-                                                   IS_CAUSAL, 1, PINGPONG, OVERLAP, True)),
+                                                   IS_CAUSAL, 1, PINGPONG, OVERLAP, True,
+                                                   STORE_O_RES)),
                             (_load_warp, (args, DEFER_NORM, SPLIT_Q, SEQ_PARALLEL, IS_CAUSAL))],
                            [4, 1], [CONSUMER_REGS, 56])
     else:  # consumer 1 loads as well (_refill)
         gl.warp_specialize([(_consumer_partition, (args, DEFER_NORM, SPLIT_Q, SEQ_PARALLEL,
-                                                   IS_CAUSAL, 0, PINGPONG, OVERLAP, False)),
+                                                   IS_CAUSAL, 0, PINGPONG, OVERLAP, False,
+                                                   STORE_O_RES)),
                             (_consumer_partition, (args, DEFER_NORM, SPLIT_Q, SEQ_PARALLEL,
-                                                   IS_CAUSAL, 1, PINGPONG, OVERLAP, False))],
+                                                   IS_CAUSAL, 1, PINGPONG, OVERLAP, False,
+                                                   STORE_O_RES))],
                            [4], [CONSUMER_REGS])
 
 
@@ -1052,16 +1080,19 @@ def block_shapes(head_dim: int, block_n: int, split_q: bool):
 def state_block_shapes(head_dim: int, split_q: bool):
     """FA1's schedule: TMA boxes of one consumer's partial state, over O_TMP (B*H, rows_tmp, D)
     (64 rows; split-Q every column, split-K the consumer's D/2) and STATS_TMP (B*H, 4, rows_tmp)
-    (its m and l rows), and of its part of O (B, H, S, D) for the epilogue."""
+    (its m and l rows), and of its part of O (B, H, S, D) and of O's residual for the
+    epilogue."""
     rows = ROWS_PER_WARPGROUP.value
     cols = head_dim if split_q else head_dim // 2
-    return [1, rows, cols], [1, 2, rows], [1, 1, rows, cols]
+    return [1, rows, cols], [1, 2, rows], [1, 1, rows, cols], [1, 1, rows, cols]
 
 
 def state_layouts(head_dim: int, split_q: bool, dtype):
-    """The boxes' shared layouts (fp32 state; O's box in O's dtype, staged in a state buffer)."""
-    return [gl.NVMMASharedLayout.get_default_for(box, ty) for box, ty in
-            zip(state_block_shapes(head_dim, split_q), (gl.float32, gl.float32, _gl_dtype(dtype)))]
+    """The boxes' shared layouts (fp32 state; O's and its residual's boxes in O's dtype, staged
+    in a state buffer)."""
+    ty = _gl_dtype(dtype)
+    return [gl.NVMMASharedLayout.get_default_for(box, t) for box, t in
+            zip(state_block_shapes(head_dim, split_q), (gl.float32, gl.float32, ty, ty))]
 
 
 def unsupported(dtype, head_dim: int, head_dim_v: int | None = None) -> str | None:
@@ -1202,9 +1233,9 @@ def fa1_splits(config, batch_heads: int, row_blocks: int, device) -> int:
     return min(splits, row_blocks)
 
 
-def hopper_attn_fwd(q, k, v, causal, softmax_scale, variant, config):
-    """`kernels.forward.attn_fwd`'s contract (without the rounding residual), computed by the
-    Hopper chassis. config: block_n (`block_ns`) and num_stages are used; a row block is 128
+def hopper_attn_fwd(q, k, v, causal, softmax_scale, variant, config, o_residual=False):
+    """`kernels.forward.attn_fwd`'s contract, (o, stats, o_res), computed by the Hopper chassis
+    (o_res: o's rounding residual with o_residual, else None; D91). config: block_n (`block_ns`) and num_stages are used; a row block is 128
     rows (split-Q) or 64 (split-K) by design. Without seq_parallel, FA1's schedule: one
     program per (batch, head) and split (config.fa1_splits, 0: FA1's heuristic), its row
     blocks' fp32 partial outputs and statistics in scratch buffers between K/V tiles."""
@@ -1215,6 +1246,7 @@ def hopper_attn_fwd(q, k, v, causal, softmax_scale, variant, config):
     batch, heads_q, seqlen_q, head_dim = q.shape
     heads_kv, seqlen_k = k.shape[1], k.shape[2]
     o, stats, (_, m, l) = empty_outputs(q, variant.defer_norm)
+    o_res = torch.empty_like(o) if o_residual else None
     descs = []
     for t, box in zip((q, k, v), block_shapes(head_dim, config.block_n, variant.split_q)):
         layout = gl.NVMMASharedLayout.get_default_for(box, _gl_dtype(t.dtype))
@@ -1233,11 +1265,13 @@ def hopper_attn_fwd(q, k, v, causal, softmax_scale, variant, config):
                             dtype=torch.float32)
         stats_tmp = torch.empty((batch * heads_q, 4, rows_tmp), device=q.device,
                                 dtype=torch.float32)
-    for t, box, layout in zip((o_tmp, stats_tmp, o), state_block_shapes(head_dim, variant.split_q),
+    residual = o if o_res is None else o_res  # aliased to o when not stored
+    for t, box, layout in zip((o_tmp, stats_tmp, o, residual),
+                              state_block_shapes(head_dim, variant.split_q),
                               state_layouts(head_dim, variant.split_q, o.dtype)):
         descs.append(TensorDescriptor(t, list(t.shape), list(t.stride()), box, layout))
     _hopper_attn_fwd[grid](
-        *descs[:3], o, stats[0], m, l, *descs[3:], seqlen_q, seqlen_k, heads_q,
+        *descs[:3], o, residual, stats[0], m, l, *descs[3:], seqlen_q, seqlen_k, heads_q,
         heads_q // heads_kv, softmax_scale * LOG2E, o.stride(0), o.stride(1), o.stride(2),
         stats[0].stride(0), stats[0].stride(1),
         DEFER_NORM=variant.defer_norm, SPLIT_Q=variant.split_q,
@@ -1248,12 +1282,13 @@ def hopper_attn_fwd(q, k, v, causal, softmax_scale, variant, config):
         Q_SLOTS=q_buffers(head_dim, config.block_n, config.num_stages, variant.split_q,
                           variant.seq_parallel, bool(causal)),
         STATE_SLOTS=state_slots(head_dim, config.block_n, config.num_stages, variant.split_q,
-                                variant.seq_parallel, bool(causal)), num_warps=4)
-    return o, stats
+                                variant.seq_parallel, bool(causal)),
+        STORE_O_RES=o_res is not None, num_warps=4)
+    return o, stats, o_res
 
 
 def sm90_signature(variant, dtype="bfloat16", head_dim=128, block_n=128, stages=2,
-                   causal=False):
+                   causal=False, o_residual=False):
     """(signature, constexprs) of `_hopper_attn_fwd` as hopper_attn_fwd launches it, for
     triton.compile through GluonASTSource (this module's compile_for_sm90, the compile gate)."""
     short = {"float16": "fp16", "bfloat16": "bf16"}[dtype]
@@ -1261,11 +1296,11 @@ def sm90_signature(variant, dtype="bfloat16", head_dim=128, block_n=128, stages=
     for name, box in zip(("q_desc", "k_desc", "v_desc"), boxes):
         layout = gl.NVMMASharedLayout.get_default_for(box, _gl_dtype(dtype))
         signature[name] = f"tensordesc<{short}[{','.join(map(str, box))}],{layout!r}>"
-    signature.update(O=f"*{short}", LSE="*fp32", M="*fp32", L="*fp32")
-    for name, box, layout, ty in zip(("o_tmp_desc", "stats_desc", "o_desc"),
+    signature.update(O=f"*{short}", O_RES=f"*{short}", LSE="*fp32", M="*fp32", L="*fp32")
+    for name, box, layout, ty in zip(("o_tmp_desc", "stats_desc", "o_desc", "o_res_desc"),
                                      state_block_shapes(head_dim, variant.split_q),
                                      state_layouts(head_dim, variant.split_q, dtype),
-                                     ("fp32", "fp32", short)):
+                                     ("fp32", "fp32", short, short)):
         signature[name] = f"tensordesc<{ty}[{','.join(map(str, box))}],{layout!r}>"
     signature.update(seqlen_q="i32", seqlen_k="i32", heads_q="i32",
                      group_size="i32", qk_scale="fp32", stride_ob="i64", stride_oh="i64",
@@ -1278,17 +1313,19 @@ def sm90_signature(variant, dtype="bfloat16", head_dim=128, block_n=128, stages=
                   "Q_SLOTS": q_buffers(head_dim, block_n, stages, variant.split_q,
                                        variant.seq_parallel, causal),
                   "STATE_SLOTS": state_slots(head_dim, block_n, stages, variant.split_q,
-                                             variant.seq_parallel, causal)}
+                                             variant.seq_parallel, causal),
+                  "STORE_O_RES": o_residual}
     signature.update({name: "constexpr" for name in constexprs})
     return signature, constexprs
 
 
 def compile_for_sm90(variant, dtype="bfloat16", head_dim=128, block_n=128, stages=2,
-                     causal=False):
+                     causal=False, o_residual=False):
     """triton.compile of the Hopper chassis for sm_90 without a GPU; returns the CompiledKernel."""
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
 
-    signature, constexprs = sm90_signature(variant, dtype, head_dim, block_n, stages, causal)
+    signature, constexprs = sm90_signature(variant, dtype, head_dim, block_n, stages, causal,
+                                           o_residual)
     source = GluonASTSource(_hopper_attn_fwd, signature, constexprs, {})
     return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))

@@ -128,16 +128,18 @@ def lse_from_m_l(m, l):
 
 def _forward(q, k, v, causal, softmax_scale, variant, config, backend, return_lse,
              for_backward=False):
-    """o, lse (None unless return_lse), the statistics the backward needs, and (for_backward,
-    Triton backend) o's rounding residual for the backward's Delta (kernels/forward.py)."""
+    """o, lse (None unless return_lse), the statistics the backward needs, and (for_backward)
+    o's rounding residual for the backward's Delta (kernels/forward.py, D06, D91)."""
     if backend == "gluon":
         from .gluon_forward import gluon_attn_fwd
 
-        (o, stats), o_res = gluon_attn_fwd(q, k, v, causal, softmax_scale, variant, config), None
+        o, stats, o_res = gluon_attn_fwd(q, k, v, causal, softmax_scale, variant, config,
+                                         o_residual=for_backward)
     elif backend == "hopper":
         from .hopper_forward import hopper_attn_fwd
 
-        (o, stats), o_res = hopper_attn_fwd(q, k, v, causal, softmax_scale, variant, config), None
+        o, stats, o_res = hopper_attn_fwd(q, k, v, causal, softmax_scale, variant, config,
+                                          o_residual=for_backward)
     else:
         from .forward import attn_fwd
 

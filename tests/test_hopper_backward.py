@@ -180,7 +180,7 @@ def test_gpu_hopper_backward_passes_the_oracle(problem, device):
         fa2ish = Variant(defer, seq_parallel, True)
         config = default_config(problem.head_dim, True, fa2ish, problem.dtype, "hopper",
                                 causal=problem.causal)
-        o, stats = hopper_attn_fwd(ref.q, ref.k, ref.v, problem.causal, scale, fa2ish, config)
+        o, stats, _ = hopper_attn_fwd(ref.q, ref.k, ref.v, problem.causal, scale, fa2ish, config)
         grads = [hopper_attn_bwd(ref.q, ref.k, ref.v, o, stats, ref.do, None, problem.causal,
                                  scale, Variant(defer, seq_parallel, split_q), config)
                  for split_q in (True, False)]
@@ -210,7 +210,7 @@ def test_gpu_hopper_backward_switches(problem, switched, device):
     scale = problem.head_dim ** -0.5
     config = default_config(problem.head_dim, True, Variant(), problem.dtype, "hopper",
                             causal=problem.causal)
-    o, stats = hopper_attn_fwd(ref.q, ref.k, ref.v, problem.causal, scale, Variant(), config)
+    o, stats, _ = hopper_attn_fwd(ref.q, ref.k, ref.v, problem.causal, scale, Variant(), config)
     grads = [hopper_attn_bwd(ref.q, ref.k, ref.v, o, stats, ref.do, None, problem.causal, scale,
                              variant, config) for variant in (Variant(), switched)]
     assert torch.equal(grads[0][1], grads[1][1]) and torch.equal(grads[0][2], grads[1][2])

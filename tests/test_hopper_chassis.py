@@ -194,3 +194,35 @@ def test_fa1_schedule_state_buffers_and_tile_widths():
     assert heuristic_config(128, True, fa1_k, "bfloat16", "hopper", causal=False).block_n == 256
     assert heuristic_config(128, True, Variant(), "bfloat16", "hopper", causal=False).block_n == 128
     assert isinstance(heuristic_config(64, True, fa1_k, "bfloat16", "hopper"), TileConfig)
+
+
+RESIDUAL_PROBE = """
+import json
+from kernels import Variant
+from kernels.hopper_forward import compile_for_sm90
+out = {}
+for variant in (Variant(), Variant(False, False, False)):
+    for residual in (False, True):
+        ptx = compile_for_sm90(variant, head_dim=64, o_residual=residual).asm["ptx"]
+        out[f"{variant} {residual}"] = [ptx.count("st.global"),
+                                        ptx.count("cp.async.bulk.tensor.4d.global.shared")]
+print(json.dumps(out))
+"""
+
+
+def test_hopper_forward_stores_os_residual_only_for_a_backward():
+    """D91: with o_residual the chassis also stores O - float(o), the way it stores O: a second
+    set of global stores in the row-block epilogue (as many as O's), a second TMA store in FA1's
+    schedule; without it the kernel is the kernel of record (no more stores)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    proc = subprocess.run([sys.executable, "-c", RESIDUAL_PROBE], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    counts = json.loads(proc.stdout.strip().splitlines()[-1])
+    fa2, fa1 = "+defer+seqpar+splitq", "-defer-seqpar-splitq"
+    (o_fa2, _), (both_fa2, _) = counts[f"{fa2} False"], counts[f"{fa2} True"]
+    (_, tma_fa1), (_, tma_both) = counts[f"{fa1} False"], counts[f"{fa1} True"]
+    statistics = 4  # the LSE store's (one consumer's rows)
+    assert both_fa2 - o_fa2 == o_fa2 - statistics, counts
+    assert tma_both == 2 * tma_fa1 > 0, counts

@@ -110,7 +110,7 @@ def time_worker(names: list, grid: list, partial_path: str) -> dict:
             fwd_config = default_config(cell.head_dim, True, variant, "bfloat16", "hopper",
                                         causal=cell.causal, seqlen_q=cell.seqlen,
                                         seqlen_k=cell.seqlen)
-            o, stats = hopper_attn_fwd(q, k, v, cell.causal, scale, variant, fwd_config)
+            o, stats, _ = hopper_attn_fwd(q, k, v, cell.causal, scale, variant, fwd_config)
             bwd = attn_bwd if name == TRITON_FA2 else hopper_attn_bwd
             ms = time_ms(lambda: bwd(q, k, v, o, stats, do, None, cell.causal, scale, variant,
                                      config))

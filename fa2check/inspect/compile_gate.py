@@ -221,12 +221,14 @@ def _gluon_forward_specialization(fn, case: Case):
     """Arguments of `kernels.gluon_forward.gluon_attn_fwd` for contiguous q, k, v and o."""
     cfg, v = case.config, case.variant
     io = DTYPES[case.dtype]
-    pointers = {"Q": io, "K": io, "V": io, "O": io, "LSE": "fp32", "M": "fp32", "L": "fp32"}
+    pointers = {"Q": io, "K": io, "V": io, "O": io, "O_RES": io, "LSE": "fp32", "M": "fp32",
+                "L": "fp32"}
     div16 = [f"stride_{name}" for name in ("qb", "qh", "qm", "kb", "kh", "kn", "vb", "vh", "vn",
                                            "ob", "oh", "om")]
     constexprs = dict(IS_CAUSAL=case.causal, DEFER_NORM=v.defer_norm, SEQ_PARALLEL=v.seq_parallel,
                       KEY_SLICES=1 if v.split_q else cfg.num_warps, BLOCK_M=cfg.block_m,
-                      BLOCK_N=cfg.block_n, HEAD_DIM=case.head_dim, NUM_WARPS=cfg.num_warps)
+                      BLOCK_N=cfg.block_n, HEAD_DIM=case.head_dim, NUM_WARPS=cfg.num_warps,
+                      STORE_O_RES=False)
     return runtime_specialization(fn, pointers, constexprs, floats=("qk_scale",),
                                   unit=list(case.length_one), div16=div16)
 
