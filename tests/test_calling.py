@@ -231,3 +231,17 @@ def test_fuzz_command_takes_the_layout(tmp_path, capsys):
     assert status == 0 and "no lse: test_calling:flashlike it returned o alone" in out
     data = json.loads((tmp_path / "f.json").read_text())
     assert data["layout"] == "bshd" and data["jobs"] == 1 and data["lse_missing"]
+
+
+def test_make_fuzz_uses_the_cores_and_fits_the_terminal(monkeypatch):
+    """Issue 57: on 2 cores `make fuzz` (the dev profile) runs 2 jobs; the ci profile one; in
+    a log or a pipe the tables wrap to COLUMNS, else to 120 columns (they were 200 wide)."""
+    from fa2check.fuzz import cli
+
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    assert cli.default_jobs("dev") == 2 and cli.default_jobs("nightly") == 2
+    assert cli.default_jobs("ci") == 1
+    monkeypatch.delenv("COLUMNS", raising=False)
+    assert cli.console_width() == 120
+    monkeypatch.setenv("COLUMNS", "100")
+    assert cli.console_width() == 100
