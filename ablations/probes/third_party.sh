@@ -14,7 +14,7 @@
 set -u
 OUT=${OUT:-/tmp/third_party}
 TIERS=${TIERS:-quick full}
-VERIFY_TIMEOUT=${VERIFY_TIMEOUT:-240}
+VERIFY_TIMEOUT=${VERIFY_TIMEOUT:-200}  # 2 kernels x 2 tiers within one 600 s device call
 mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
     .whl/*.whl || exit 1
