@@ -15,5 +15,10 @@ fa2check.core.environment.select_device sets it (the CPU interpreter on a machin
 GPU). matplotlib is imported where a plot is drawn, after choosing its Agg backend.
 
 `fa2check.adapters`, `fa2check.compile_gate` and `fa2check.layouts` are the documented paths of
-modules that live in fa2check.core and fa2check.inspect.
+modules that live in fa2check.core and fa2check.inspect. `fa2check.Unsupported` is what an
+implementation raises (as any NotImplementedError) for a call it cannot run: that case is
+reported n/a with its words.
 """
+from .core.implementations import Unsupported  # noqa: E402
+
+__all__ = ["Unsupported"]

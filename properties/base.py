@@ -12,6 +12,7 @@ the verify runner compiles the kernels of every declared call before any case ru
 from __future__ import annotations
 
 import contextlib
+import inspect
 import math
 import warnings
 from dataclasses import asdict, dataclass, field, replace
@@ -218,7 +219,7 @@ def dq_may_vary(impl, variant, problem: Problem, device: str) -> bool:
     to the determinism property's bound."""
     from kernels import default_config, flash_attention
 
-    if impl is not flash_attention or variant is None:
+    if inspect.unwrap(impl) is not flash_attention or variant is None:
         return True
     config = default_config(problem.head_dim, device == "cuda", variant, problem.dtype,
                             causal=problem.causal, seqlen_q=problem.seqlen_q,

@@ -9,6 +9,8 @@ error e in L shows as a row sum of e^e). Rows that see no key must have L = -inf
 L is also compared with the float64 oracle on every row and with mpmath (50 digits) on sampled
 rows. A log2 logsumexp (L / ln 2) breaks the bounds for most rows and misses the references.
 
+An implementation that returns no lse (fa2check.core.calling) is n/a here.
+
 Tolerance: every check allows the pass rule's allowed lse error `a` (c * error of the
 same-dtype PyTorch lse + floor, see fa2check.core.passrule): the bounds may be missed by a, and the
 row sums may be off by expm1(a).
@@ -21,6 +23,7 @@ import math
 import torch
 
 from fa2check.core.checks import Reference
+from fa2check.core.implementations import Unsupported
 from fa2check.core.oracle import mp_reference_rows
 from fa2check.core.problems import Problem
 from fa2check.core.shared_memo import shared
@@ -98,6 +101,10 @@ def _mp_rows(case: Case, q, k, v) -> list[tuple[int, int, int, float]]:
 def run(impl, variant, case: Case, device: str) -> PropertyResult:
     ref, s, mp_rows = _prepared(case, device)
     out = call(impl, variant, ref)
+    if out.lse is None:
+        raise Unsupported(f"{NAME} checks lse alone, and the implementation returns none"
+                          + (f" ({impl.lse_missing})" if getattr(impl, "lse_missing", None)
+                             else ""))
     lse_check = next(c for c in ref.judge(out) if c.output == "lse")
     allowed = lse_check.allowed
     lse = out.lse.detach().double().to(s.device)

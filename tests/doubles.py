@@ -75,6 +75,50 @@ def without_variant(bug: str = "none"):
     return attention
 
 
+def o_only(bug: str = "none"):
+    """double(bug) as many public kernels are: no `variant`, no `return_lse`, o alone."""
+    impl = double(bug)
+
+    def attention(q, k, v, causal=False, softmax_scale=None):
+        return impl(q, k, v, causal=causal, softmax_scale=softmax_scale)
+
+    attention.__name__ = f"attention_{bug}_o_only"
+    return attention
+
+
+def refusing_lse(bug: str = "none"):
+    """double(bug) with a `return_lse` it refuses: NotImplementedError when asked for lse."""
+    impl = double(bug)
+
+    def attention(q, k, v, causal=False, softmax_scale=None, return_lse=False):
+        if return_lse:
+            raise NotImplementedError("this kernel keeps no lse")
+        return impl(q, k, v, causal=causal, softmax_scale=softmax_scale)
+
+    attention.__name__ = f"attention_{bug}_refusing_lse"
+    return attention
+
+
+def bshd(bug: str = "none", lse: bool = False):
+    """double(bug) taking and returning (batch, seqlen, heads, head_dim), as flash-attention and
+    most public kernels do; lse (with `lse`) as (batch, heads, seqlen_q). Refuses (raises
+    ValueError) a q that is not (B, S, H, D)-shaped against k, so that a harness passing the
+    wrong layout shows."""
+    impl = double(bug)
+
+    def attention(q, k, v, causal=False, softmax_scale=None, return_lse=False):
+        if q.shape[2] % k.shape[2] or q.shape[0] != k.shape[0]:
+            raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} are not (B, S, H, D)")
+        out = impl(*(t.transpose(1, 2) for t in (q, k, v)), causal=causal,
+                   softmax_scale=softmax_scale, return_lse=lse and return_lse)
+        if lse and return_lse:
+            return out[0].transpose(1, 2), out[1]
+        return out.transpose(1, 2)
+
+    attention.__name__ = f"attention_{bug}_bshd"
+    return attention
+
+
 def double(bug: str = "none"):
     if bug not in BUGS:
         raise ValueError(f"unknown bug {bug!r}")

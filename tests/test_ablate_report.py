@@ -3,8 +3,12 @@ chosen without a GPU, merged runs, compressed files, the README section, and a r
 120 columns."""
 import json
 import os
+import re
+import subprocess
+import sys
 
 import pytest
+from rich.console import Console
 
 from saved_results import synthetic_results, two_runs
 
@@ -150,44 +154,134 @@ def test_a_compressed_results_file_is_read_under_its_first_name(tmp_path):
 
 
 def test_without_a_gpu_the_render_fits_a_120_column_terminal(device, monkeypatch, capsys):
-    """python -m fa2check.ablate on a machine without a GPU renders the committed results: by
-    default each file's provenance once and its headline tables, every line within the
-    terminal's width and no cell cut short; --full adds the per-cell and tile-config tables,
-    at their own width rather than cut."""
+    """python -m fa2check.ablate on a machine without a GPU renders the README's run of record
+    and the committed runs newer than it: each file's provenance once and its headline tables,
+    every line within the terminal's width, no cell cut short, every interval on one line, and
+    one note (not one a file) on results of other kernels; --full adds the older runs and the
+    per-cell and tile-config tables, at their own width rather than cut."""
     if device != "cpu":
         pytest.skip("with a GPU, python -m fa2check.ablate measures")
     from fa2check import ablate
-    from fa2check.ablate.results import committed
+    from fa2check.ablate.cli import README
+    from fa2check.ablate.results import committed, readme_runs, run_date
 
     monkeypatch.setenv("COLUMNS", "120")
-    chosen = committed()
-    files, views = len(chosen), sum(len(names) for _, names in chosen)
+    record = readme_runs(README)
+    since = max(map(run_date, record))
+    newer = [p for p, _ in committed() if run_date(p) > since and p not in record]
     assert ablate.main(["--bootstrap", "200"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert max(map(len, lines)) <= 120 and not [line for line in lines if "…" in line]
-    assert len(lines) <= 70 * views, len(lines)  # a view's headline tables: 70 lines at most
     text = "\n".join(lines)
-    assert text.count("Measured on") == text.count("Rendered from") == files
+    assert text.count("Measured on") == text.count("Rendered from") == len(record) + len(newer)
+    assert text.index("Rendered from") == text.index("Rendered from " + os.path.relpath(record[0]))
     assert "contributions over the grid" in text and "relative to torch SDPA" in text
     assert "tile configs" not in text and "time and throughput" not in text
+    assert text.count("note: ") <= 1
+    broken = [line for line in lines if re.search(r"\d\.\d\dx \[\d+\.\d\d,$", line.rstrip())]
+    assert not broken, broken  # an interval cut at its comma, as rich's own wrapping did
 
     assert ablate.main(["--bootstrap", "200", "--full"]) == 0
     full = capsys.readouterr().out
     assert "tile configs" in full and "time and throughput" in full and "…" not in full
-    assert full.count("Measured on") == files
+    assert full.count("Measured on") == len({os.path.abspath(p) for p in record}
+                                            | {os.path.abspath(p) for p, _ in committed()})
 
 
-def test_a_render_says_when_the_results_ran_other_kernels_than_the_trees(tmp_path, capsys):
+def test_without_a_gpu_the_first_table_is_the_readmes_headline(device, monkeypatch, capsys):
+    """The render's first contribution table is the README's first: the same rows, the same
+    numbers, each row's intervals on one line at 120 columns."""
+    if device != "cpu":
+        pytest.skip("with a GPU, python -m fa2check.ablate measures")
     from fa2check import ablate
-    from fa2check.core.environment import kernels_sha256
+    from fa2check.ablate.cli import README, README_BEGIN
 
-    for sha, says in ((kernels_sha256(), False), ("0" * 64, True)):
-        run = synthetic_results(modes=("fwd",))
-        run["provenance"]["kernels_sha256"] = sha
-        path = tmp_path / "run.json"
-        path.write_text(json.dumps(run))
-        assert ablate.main(["--from", str(path), "--no-plots", "--bootstrap", "50"]) == 0
-        assert ("not the tree's" in capsys.readouterr().out) == says
+    monkeypatch.setenv("COLUMNS", "120")
+    with open(README) as f:
+        readme = f.read()
+    section = readme[readme.index(README_BEGIN):]
+    section = section[section.index("**"):]
+    body = section.split("\n\n")[1].splitlines()[2:]  # the first table's rows
+    rows = [[c.strip() for c in row.strip("|").split("|")] for row in body]
+    assert ablate.main(["--bootstrap", "1000"]) == 0  # the README's own bootstrap
+    out = capsys.readouterr().out
+    title = section[2:section.index("**", 2)]
+    first = out[out.index(title):]
+    first = first[:first.index("Shapley values on log time")]
+    lines = first.splitlines()
+    assert len(rows) >= 8
+    for label, *cells in rows:
+        wanted = [cell.split(" (")[0] for cell in cells if cell]  # the interval, one line
+        assert any(line.strip().startswith(label.split()[0]) and all(c in line for c in wanted)
+                   for line in lines), (label, wanted)
+
+
+def test_the_run_of_record_is_the_one_the_readme_was_rendered_from(tmp_path, capsys):
+    """Data, not a file name: the README's markers name the run; a newer run follows it and an
+    older one waits for --full."""
+    from fa2check.ablate.cli import README_BEGIN, README_END, parse_args, render_committed
+
+    paths = {}
+    for name, date, mode in (("old", "2026-01-01T00:00:00", "bwd"),
+                             ("record", "2026-02-01T00:00:00", "fwd"),
+                             ("new", "2026-03-01T00:00:00", "fwd")):
+        run = synthetic_results(date=date, modes=(mode,))
+        paths[name] = tmp_path / f"{name}.json"
+        paths[name].write_text(json.dumps(run))
+    readme = tmp_path / "README.md"
+    readme.write_text(f"{README_BEGIN}\n> Rendered from {paths['record'].name}.\n{README_END}\n")
+    console = Console(width=120, record=True)
+    assert render_committed(parse_args(["--bootstrap", "50"]), console, str(readme),
+                            str(tmp_path)) == 0
+    text = console.export_text()
+    order = [text.index(f"Rendered from {os.path.relpath(paths[n])}") for n in ("record", "new")]
+    assert order == sorted(order) and os.path.relpath(paths["old"]) not in text
+    assert "1 older one(s) with --full" in text
+    console = Console(width=120, record=True)
+    render_committed(parse_args(["--bootstrap", "50", "--full"]), console, str(readme),
+                     str(tmp_path))
+    assert os.path.relpath(paths["old"]) in console.export_text()
+
+
+def test_a_closed_pipe_is_not_an_error(device):
+    if device != "cpu":
+        pytest.skip("with a GPU, python -m fa2check.ablate measures")
+    from fa2check.core.environment import ROOT
+
+    run = subprocess.run(f"{sys.executable} -m fa2check.ablate --bootstrap 50 | head -3",
+                         shell=True, cwd=ROOT, capture_output=True, text=True,
+                         executable="/bin/bash", env={**os.environ, "COLUMNS": "120"})
+    assert run.stderr == "" and run.stdout.count("\n") == 3
+    status = subprocess.run(f"set -o pipefail; {sys.executable} -m fa2check.ablate "
+                            "--bootstrap 50 | head -3 > /dev/null", shell=True, cwd=ROOT,
+                            executable="/bin/bash", env={**os.environ, "COLUMNS": "120"})
+    assert status.returncode == 0
+
+
+def test_fitting_keeps_intervals_whole_and_splits_what_cannot_fit():
+    """fa2check.ablate.fit against rich's own shrinking (to_rich), which breaks an interval at
+    its comma: at 60 columns rich's table cuts one, the fitted tables do not; too wide for one
+    table, the columns are split, each part with the first column."""
+    from fa2check.ablate.fit import fitted
+    from fa2check.ablate.report import Grid, to_rich
+
+    grid = Grid("t", ["seqlen", "a factor", "b factor", "c factor"])
+    grid.add("512", "1.23x [1.16, 1.24]", "1.01x [0.99, 1.02] ns", "13.27x [13.07, 13.32]")
+
+    def lines(*tables):
+        console = Console(width=60, record=True)
+        for table in tables:
+            console.print(table)
+        return console.export_text().splitlines()
+
+    cut = [line for line in lines(to_rich(grid)) if re.search(r"\[\d+\.\d+,\s*[│┃]?\s*$", line)]
+    assert cut, "rich's own shrinking no longer breaks intervals: this test shows nothing"
+    tables = fitted(grid.title, grid.headers, grid.rows, "", 60, lambda c: False)
+    assert len(tables) == 2 and all(t.columns[0].header == "seqlen" for t in tables)
+    text = lines(*tables)
+    assert max(map(len, text)) <= 60
+    for cell in grid.rows[0][1:]:
+        assert any(cell in line for line in text), cell
 
 
 def test_the_fwdbwd_by_seqlen_table_shows_both_ends_percent_of_matmul_and_the_a100_figure(

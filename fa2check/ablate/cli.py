@@ -53,14 +53,12 @@ from .contenders import DEFAULT_PEERS, PEERS
 from .grids import GRID_MODES, GRIDS, MODES, custom_grid, filter_grid, parse_modes
 from .merge import MergeError, merge_runs
 from .plots import contributions_plot, tflops_plot
-from .results import RESULTS_DIR, base_name, committed, load
+from .results import README_BEGIN, README_END, RESULTS_DIR, base_name, committed, load
 from .sweep import KERNEL_BACKENDS, Settings, plan_estimate, run
 
 CELL_OPTIONS = ("grid", "seqlen", "head_dim", "batch", "heads", "heads_kv", "causal", "dtype", "mode")
 H200_WORKERS = 15  # the device machine's 16 cores, one left to the main process
 README = os.path.join(ROOT, "README.md")
-README_BEGIN = "<!-- ablate:begin (written by python -m fa2check.ablate --update-readme) -->"
-README_END = "<!-- ablate:end -->"
 
 
 def parse_args(argv):
@@ -319,8 +317,9 @@ def kernels_note(results) -> str | None:
 
 
 def render_files(sources, args, console) -> int:
-    """Render saved results (each file's selected views); optional markdown / README."""
-    parts = []
+    """Render saved results (each file's selected views); optional markdown / README. Results
+    that ran other kernels than the tree's get one note at the end, not one a file."""
+    parts, other_kernels = [], {}
     for path, views in sources:
         results = load(path)
         analysis = analyse_results(results, n_draws=args.bootstrap, seed=0)
@@ -328,8 +327,9 @@ def render_files(sources, args, console) -> int:
             analysis["same_run"] = analysis["modes"]
             analysis["modes"] = {m: d for m, d in analysis["modes"].items() if m in views}
         report.render(results, analysis, console, source=os.path.relpath(path), detail=args.full)
-        if note := kernels_note(results):
-            console.print(note, highlight=False)
+        if kernels_note(results):
+            other_kernels[os.path.basename(base_name(path))] = \
+                results["provenance"]["kernels_sha256"][:12]
         base = base_name(path)
         images = [(alt, os.path.relpath(base + suffix, os.path.dirname(README)))
                   for suffix, alt in (("-tflops.png", "TFLOP/s by seqlen"),
@@ -343,6 +343,11 @@ def render_files(sources, args, console) -> int:
             if not args.no_plots:
                 tflops_plot(results, analysis, out_base + "-tflops.png")
                 contributions_plot(results, analysis, out_base + "-contributions.png")
+    if other_kernels:
+        console.print(f"note: {'these results' if len(other_kernels) > 1 else 'this run'} ran "
+                      "other kernels than the tree's (" + kernels_sha256()[:12] + "): "
+                      + ", ".join(f"{name} {sha}" for name, sha in other_kernels.items())
+                      + "; what changed since is in docs/decisions.md", highlight=False)
     if args.markdown:
         with open(args.markdown, "w") as f:
             f.write("\n".join(report.markdown(r, a, source=s, images=i) for r, a, s, i in parts))
@@ -399,11 +404,29 @@ def _progress(console, total, label="timing"):
 
 def main(argv=None, started=None) -> int:
     """started: time.perf_counter() when the command began (python -m fa2check.ablate takes it
-    before its imports), from which --budget-s and the timeline count."""
+    before its imports), from which --budget-s and the timeline count. A reader that closes
+    the pipe early (`| head`) ends the command quietly, with status 0."""
+    try:
+        return _main(argv, started)
+    except (BrokenPipeError, PipeClosed):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to write
+        return 0
+
+
+class PipeClosed(Exception):
+    """The reader of stdout went away (rich's own answer is SystemExit(1))."""
+
+
+def _pipe_closed():
+    raise PipeClosed
+
+
+def _main(argv=None, started=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
 
     console = Console()
+    console.on_broken_pipe = _pipe_closed
     if not console.is_terminal and not os.environ.get("COLUMNS"):
         console.width = 120  # a log: the headline tables fit; --full prints wider ones whole
     if args.sources:
@@ -413,13 +436,30 @@ def main(argv=None, started=None) -> int:
     measuring = args.plan or any(getattr(args, o) for o in CELL_OPTIONS)
     if not measuring:
         if not torch.cuda.is_available():
-            found = committed()
-            if not found:
-                console.print(f"no GPU here and no committed results under {os.path.relpath(RESULTS_DIR)}; "
-                              "run on a GPU, or render a file with --from")
-                return 1
-            console.print("no GPU here: rendering the newest committed results "
-                          "(measured where and when each header says)", highlight=False)
-            return render_files(found, args, console)
+            return render_committed(args, console)
     return measure(args, console, started)
+
+
+def render_committed(args, console, readme: str = README, results_dir: str = RESULTS_DIR) -> int:
+    """Without a GPU: the README's run of record first (the files its ablation section was
+    rendered from, every view, as there), then the committed runs newer than it; the older
+    ones with --full (or one at a time with --from)."""
+    record = [p for p in results_io.readme_runs(readme) if os.path.isfile(p)]
+    found = [(p, v) for p, v in committed(results_dir)
+             if os.path.abspath(p) not in map(os.path.abspath, record)]
+    if not record and not found:
+        console.print(f"no GPU here and no committed results under {os.path.relpath(results_dir)}; "
+                      "run on a GPU, or render a file with --from")
+        return 1
+    since = max((results_io.run_date(p) for p in record), default="")
+    newer = [(p, v) for p, v in found if results_io.run_date(p) > since]
+    older = [(p, v) for p, v in found if (p, v) not in newer]
+    shown = [(p, None) for p in record] + newer + (older if args.full else [])
+    what = (["the README's run of record"] if record else []) + (
+        [f"{len(newer)} newer committed run(s)"] if newer else [])
+    console.print("no GPU here: " + ", then ".join(what or ["the committed runs"])
+                  + (f", then {len(older)} older one(s)" if older and args.full else
+                     f"; {len(older)} older one(s) with --full (or --from FILE)" if older else "")
+                  + " (measured where and when each header says)", highlight=False)
+    return render_files(shown, args, console)
 

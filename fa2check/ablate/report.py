@@ -14,6 +14,7 @@ from rich.text import Text
 
 from .clocks import median_clock
 from .contenders import HOPPER, PEERS
+from .fit import fitted
 from .contributions import (BWD_SWITCH_GAME, FA2_GAME, SWITCH_VIEW, game_of, interaction_name,
                             players_for, subsets, variant_for, view_of)
 from .grids import Cell
@@ -44,9 +45,13 @@ def to_rich(grid: Grid):
     for i, h in enumerate(grid.headers):
         table.add_column(h, justify="left" if i == 0 else "right")
     for row in grid.rows:
-        table.add_row(*[Text(c, style="dim" if ("ns" in c.split() or c.startswith("n/a")) else "")
-                        for c in row])
+        table.add_row(*[Text(c, style="dim" if _dim(c) else "") for c in row])
     return table
+
+
+def _dim(cell: str) -> bool:
+    """Not significant (ns) or not applicable: greyed out."""
+    return "ns" in cell.split() or cell.startswith("n/a")
 
 
 def to_markdown(grid: Grid) -> str:
@@ -542,13 +547,19 @@ def tables(results: dict, analysis: dict, detail: bool = True, headline_last: bo
 
 
 def render(results: dict, analysis: dict, console, source: str | None = None, detail=False):
-    """The provenance once, then the headline tables fitted to the console's width (rich wraps
-    their cells; nothing is cut), the gate and any problems. With detail (ablate --full) the
-    per-cell and tile-config tables come first, each at its own width where that is wider than
-    the console (a terminal wraps those lines; `less -S` scrolls them)."""
+    """The provenance once, then the headline tables fitted to the console's width with every
+    interval on one row (fa2check.ablate.fit: a table too wide is split by columns), the gate
+    and any problems. With detail (ablate --full) the per-cell and tile-config tables come
+    first, each at its own width where that is wider than the console (a terminal wraps those
+    lines; `less -S` scrolls them)."""
     console.print(Panel("\n".join(provenance_lines(results, source)), title="fa2check.ablate",
                         expand=False))
     for grid in tables(results, analysis, detail, headline_last=True):
+        if not grid.detail:
+            for table in fitted(grid.title, grid.headers, grid.rows, grid.caption,
+                                console.width, _dim):
+                console.print(table)
+            continue
         table = to_rich(grid)
         width = console.measure(table, options=console.options.update_width(100_000)).maximum
         if not grid.detail or width <= console.width:

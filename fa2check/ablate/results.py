@@ -8,10 +8,12 @@ import os
 import re
 
 from ..core.environment import ROOT
-from ..core.results import read_json
+from ..core.results import read_json, resolve
 from .analysis import views
 
 RESULTS_DIR = os.path.join(ROOT, "ablations", "results")
+README_BEGIN = "<!-- ablate:begin (written by python -m fa2check.ablate --update-readme) -->"
+README_END = "<!-- ablate:end -->"
 
 
 def stem(results: dict, grid: str) -> str:
@@ -46,6 +48,23 @@ def load(path: str) -> dict:
     if not isinstance(data, dict) or not str(data.get("schema", "")).startswith("fa2check.ablate/"):
         raise ValueError(f"{path} is not a fa2check.ablate results file")
     return data
+
+
+def readme_runs(readme: str) -> list[str]:
+    """The results files the README's ablation section was rendered from (its "Rendered from
+    FILE." lines between the markers that `ablate --update-readme` writes), as paths; the run
+    of record, whatever file a later --update-readme renders."""
+    with open(readme) as f:
+        text = f.read()
+    if README_BEGIN not in text or README_END not in text:
+        return []
+    section = text.split(README_BEGIN, 1)[1].split(README_END, 1)[0]
+    return [resolve(os.path.join(os.path.dirname(os.path.abspath(readme)), name)) for name in
+            re.findall(r"^> Rendered from (\S+)\.$", section, flags=re.MULTILINE)]
+
+
+def run_date(path: str) -> str:
+    return load(path)["provenance"].get("date", "")
 
 
 def committed(results_dir: str = RESULTS_DIR) -> list[tuple[str, list[str]]]:

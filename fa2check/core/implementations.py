@@ -10,11 +10,12 @@ flash_attention's signature, named as MODULE:FUNC.
     sdpa                  ours and the four torch SDPA adapters beside it
     sdpa_math (etc.)      fa2check.adapters:sdpa_math
     flex                  fa2check.adapters:flex (torch's flex_attention, compiled)
-    MODULE:FUNC           any importable callable (variant is passed; it may ignore it)
+    MODULE:FUNC           any importable callable, called through fa2check.core.calling
+                          (variant, return_lse, softmax_scale, causal may be omitted; layout
+                          bhsd or bshd)
 """
 from __future__ import annotations
 
-import functools
 import importlib
 import inspect
 from dataclasses import dataclass
@@ -27,9 +28,10 @@ SDPA = ("sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "sdpa_math")
 FLEX = "fa2check.adapters:flex"
 
 
-class Unsupported(Exception):
-    """An implementation cannot run this problem (a backend's limits): reported as such,
-    neither pass nor fail."""
+class Unsupported(NotImplementedError):
+    """An implementation cannot run this problem (a backend's limits): reported n/a with its
+    words, neither pass nor fail. Any NotImplementedError an implementation raises means the
+    same (fa2check.core.calling); this one is exported as fa2check.Unsupported."""
 
 
 @dataclass(frozen=True)
@@ -38,14 +40,22 @@ class Column:
     impl: str  # MODULE:FUNC
     variant: str  # str(Variant)
     label: str
+    layout: str = "bhsd"  # the layout the implementation takes (fa2check.core.calling)
 
     @property
     def ours(self) -> bool:
         return self.impl in PER_VARIANT
 
     def load(self):
+        """The callable MODULE:FUNC names, as it is."""
         module, _, name = self.impl.partition(":")
         return getattr(importlib.import_module(module), name)
+
+    def implementation(self):
+        """The callable behind the harness's call (fa2check.core.calling.adapt)."""
+        from .calling import adapt
+
+        return adapt(self.load(), self.layout)
 
     def load_variant(self):
         from kernels import Variant
@@ -54,8 +64,9 @@ class Column:
 
     def cli_args(self) -> list[str]:
         """The --impl/--variant arguments that select exactly this column."""
-        return ([] if self.impl == OURS else [f"--impl={self.impl}"]) + \
-            [f"--variant={self.variant}"]
+        return (([] if self.impl == OURS else [f"--impl={self.impl}"])
+                + ([] if self.layout == "bhsd" else [f"--layout={self.layout}"])
+                + [f"--variant={self.variant}"])
 
 
 def expand(spec: str) -> list[str]:
@@ -101,11 +112,23 @@ def lattice(impl: str) -> list:
                             if impl == HOPPER else [])
 
 
-def columns(impl_specs: list[str] | None, variant_names: list[str] | None) -> list[Column]:
+def builtin(impl: str) -> bool:
+    """Ours, and the adapters fa2check ships (SDPA's backends, flex): they take the harness's
+    own layout; --layout applies to the others."""
+    return impl in PER_VARIANT or impl.startswith("fa2check.adapters:")
+
+
+def columns(impl_specs: list[str] | None, variant_names: list[str] | None,
+            layout: str = "bhsd") -> list[Column]:
     """Ours gets every variant of its lattice (or the ones asked for); another implementation
-    gets one column with FA2's variant, or one per variant asked for."""
+    gets one column with FA2's variant, or one per variant asked for. `layout` is that of the
+    implementations given as MODULE:FUNC (fa2check.core.calling.LAYOUTS)."""
     from kernels import Variant
 
+    from .calling import LAYOUTS
+
+    if layout not in LAYOUTS:
+        raise ValueError(f"--layout {layout!r}: expected one of {list(LAYOUTS)}")
     impls = list(dict.fromkeys(n for spec in (impl_specs or ["ours"]) for n in expand(spec)))
     asked = [Variant.parse(v) for v in variant_names] if variant_names else None
     out = []
@@ -115,37 +138,24 @@ def columns(impl_specs: list[str] | None, variant_names: list[str] | None) -> li
             prefix = {OURS: "", GLUON: "gluon ", HOPPER: "hopper "}[impl]
             out += [Column(impl, str(v), f"{prefix}{v}") for v in (asked or lattice(impl))]
         elif asked and len(asked) > 1:
-            out += [Column(impl, str(v), f"{name} {v}") for v in asked]
+            out += [Column(impl, str(v), f"{name} {v}", _layout(impl, layout)) for v in asked]
         else:
-            out.append(Column(impl, str(asked[0] if asked else Variant()), name))
+            out.append(Column(impl, str(asked[0] if asked else Variant()), name,
+                              _layout(impl, layout)))
     for column in out:
         column.load()  # fail early on a name that does not import
     return out
 
 
+def _layout(impl: str, layout: str) -> str:
+    return "bhsd" if builtin(impl) else layout
+
+
 def takes_variant(fn) -> bool:
-    """Whether `fn` accepts a `variant` keyword (a parameter of that name, or **kwargs). A
-    callable whose signature cannot be read is assumed to take it."""
-    try:
-        parameters = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):
-        return True
-    return any(p.name == "variant" and p.kind != p.POSITIONAL_ONLY or p.kind == p.VAR_KEYWORD
-               for p in parameters)
+    """Whether `fn` accepts a `variant` keyword (a parameter of that name, or **kwargs)."""
+    from .calling import accepts
 
-
-def accepting_variant(fn):
-    """`fn` itself when it takes `variant`; else a wrapper that drops it, so that a function
-    with flash_attention's signature less `variant` can be verified and fuzzed (its column is
-    then one implementation, whatever the variant)."""
-    if takes_variant(fn):
-        return fn
-
-    @functools.wraps(fn)
-    def without_variant(*args, variant=None, **kwargs):
-        return fn(*args, **kwargs)
-
-    return without_variant
+    return accepts(inspect.unwrap(fn), "variant")
 
 
 def key_tile(impl, variant, q, k, v, causal) -> int | None:
@@ -160,5 +170,5 @@ def key_tile(impl, variant, q, k, v, causal) -> int | None:
     from . import adapters
 
     backend = {flash_attention: "triton", adapters.gluon: "gluon",
-               adapters.hopper: "hopper"}.get(impl)
+               adapters.hopper: "hopper"}.get(inspect.unwrap(impl))
     return None if backend is None else call_config(q, k, v, causal, variant, backend).block_n

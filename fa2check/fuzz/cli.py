@@ -34,7 +34,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from ..core.environment import describe_environment, select_device
-from ..core.implementations import Column, expand, takes_variant
+from ..core.hints import fix_for
+from ..core.implementations import Column, builtin, expand, takes_variant
 from ..core.interrupts import sigterm_as_interrupt
 from ..core.results import write_json
 
@@ -61,8 +62,14 @@ def parse_args(argv=None):
                         help="default: the profile's")
     parser.add_argument("--seed", type=int, default=None, help="default: the profile's (ci: 0), "
                         "else random")
-    parser.add_argument("--jobs", type=int, default=1,
-                        help="worker processes, each with its own seed (default 1)")
+    parser.add_argument("--layout", choices=("bhsd", "bshd"), default="bhsd",
+                        help="the layout of q, k, v and o that a MODULE:FUNC takes: bhsd "
+                             "(batch, heads, seqlen, head_dim) or bshd (batch, seqlen, heads, "
+                             "head_dim); lse is (batch, heads, seqlen_q) in both")
+    parser.add_argument("--jobs", type=int, default=None,
+                        help="worker processes, each with its own seed (default: one per CPU "
+                             "core, up to 16; the ci profile: 1, so that it draws the same "
+                             "examples everywhere)")
     space = parser.add_argument_group("what to draw from (repeatable; default: everything)")
     space.add_argument("--variant", action="append", default=None, help="e.g. fa2, fa1, "
                        "--variant=-defer+seqpar+splitq (with '=' when it starts with '-')")
@@ -74,7 +81,8 @@ def parse_args(argv=None):
     space.add_argument("--skip-distribution", action="append", default=[], metavar="NAME",
                        help="leave a distribution out (e.g. one whose known open issue would "
                             "stop every worker)")
-    space.add_argument("--layout", action="append", default=None)
+    space.add_argument("--memory-layout", action="append", default=None, metavar="NAME",
+                       help="how q, k, v and dO lie in memory (--list shows the names)")
     space.add_argument("--max-seqlen", type=int, default=None,
                        help="default: twice the largest tile, plus one")
     space.add_argument("--max-heads", type=int, default=None, help="largest heads_q")
@@ -135,7 +143,9 @@ def main(argv=None) -> int:
     from . import corpus
     from .fuzzer import CHECKS
 
-    console = Console(width=None if sys.stdout.isatty() else 200, highlight=False)
+    console = Console(width=console_width(), highlight=False)
+    if args.jobs is None:
+        args.jobs = default_jobs(args.profile)
     if args.list:
         _list(console, CHECKS, DISTRIBUTIONS, LAYOUTS)
         return 0
@@ -159,7 +169,16 @@ def main(argv=None) -> int:
     if len(names) != 1:
         raise SystemExit(f"--impl {impl_spec!r}: fuzz one implementation at a time")
     impl_name = names[0]
-    impl = Column(impl_name, str(Variant()), impl_name).load()
+    if builtin(impl_name):
+        args.layout = "bhsd"  # ours and fa2check's adapters take the harness's own layout
+    elif replay_entry and not any(a.startswith("--layout") for a in argv or sys.argv[1:]):
+        args.layout = replay_entry.get("layout", "bhsd")
+    try:
+        impl = Column(impl_name, str(Variant()), impl_name).load()
+    except (ImportError, AttributeError) as error:
+        fix = fix_for(error, impl_name)
+        raise SystemExit(f"--impl {impl_name}: {type(error).__name__}: {error}"
+                         + (f"\n  fix: {fix}" if fix else "")) from None
 
     with_variant = takes_variant(impl)
     base = corpus.replay_checks(replay_entry) if replay_entry else None
@@ -176,16 +195,17 @@ def main(argv=None) -> int:
             if name not in DISTRIBUTIONS:
                 raise ValueError(f"unknown distribution {name!r}; expected one of "
                                  f"{list(DISTRIBUTIONS)}")
-        for name in args.layout or ():
+        for name in args.memory_layout or ():
             if name not in LAYOUTS:
-                raise ValueError(f"unknown layout {name!r}; expected one of {list(LAYOUTS)}")
+                raise ValueError(f"unknown memory layout {name!r}; expected one of "
+                                 f"{list(LAYOUTS)}")
     except ValueError as error:
         raise SystemExit(str(error)) from None
     space = Space.for_device(
         device == "cuda", impl=impl_name, variants=variants, dtypes=_tuple(args.dtype),
         head_dims=_tuple(args.head_dim), causal=(BOOLS[args.causal],) if args.causal else None,
         distributions=_tuple([d for d in args.distribution or DISTRIBUTIONS
-                              if d not in args.skip_distribution]), layouts=_tuple(args.layout),
+                              if d not in args.skip_distribution]), layouts=_tuple(args.memory_layout),
         max_seqlen=args.max_seqlen, max_heads_q=args.max_heads)
     explicit = [] if args.no_corpus_first else [e for e in corpus.examples(corpus_dir)
                                                 if space.contains(e)]
@@ -193,6 +213,19 @@ def main(argv=None) -> int:
         console.print(f"{escape(impl_name)} has no `variant` parameter: examples are drawn "
                       "with one variant", soft_wrap=True)
     return _campaign(console, escape, args, impl_name, space, checks, explicit, corpus_dir, device)
+
+
+def default_jobs(profile: str) -> int:
+    """One worker a core (up to 16); the ci profile one, so that it draws the same examples on
+    every machine."""
+    return 1 if profile == "ci" else min(os.cpu_count() or 1, 16)
+
+
+def console_width() -> int | None:
+    """A terminal's own width; in a log or a pipe COLUMNS, else 120 (the tables wrap to it)."""
+    if sys.stdout.isatty():
+        return None
+    return int(os.environ["COLUMNS"]) if os.environ.get("COLUMNS", "").isdigit() else 120
 
 
 def _tuple(values):
@@ -218,7 +251,7 @@ def _campaign(console, escape, args, impl_name, space, checks, explicit, corpus_
 
     kwargs = dict(space=space, device=device, profile=args.profile, checks=checks,
                   max_examples=max_examples, seconds=seconds, seed=args.seed,
-                  database=args.database, explicit=explicit)
+                  database=args.database, explicit=explicit, layout=args.layout)
     if args.shrink_seconds is not None:
         kwargs["shrink_seconds"] = args.shrink_seconds
     started = time.monotonic()
@@ -257,25 +290,33 @@ def _campaign(console, escape, args, impl_name, space, checks, explicit, corpus_
         outcome = Outcome(impl_name, live, elapsed, "interrupted")
 
     _summary(console, escape, outcome, elapsed)
+    if outcome.lse_missing:
+        console.print(f"[yellow]no lse[/]: {escape(impl_name)} {escape(outcome.lse_missing)}: "
+                      "lse_bounds and the lse parts of the other checks were left out; o and "
+                      "its gradients were checked", soft_wrap=True)
     if outcome.failure is None and not interrupted:
+        ran = [c for c in checks if not (outcome.lse_missing and c == "lse_bounds")]
         console.print(f"[green]no counterexample[/]: {outcome.tally.examples} examples passed "
-                      f"every check ({', '.join(checks)})", soft_wrap=True)
+                      f"every check ({', '.join(ran)})", soft_wrap=True)
     saved = None
     if outcome.failure is not None:
         report = outcome.failure
-        command = corpus.command(impl_name, report.example, checks)
+        command = corpus.command(impl_name, report.example, checks, args.layout)
         console.print(f"\n[bold red]COUNTEREXAMPLE[/] {escape(str(report.example))}",
                       soft_wrap=True)
         console.print(f"  {escape(report.message)}", soft_wrap=True)
         if report.traceback:
             console.print(escape(report.traceback), soft_wrap=True)
+        if report.fix and not builtin(impl_name):
+            console.print(f"fix: {escape(report.fix)}", soft_wrap=True)
         console.print("reproduce:", soft_wrap=True)
         console.print(f"  {escape(command)}", soft_wrap=True)
         console.print("python:", soft_wrap=True)
-        for line in corpus.snippet(impl_name, report.example, checks).splitlines():
+        for line in corpus.snippet(impl_name, report.example, checks, device,
+                                   args.layout).splitlines():
             console.print(f"  {escape(line)}", soft_wrap=True)
         if not args.no_save:
-            entry = corpus.entry(report, impl_name, checks, device, args.command)
+            entry = corpus.entry(report, impl_name, checks, device, args.command, args.layout)
             saved = corpus.save(entry, args.out or corpus.out_dir())
             console.print(f"saved to {escape(saved)}", soft_wrap=True)
             console.print("to add it to the regression corpus that make test replays against "
@@ -285,7 +326,8 @@ def _campaign(console, escape, args, impl_name, space, checks, explicit, corpus_
     if args.json_path:
         write_json(args.json_path, {
             "environment": describe_environment(device), "command": args.command,
-            "impl": impl_name, "profile": args.profile, "seed": outcome.seed, "jobs": args.jobs,
+            "impl": impl_name, "layout": args.layout, "lse_missing": outcome.lse_missing,
+            "profile": args.profile, "seed": outcome.seed, "jobs": args.jobs,
             "checks": list(checks), "space": space.describe(), "seconds": elapsed,
             "stopped": outcome.stopped, "examples_per_second": outcome.tally.examples / elapsed
             if elapsed else 0.0, **outcome.tally.as_dict(),
@@ -293,7 +335,8 @@ def _campaign(console, escape, args, impl_name, space, checks, explicit, corpus_
                 "example": outcome.failure.example.as_dict(),
                 "failed": outcome.failure.failed_checks, "results_failed": outcome.failure.failed,
                 "message": outcome.failure.message,
-                "reproduce": corpus.command(impl_name, outcome.failure.example, checks),
+                "reproduce": corpus.command(impl_name, outcome.failure.example, checks,
+                                            args.layout),
                 "saved": saved},
         })
         console.print(f"wrote {args.json_path}")
@@ -333,7 +376,7 @@ def _replay(console, escape, args, impl, impl_name, entry, checks, device) -> in
     from .fuzzer import check_example
 
     example = (Example.from_dict(entry["example"]) if entry else Example.parse(args.replay))
-    report = check_example(impl, example, device, checks)
+    report = check_example(impl, example, device, checks, args.layout)
     for check in report.checks:
         colour = "green" if check.passed else "red"
         console.print(f"[{colour}]{escape(str(check) if check.passed else _describe(check))}[/]",
@@ -345,7 +388,8 @@ def _replay(console, escape, args, impl, impl_name, entry, checks, device) -> in
     console.print(f"{verdict} {escape(impl_name)} {escape(str(example))} "
                   f"({report.seconds:.2f} s)", soft_wrap=True)
     if not report.passed:
-        console.print(f"  {escape(corpus.command(impl_name, example, checks))}", soft_wrap=True)
+        console.print(f"  {escape(corpus.command(impl_name, example, checks, args.layout))}",
+                      soft_wrap=True)
     return 0 if report.passed else 1
 
 
@@ -370,5 +414,5 @@ def _list(console, checks, distributions, layouts):
             f", gradients for {', '.join(d.backward_dtypes)}"
             if d.backward_dtypes and len(d.backward_dtypes) < 3 else "")
         console.print(f"   {d.name}: {d.description} [dim]({judged})[/]", soft_wrap=True)
-    console.print(f"[bold]layouts[/]: {', '.join(layouts)}")
+    console.print(f"[bold]memory layouts[/] (--memory-layout): {', '.join(layouts)}")
 

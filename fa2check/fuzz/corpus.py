@@ -43,10 +43,12 @@ def out_dir() -> str:
     return os.path.join(data, "fa2check", "counterexamples")
 
 
-def entry(report: ExampleReport, impl: str, checks, device: str, command: str) -> dict:
+def entry(report: ExampleReport, impl: str, checks, device: str, command: str,
+          layout: str = "bhsd") -> dict:
     return {
         "example": report.example.as_dict(),
         "impl": impl,
+        **({"layout": layout} if layout != "bhsd" else {}),
         "failed": report.failed_checks,  # names of fa2check.fuzz.fuzzer.CHECKS ('runs': it raised)
         "checks": list(checks),
         "message": report.message,
@@ -117,21 +119,25 @@ def replay(data: dict, device: str, impl=None) -> ExampleReport:
     return check_example(impl, Example.from_dict(data["example"]), device, replay_checks(data))
 
 
-def command(impl: str, example: Example, checks=DEFAULT_CHECKS) -> str:
+def command(impl: str, example: Example, checks=DEFAULT_CHECKS, layout: str = "bhsd") -> str:
     """The one-line command that reruns this example alone with these checks."""
     args = ["python", "-m", "fa2check.fuzz"]
     if impl != OURS:
         args.append(f"--impl={impl}")
+    if layout != "bhsd":
+        args.append(f"--layout={layout}")
     args.append(f"--replay={example}")
     args += [f"--check={c}" for c in checks if c not in DEFAULT_CHECKS]
     args += [f"--skip-check={c}" for c in DEFAULT_CHECKS if c not in checks]
     return " ".join(shlex.quote(a) for a in args)
 
 
-def snippet(impl: str, example: Example, checks=DEFAULT_CHECKS, device: str = "cpu") -> str:
+def snippet(impl: str, example: Example, checks=DEFAULT_CHECKS, device: str = "cpu",
+            layout: str = "bhsd") -> str:
     """A few lines of Python that rerun the example and keep its tensors at hand."""
     module, _, name = impl.partition(":")
     extra = "" if tuple(checks) == tuple(DEFAULT_CHECKS) else f", checks={tuple(checks)!r}"
+    extra += "" if layout == "bhsd" else f", layout={layout!r}"
     return "\n".join([
         "from fa2check.core.environment import select_device",
         "device = select_device()  # before triton is imported",

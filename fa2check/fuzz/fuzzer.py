@@ -88,7 +88,9 @@ from properties.strategies import DISTRIBUTIONS, Example, Space, coverage_keys, 
 from ..core.checks import Reference
 from ..core.environment import ROOT, select_device
 from ..core.explain import explain
-from ..core.implementations import Column, Unsupported, accepting_variant, key_tile
+from ..core.calling import adapt
+from ..core.hints import fix_for
+from ..core.implementations import Column, Unsupported, key_tile
 from ..core.passrule import FORWARD_OUTPUTS, GRADIENT_OUTPUTS, rounding_floor
 
 CHECKS = {
@@ -179,6 +181,8 @@ class ExampleReport:
     seconds: float
     error: str | None = None  # the implementation (or a check on its outputs) raised
     traceback: str | None = None
+    lse_missing: str | None = None  # why the implementation returned no lse (fa2check.core.calling)
+    fix: str | None = None  # what to change, where it raised (fa2check.core.hints)
 
     @property
     def passed(self) -> bool:
@@ -216,13 +220,16 @@ def describe(check: Check) -> str:
     return explain(check)
 
 
-def check_example(impl, example: Example, device: str, checks=DEFAULT_CHECKS) -> ExampleReport:
+def check_example(impl, example: Example, device: str, checks=DEFAULT_CHECKS,
+                  layout: str = "bhsd") -> ExampleReport:
     """Run `impl` on the example and apply `checks` (names of CHECKS). Raises Unsupported when
-    the implementation cannot run it."""
+    the implementation cannot run it (it raised NotImplementedError). `impl` is called through
+    fa2check.core.calling.adapt(impl, layout): it may omit variant and return_lse (then the lse
+    checks are left out, and the report's lse_missing says why)."""
     unknown = set(checks) - set(CHECKS)
     if unknown:
         raise ValueError(f"unknown checks {sorted(unknown)}; expected some of {list(CHECKS)}")
-    impl = accepting_variant(impl)  # a function without a `variant` parameter runs as it is
+    impl = adapt(impl, layout)
     started = time.perf_counter()
     try:
         ref = Reference(example.problem, device, backward=example.backward,
@@ -234,11 +241,15 @@ def check_example(impl, example: Example, device: str, checks=DEFAULT_CHECKS) ->
             results = _run_checks(impl, example, ref, device, checks)
     except Unsupported:
         raise
+    except NotImplementedError as error:  # the implementation cannot run it: in its words
+        raise Unsupported(str(error) or type(error).__name__) from error
     except Exception as error:  # noqa: BLE001 - a crash is a failure; the traceback says whose
         return ExampleReport(example, [], time.perf_counter() - started,
                              error=f"{type(error).__name__}: {error}".splitlines()[0],
-                             traceback=traceback.format_exc())
-    return ExampleReport(example, results, time.perf_counter() - started)
+                             traceback=traceback.format_exc(), lse_missing=impl.lse_missing,
+                             fix=fix_for(error, "", layout))
+    return ExampleReport(example, results, time.perf_counter() - started,
+                         lse_missing=impl.lse_missing)
 
 
 def _run_checks(impl, example: Example, ref: Reference, device: str, checks) -> list[Check]:
@@ -246,6 +257,7 @@ def _run_checks(impl, example: Example, ref: Reference, device: str, checks) -> 
     dist = DISTRIBUTIONS[example.distribution]
     with nan_filled_allocations():
         out = call(impl, variant, ref)
+    ref = ref.for_outputs(out)  # without lse: the gradients of o alone, the oracle's too
     extreme = dist.judge == "extreme"
     case = Case(dist.extreme_kind or example.distribution, p, backward=example.backward)
     rule = ref.judge(out)
@@ -257,7 +269,7 @@ def _run_checks(impl, example: Example, ref: Reference, device: str, checks) -> 
         passed = not extreme and all(c.passed for c in rule)
         results.append(from_output_checks("oracle", rule) if passed
                        else _oracle(case, ref, out, terms(), extreme))
-    if "lse_bounds" in checks:
+    if "lse_bounds" in checks and out.lse is not None:  # no lse: nothing to bound
         # lse's allowed error: the pass rule's, or where that is not enough (or meaningless)
         # the bound's largest (the oracle check accepts either)
         s = scores(ref.q, ref.k, p.causal)
@@ -398,6 +410,7 @@ class Outcome:
     stopped: str  # "done" (max_examples), "time", "counterexample", "stopped"
     failure: ExampleReport | None = None
     seed: int | None = None  # the hypothesis seed (of the first worker with --jobs)
+    lse_missing: str | None = None  # why the implementation gave no lse (its checks left out)
 
     @property
     def examples_per_second(self) -> float:
@@ -416,17 +429,18 @@ class _Stop(BaseException):
 def fuzz(impl, impl_name: str, *, space: Space, device: str, profile: str = "dev",
          checks=DEFAULT_CHECKS, max_examples: int | None = None, seconds: float | None = None,
          seed: int | None = None, database: str | None = None, explicit=(), on_tick=None,
-         stop=None, shrink_seconds: float = SHRINK_SECONDS) -> Outcome:
+         stop=None, shrink_seconds: float = SHRINK_SECONDS, layout: str = "bhsd") -> Outcome:
     """Fuzz `impl` over `space`. Returns the Outcome; `failure` is the minimal counterexample
     (or, when shrinking ran out of time, the smallest one found by then).
 
     `explicit`: examples run first (the regression corpus). `on_tick(Tick)` after every example.
-    `stop`: an Event that ends the run early (another worker found a counterexample)."""
+    `stop`: an Event that ends the run early (another worker found a counterexample).
+    `layout`: the layout `impl` takes (fa2check.core.calling)."""
     chosen = PROFILES[profile]
     seconds = chosen.seconds if seconds is None else seconds
     seed = _seed(profile, seed)
     tally = Tally(on_gpu=space.on_gpu)
-    state = {"failure": None, "stopped": "done"}
+    state = {"failure": None, "stopped": "done", "lse_missing": None}
     started = time.monotonic()
     deadline = started + seconds if seconds else math.inf
 
@@ -443,10 +457,11 @@ def fuzz(impl, impl_name: str, *, space: Space, device: str, profile: str = "dev
             state["stopped"] = "counterexample"  # shrinking cut short: report the best so far
             raise _Stop
         try:
-            report = check_example(impl, example, device, checks)
+            report = check_example(impl, example, device, checks, layout)
         except Unsupported:
             tally.rejected += 1
             reject()
+        state["lse_missing"] = state["lse_missing"] or report.lse_missing
         tick = Tick(example, report.passed, report.ratio, report.seconds,
                     "shrink" if state["failure"] is not None else "generate")
         tally.add(tick)
@@ -476,7 +491,7 @@ def fuzz(impl, impl_name: str, *, space: Space, device: str, profile: str = "dev
     if state["failure"] is not None:
         state["stopped"] = "counterexample"
     return Outcome(impl_name, tally, time.monotonic() - started, state["stopped"],
-                   state["failure"], seed)
+                   state["failure"], seed, state["lse_missing"])
 
 
 def _seed(profile: str, seed: int | None) -> int:
@@ -558,4 +573,5 @@ def merge(outcomes: list[Outcome], seconds: float) -> Outcome:
     stopped = ("counterexample" if failures else
                "time" if any(o.stopped == "time" for o in outcomes) else "done")
     first = failures[0] if failures else outcomes[0]
-    return Outcome(first.impl, tally, seconds, stopped, first.failure, first.seed)
+    return Outcome(first.impl, tally, seconds, stopped, first.failure, first.seed,
+                   next((o.lse_missing for o in outcomes if o.lse_missing), None))

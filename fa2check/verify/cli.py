@@ -24,6 +24,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from properties import PROPERTIES
 
 from ..core.environment import describe_environment, select_device
+from ..core.hints import fix_for
 from ..core.implementations import columns as make_columns
 from ..core.implementations import default_specs
 from ..core.interrupts import sigterm_as_interrupt
@@ -43,6 +44,11 @@ def parse_args(argv=None):
                              "SDPA's four backends), 'flex' (torch's flex_attention, compiled) "
                              "or one of sdpa_flash, sdpa_cudnn, sdpa_efficient, sdpa_math; default: ours, "
                              "and on a GPU also hopper on sm_90, gluon on any other")
+    parser.add_argument("--layout", choices=("bhsd", "bshd"), default="bhsd",
+                        help="the layout of q, k, v and o that the MODULE:FUNC implementations "
+                             "take: bhsd (batch, heads, seqlen, head_dim; torch SDPA's) or bshd "
+                             "(batch, seqlen, heads, head_dim; flash-attention's); lse is "
+                             "(batch, heads, seqlen_q) in both")
     parser.add_argument("--variant", action="append", default=None,
                         help="variant such as +defer+seqpar+splitq, or fa2/fa1 (repeatable; "
                              "default: all 8 for ours, FA2's for other implementations)")
@@ -78,7 +84,7 @@ def main(argv=None) -> int:
             for case in PROPERTIES[name].CASES[tier]:
                 console.print(f"{name}  {case.with_seed_offset(args.seed).id}", soft_wrap=True)
         return 0
-    columns = make_columns(args.impl or default_specs(device), args.variant)
+    columns = load_columns(args.impl or default_specs(device), args.variant, args.layout)
     names = args.property or list(PROPERTIES)
     tasks = runner.plan(tier, columns, names, args.case, args.seed, args.forward_only)
     jobs = args.jobs or min(os.cpu_count() or 1, 16)
@@ -114,7 +120,7 @@ def main(argv=None) -> int:
     for line in verdicts.legend(columns, names):
         console.print(line, soft_wrap=True)
     console.print(verdicts.LEGEND, soft_wrap=True)
-    for line in verdicts.failure_lines(records):
+    for line in verdicts.lse_lines(records) + verdicts.failure_lines(records):
         console.print(line, soft_wrap=True)
     counts = {status: sum(r["status"] == status for r in records)
               for status in ("pass", "fail", "error", "unsupported")}
@@ -142,6 +148,18 @@ def main(argv=None) -> int:
             "results": records})
         console.print(f"wrote {args.json_path}")
     return 1 if counts["fail"] or counts["error"] or interrupted else 0
+
+
+def load_columns(specs, variants, layout):
+    """The run's columns; an --impl that does not load exits with what to change."""
+    try:
+        return make_columns(specs, variants, layout)
+    except (ImportError, AttributeError) as error:
+        spec = next((s for s in specs if ":" in s and s.partition(":")[0] in str(error)),
+                    next((s for s in specs if ":" in s), ""))
+        fix = fix_for(error, spec)
+        raise SystemExit(f"--impl {spec}: {type(error).__name__}: {error}"
+                         + (f"\n  fix: {fix}" if fix else "")) from None
 
 
 def _job_words(job: dict) -> str:

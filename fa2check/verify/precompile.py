@@ -25,7 +25,7 @@ from properties.base import Call, calls
 from properties.memory_safety import nan_view
 
 from ..core.checks import run_impl
-from ..core.implementations import GLUON, HOPPER, OURS, Column, accepting_variant
+from ..core.implementations import GLUON, HOPPER, OURS, Column
 
 BACKENDS = {GLUON: "gluon", HOPPER: "hopper"}  # our other columns: the Triton backend
 
@@ -117,7 +117,7 @@ def compile_job(job: list[tuple[Column, Call]], device: str) -> dict:
         dlse = torch.zeros(q.shape[:3], device=device)
         call_start = time.perf_counter()
         try:
-            run_impl(accepting_variant(column.load()), q, k, v, do, dlse, call.backward,
+            run_impl(column.implementation(), q, k, v, do, dlse, call.backward,
                      causal=call.problem.causal, softmax_scale=None,
                      variant=column.load_variant(), return_lse=True)
         except Exception:  # noqa: BLE001 - unsupported shapes and crashes are the cases' to report

@@ -38,7 +38,8 @@ from properties.base import PropertyResult, calls
 from ..core import shared_memo
 from ..core.environment import select_device
 from ..core.explain import explain_failures
-from ..core.implementations import Column, Unsupported, accepting_variant, takes_variant
+from ..core.hints import fix_for
+from ..core.implementations import Column, builtin, takes_variant
 from . import gpu_budget, precompile
 
 
@@ -90,9 +91,12 @@ def task_bytes(task: Task) -> int:
 
 
 def run_task(task: Task, device: str, budget: gpu_budget.Budget | None = None) -> dict:
-    """Run one task; an implementation that raises gives an 'error' record, not an abort. A
-    failed case's message says, check by check, what was expected and what came out. With a
-    `budget` (several workers on one GPU) the task waits until its estimate fits in it."""
+    """Run one task; an implementation that raises gives an 'error' record, not an abort (with
+    a `fix`, one line saying what to change, for a user's implementation), NotImplementedError
+    (Unsupported among them) an 'unsupported' record with its words. A failed case's message
+    says, check by check, what was expected and what came out. A record of an implementation
+    that returned no lse says why in `lse_missing` (its lse checks are n/a). With a `budget`
+    (several workers on one GPU) the task waits until its estimate fits in it."""
     estimate = task_bytes(task) if device == "cuda" else 0
     waited = time.perf_counter()
     if budget is not None:
@@ -101,11 +105,11 @@ def run_task(task: Task, device: str, budget: gpu_budget.Budget | None = None) -
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
     started = time.time()
-    variant = task.column.variant
+    variant, impl, fix = task.column.variant, None, None
     try:
-        impl = task.column.load()
+        impl = task.column.implementation()
         if not takes_variant(impl):
-            impl, variant = accepting_variant(impl), None
+            variant = None
         with warnings.catch_warnings():
             # NaN and inf inputs are deliberate here; numpy's warnings about them (from the
             # interpreter) are noise: the checks judge the results
@@ -115,8 +119,9 @@ def run_task(task: Task, device: str, budget: gpu_budget.Budget | None = None) -
         if result.status == "fail":
             result.message = explain_failures(result.checks)
         trace = None
-    except Unsupported as error:
-        result = PropertyResult(task.property, task.case, "unsupported", message=str(error))
+    except NotImplementedError as error:  # fa2check.Unsupported too: the implementation's words
+        result = PropertyResult(task.property, task.case, "unsupported",
+                                message=str(error) or type(error).__name__)
         trace = None
     except Exception as error:  # noqa: BLE001 - any crash of the implementation is a failure
         message = f"{type(error).__name__}: {error}".splitlines()[0]
@@ -126,6 +131,8 @@ def run_task(task: Task, device: str, budget: gpu_budget.Budget | None = None) -
                        f"at {gpu_budget.gib(estimate)}]")
         result = PropertyResult(task.property, task.case, "error", message=message)
         trace = traceback.format_exc()
+        if not builtin(task.column.impl):
+            fix = fix_for(error, task.column.impl, task.column.layout)
     memory = {}
     if device == "cuda":
         # the estimate, the peak PyTorch reserved in this process during the task (its caches
@@ -143,7 +150,11 @@ def run_task(task: Task, device: str, budget: gpu_budget.Budget | None = None) -
     record = result.as_dict()
     # variant: what was passed to the implementation (None: it takes none)
     record.update(column=task.column.label, impl=task.column.impl, variant=variant,
-                  seconds=round(time.time() - started, 3), **memory)
+                  layout=task.column.layout, seconds=round(time.time() - started, 3), **memory)
+    if getattr(impl, "lse_missing", None):
+        record["lse_missing"] = impl.lse_missing
+    if fix:
+        record["fix"] = fix
     for check in record["checks"]:
         if not check["passed"]:
             check["explanation"] = explain_failures([check])

@@ -4,6 +4,7 @@ Every cell comes from the records; nothing is typed."""
 from __future__ import annotations
 
 import math
+import re
 import shlex
 
 from rich.markup import escape
@@ -28,6 +29,8 @@ def cell(records: list[dict]) -> tuple[str, str]:
     ran = len(records) - unsupported
     ratios = [r["ratio"] for r in records if r["ratio"] is not None]
     extra = f" [dim](+{unsupported} n/a)[/]" if unsupported else ""
+    if any(r.get("lse_missing") and r["status"] in ("pass", "fail") for r in records):
+        extra += " [dim](lse n/a)[/]"
     failed = sum(r["status"] == "fail" for r in records)
     errors = sum(r["status"] == "error" for r in records)
     if failed or errors:
@@ -70,7 +73,8 @@ def markdown(report: dict) -> str:
 
 LEGEND = ("[dim]PASS and the worst error/allowed ratio over a cell's cases (1.0 is the edge; "
           "exact checks have none); FAIL a/b: a of the b cases run failed a check; ERROR a/b: "
-          "the implementation raised; n/a: it does not support the case.[/]")
+          "the implementation raised; n/a: it does not support the case (it raised "
+          "NotImplementedError); lse n/a: it returns no lse.[/]")
 
 # what each property checks, in a few words (the legend's rows line; docs/correctness.md says more)
 PROPERTY_WORDS = {
@@ -109,7 +113,8 @@ def legend(columns: list, property_names: list[str]) -> list[str]:
         kinds.append("sdpa_*: torch SDPA's backend of that name, forced alone")
     if any(c.impl == FLEX for c in columns):
         kinds.append("flex: torch's flex_attention under torch.compile")
-    others = [f"{c.label} = {c.impl}" for c in columns
+    others = [f"{c.label} = {c.impl}" + (f" in layout {c.layout}" if c.layout != "bhsd" else "")
+              for c in columns
               if not c.ours and not c.label.startswith("sdpa_") and c.impl != FLEX]
     if others:
         kinds.append(", ".join(dict.fromkeys(others)) + " (given with --impl)")
@@ -129,6 +134,8 @@ def reproduce(record: dict, tier: str, seed: int, forward_only: bool) -> str:
     args = ["python", "-m", "fa2check.verify", f"--tier={tier}", f"--property={record['property']}"]
     if record["impl"] != "kernels:flash_attention":
         args.append(f"--impl={record['impl']}")
+    if record.get("layout", "bhsd") != "bhsd":
+        args.append(f"--layout={record['layout']}")
     if record.get("variant") is not None:  # None: the implementation takes no variant
         args.append(f"--variant={record['variant']}")
     args.append(f"--case={record['case']['id']}")
@@ -139,22 +146,40 @@ def reproduce(record: dict, tier: str, seed: int, forward_only: bool) -> str:
     return " ".join(shlex.quote(a) for a in args)
 
 
+def lse_lines(records: list[dict]) -> list[str]:
+    """A line for each column whose implementation returned no lse: why, and what was not
+    checked (fa2check.core.calling)."""
+    why = {}
+    for r in records:
+        if r.get("lse_missing"):
+            why.setdefault(r["column"], r["lse_missing"])
+    return ["[yellow]no lse[/] " + escape(f"[{column}] {reason}: lse_bounds and the lse parts "
+                                          "of the other checks are n/a; o and its gradients "
+                                          "are checked (to have lse checked too, return "
+                                          "(o, lse) when called with return_lse=True)")
+            for column, reason in why.items()]
+
+
 def failure_lines(records: list[dict]) -> list[str]:
     """Each failed case with what was expected and what came out, and its command; an
-    implementation that raised is shown once per (column, message), with how many cases."""
+    implementation that raised is shown once per (column, message), with how many cases and
+    the line saying what to change (`fix`) where there is one."""
     lines, raised = [], {}
     for r in records:
-        if r["status"] == "error":
-            raised.setdefault((r["column"], r["message"]), []).append(r)
+        if r["status"] == "error":  # one line per kind of error: shapes and numbers aside
+            raised.setdefault((r["column"], re.sub(r"\d+", "N", r["message"])), []).append(r)
         elif r["status"] == "fail":
             text = (f"{r['property']} [{r['column']}] {r['case']['id']}: {r['message']}\n"
                     f"  {r['reproduce']}")
             lines.append("[red]FAIL[/] " + escape(text))
-    for (column, message), group in raised.items():
+    for (column, _), group in raised.items():
         n = len(group)
         cases = "1 case" if n == 1 else f"{n} cases"
         first = group[0]
+        message = first["message"] + (" (shapes vary)" if len({g["message"] for g in group}) > 1
+                                      else "")
+        fix = f"\n  fix: {first['fix']}" if first.get("fix") else ""
         text = (f"[{column}] raised in {cases} ({', '.join(sorted({g['property'] for g in group}))}"
-                f"): {message}\n  first: {first['reproduce']}")
+                f"): {message}{fix}\n  first: {first['reproduce']}")
         lines.append("[red]ERROR[/] " + escape(text))
     return lines
