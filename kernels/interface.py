@@ -208,9 +208,6 @@ def _check_inputs(q, k, v, causal, softmax_scale, variant):
         raise TypeError(f"q, k and v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     if not (q.device == k.device == v.device):
         raise ValueError(f"q, k and v must be on one device, got {q.device}, {k.device}, {v.device}")
-    if not q.is_cuda and not interpreting():
-        raise ValueError(f"q is on {q.device}: the kernels need a CUDA device, or Triton's "
-                         "interpreter (set TRITON_INTERPRET=1 before importing triton)")
     if k.shape[:3] != v.shape[:3]:
         raise ValueError(f"k and v must have the same batch, heads and seqlen (head dims may "
                          f"differ), got shapes {tuple(k.shape)} and {tuple(v.shape)}")
@@ -229,6 +226,10 @@ def _check_inputs(q, k, v, causal, softmax_scale, variant):
             raise ValueError(f"softmax_scale must be finite and positive, got {softmax_scale}")
     if not isinstance(variant, Variant):
         raise TypeError(f"variant must be a kernels.Variant, got {type(variant).__name__}")
+    # the device last: a bad call hears about its arguments first
+    if not q.is_cuda and not interpreting():
+        raise ValueError(f"q is on {q.device}: the kernels need a CUDA device, or Triton's "
+                         "interpreter (set TRITON_INTERPRET=1 before importing triton)")
 
 
 def _check_config(config: TileConfig, variant: Variant, on_gpu: bool):

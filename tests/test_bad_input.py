@@ -120,17 +120,12 @@ def test_gluon_backend_refuses_what_it_cannot_run(device):
     check_gluon_call(torch.bfloat16, 64, split_k, TileConfig(16, 64, num_warps=4))
 
 
-# Issue 57 (branch user-facing): on a CPU without TRITON_INTERPRET, a bad call is told about its
-# arguments before the device. Needs kernels/interface.py's _check_inputs to test the device
-# (`if not q.is_cuda and not interpreting()`) last, after the variant's type; until that edit
-# these are strict xfails: the edit turns them into passes, and this marker goes with it.
+# on a CPU without TRITON_INTERPRET, a bad call is told about its arguments before the device
 ARGUMENTS_BEFORE_DEVICE = [case for case in CASES if case[0] in (
     "k v shapes", "batch", "head_dim mismatch", "heads not divisible", "head_dim 32 vs 40",
     "causal not bool", "scale string", "scale nan", "variant string")]
 
 
-@pytest.mark.xfail(strict=True, reason="needs the device check last in kernels/interface.py's "
-                                       "_check_inputs (issue 57; the lead's kernels/ edit)")
 @pytest.mark.parametrize("name,make,error,message", ARGUMENTS_BEFORE_DEVICE,
                          ids=[c[0] for c in ARGUMENTS_BEFORE_DEVICE])
 def test_argument_errors_come_before_the_device_error(name, make, error, message, monkeypatch):
