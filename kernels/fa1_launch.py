@@ -73,9 +73,10 @@ def bwd_column_parallel(variant, fa1_bwd_splits: int, batch_heads: int, seqlen_k
     always (FA1: any count above 1 runs the column-parallel kernel)."""
     if variant.seq_parallel or fa1_bwd_splits > 1:
         return True
-    if fa1_bwd_splits == 1:
+    blocks = -(-seqlen_k // block_n)
+    if fa1_bwd_splits == 1 or blocks == 1:  # one column block: nothing to split
         return False
-    if causal and -(-seqlen_k // block_n) >= 10:
+    if causal and blocks >= 10:
         return True
     return fa1_bwd_column_parallel(batch_heads, *sms_and_ctas(), seqlen_k, block_n, causal)
 

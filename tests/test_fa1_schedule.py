@@ -209,6 +209,7 @@ def test_fa1_bwd_column_parallel_is_fa1s_heuristic():
     assert bwd_column_parallel(off, 2, 512, 512, 128, False, never_asked)
     assert bwd_column_parallel(on, 1, 512, 512, 128, False, never_asked)
     assert bwd_column_parallel(off, 0, 256, 1280, 128, True, never_asked)
+    assert not bwd_column_parallel(off, 0, 4, 100, 128, False, never_asked)  # one block
     assert bwd_column_parallel(off, 0, 64, 4096, 128, False, lambda: (132, 1))
     assert not bwd_column_parallel(off, 0, 64, 4096, 128, False, lambda: (33, 1))
 
