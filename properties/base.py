@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field, replace
 import torch
 
 from fa2check.core.checks import Outputs, Reference, run_impl
+from fa2check.core.compiling import Call  # noqa: F401 - the properties' calls() return Calls
 from fa2check.core.oracle import default_scale, expand_kv, visible_mask
 from fa2check.core.passrule import OutputCheck
 from fa2check.core.problems import Problem
@@ -44,16 +45,6 @@ class Case:
     def as_dict(self) -> dict:
         return {"id": self.id, "kind": self.kind, "backward": self.backward,
                 "problem": self.problem.as_dict()}
-
-
-@dataclass(frozen=True)
-class Call:
-    """A call of the implementation, as far as what it compiles depends on it: the problem's
-    shapes, dtype and mask, the layout of q, k, v and dO (a layout of
-    memory_safety.nan_view; None: contiguous) and whether the backward runs."""
-    problem: Problem
-    backward: bool
-    layout: str | None = None
 
 
 def calls(module, case: Case) -> tuple[Call, ...]:

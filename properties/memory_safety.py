@@ -27,6 +27,7 @@ import functools
 import torch
 
 from fa2check.core.checks import Reference
+from fa2check.core.memory_layouts import nan_view
 from fa2check.core.problems import Problem
 
 from .base import (OUTPUTS, Call, Case, PropertyResult, allowed_errors, call, dq_may_vary, pass_rule,
@@ -47,25 +48,6 @@ CASES = {
         Case("padded-bshd-strided", like(GQA_BF16_D64, 701)),
     ),
 }
-
-
-def nan_view(t: torch.Tensor, layout: str) -> torch.Tensor:
-    """A view equal to `t` (B, H, S, D) into a larger NaN-filled buffer, laid out as `layout`."""
-    b, h, s, d = t.shape
-
-    def nans(*shape):
-        return torch.full(shape, float("nan"), dtype=t.dtype, device=t.device)
-
-    if layout == "padded":
-        view = nans(b + 1, h + 1, s + 2, d + 16)[:b, :h, 1:s + 1, :d]
-    elif layout == "bshd-strided":
-        view = nans(b, s + 2, h + 1, 2 * d)[:, 1:s + 1, :h, 0::2].transpose(1, 2)
-    elif layout == "padded-bshd-strided":
-        view = nans(b + 1, s + 2, h + 1, 2 * d + 2)[:b, 1:s + 1, :h, 0:2 * d:2].transpose(1, 2)
-    else:
-        raise ValueError(f"unknown layout {layout!r}")
-    view.copy_(t)
-    return view
 
 
 @functools.lru_cache(maxsize=2)

@@ -39,9 +39,10 @@ from dataclasses import dataclass, field, replace
 import torch
 from hypothesis import strategies as st
 
-from fa2check.core.implementations import OURS, lattice
+from fa2check.core.implementations import HOPPER, OURS, lattice
 from fa2check.core.problems import DTYPES, Problem
 from kernels import SUPPORTED_HEAD_DIMS, TILE_HEAD_DIMS, Variant, default_config
+from kernels.hopper_forward import HOPPER_DTYPES, HOPPER_HEAD_DIMS
 from kernels.config import block_d
 
 from .base import Case
@@ -251,8 +252,27 @@ def primes_up_to(n: int) -> tuple[int, ...]:
 
 
 @dataclass(frozen=True)
+class KernelClass:
+    """What a kernel is compiled for, less the shapes and strides Triton specialises on: the
+    variant, dtype, head dims and mask. The GPU fuzzer compiles a set of them ahead and draws
+    many problems from each (fa2check/fuzz/classes.py)."""
+    variant: Variant
+    dtype: str
+    head_dim: int
+    head_dim_v: int
+    causal: bool
+
+    def __str__(self) -> str:
+        dims = f"{self.head_dim}" + (f"/{self.head_dim_v}" if self.head_dim_v != self.head_dim
+                                     else "")
+        return f"{self.variant}:d{dims}-{self.dtype}-{'causal' if self.causal else 'full'}"
+
+
+@dataclass(frozen=True)
 class Space:
-    """What the fuzzer may draw (the command line narrows it)."""
+    """What the fuzzer may draw (the command line narrows it). With `classes`, each example
+    takes its variant, dtype, head dims and mask from one of them, and everything else (batch,
+    heads, lengths, values, layout) is drawn as usual."""
     variants: tuple = field(default_factory=lambda: tuple(Variant.all()))
     dtypes: tuple[str, ...] = tuple(DTYPES)
     # the tile widths first, so that a head_dim shrinks towards 16
@@ -266,6 +286,8 @@ class Space:
     max_heads_q: int = 10
     max_seqlen: int | None = None  # None: twice the largest tile, plus one
     impl: str = OURS  # whose lattice the variants are drawn from (GPU)
+    own_head_dim_v: bool = True  # v's head dim may differ from q's (not the Hopper chassis's)
+    classes: tuple = ()  # KernelClass: the only kernels drawn (the GPU's compiled classes)
 
     @classmethod
     def for_device(cls, on_gpu: bool, impl: str | None = None, **changes) -> "Space":
@@ -276,6 +298,9 @@ class Space:
         impl = impl or OURS
         base = (cls(on_gpu=True, max_batch=3, max_heads_q=16, impl=impl,
                     variants=tuple(lattice(impl))) if on_gpu else cls(impl=impl))
+        if impl == HOPPER:  # the chassis's domain: nothing drawn that it would refuse
+            base = replace(base, dtypes=HOPPER_DTYPES, head_dims=HOPPER_HEAD_DIMS,
+                           own_head_dim_v=False)
         return replace(base, **{k: v for k, v in changes.items() if v is not None})
 
     def tiles(self) -> tuple[int, ...]:
@@ -290,7 +315,9 @@ class Space:
         p = example.problem
         return (example.variant in self.variants and p.dtype in self.dtypes
                 and {p.head_dim, p.head_dim_v} <= set(self.head_dims) and p.causal in self.causal
-                and example.distribution in self.distributions and example.layout in self.layouts)
+                and (self.own_head_dim_v or p.head_dim_v == p.head_dim)
+                and example.distribution in self.distributions and example.layout in self.layouts
+                and (not self.classes or kernel_class(example) in self.classes))
 
     def describe(self) -> str:
         names = {"variants": [str(v) for v in self.variants], "dtypes": list(self.dtypes),
@@ -299,6 +326,8 @@ class Space:
         full = Space.for_device(self.on_gpu, self.impl)
         narrowed = [f"{k}={v}" for k, v in names.items()
                     if len(v) != len(getattr(full, k))]
+        if self.classes:
+            narrowed.append(f"{len(self.classes)} kernel classes")
         sizes = (f"batch <= {self.max_batch}, heads_q <= {self.max_heads_q}, seqlen <= "
                  f"{self.max_seqlen or '2 tiles + 1'}")
         return ", ".join(narrowed + [sizes]) if narrowed else f"everything; {sizes}"
@@ -369,6 +398,11 @@ def head_dims(space: Space, site: str = "head_dim"):
     return _weighted(tuple((d, weight) for d in widths) + tuple((d, 1) for d in others), site)
 
 
+def kernel_class(example: Example) -> KernelClass:
+    p = example.problem
+    return KernelClass(example.variant, p.dtype, p.head_dim, p.head_dim_v, p.causal)
+
+
 def head_dims_v(draw, space: Space, head_dim: int) -> int:
     """v's head dim: head_dim itself three times in four, otherwise one of the space's own
     (`head_dims`), which may differ; shrinks towards head_dim itself.
@@ -378,7 +412,7 @@ def head_dims_v(draw, space: Space, head_dim: int) -> int:
     shrink as they did before v had a head dim of its own (tests/test_fuzz.py)."""
     kind = draw(_weighted(HEAD_DIM_V_KINDS, "head_dim_v kind"))
     own = draw(head_dims(space, "head_dim_v"))
-    return head_dim if kind == "same" else own
+    return head_dim if kind == "same" or not space.own_head_dim_v else own
 
 
 def variants(space: Space):
@@ -393,14 +427,18 @@ def distributions(space: Space):
 
 
 @st.composite
-def problems(draw, space: Space):
-    """A Problem of the space. Its lengths follow the tiles of every variant and head_dim of the
-    space, not those of the example's own: so that when hypothesis shrinks the variant or the
-    head_dim, the length choices keep their meaning (measured: with per-variant tiles a bug of
-    every variant stayed reported on a split-K variant and an arbitrary seed)."""
-    dtype = draw(st.sampled_from(space.dtypes))
-    head_dim = draw(head_dims(space))
-    causal = draw(st.sampled_from(space.causal))
+def problems(draw, space: Space, kernel: KernelClass | None = None):
+    """A Problem of the space (with `kernel`, of that kernel class). Its lengths follow the tiles
+    of every variant and head_dim of the space, not those of the example's own: so that when
+    hypothesis shrinks the variant or the head_dim, the length choices keep their meaning
+    (measured: with per-variant tiles a bug of every variant stayed reported on a split-K
+    variant and an arbitrary seed)."""
+    if kernel is None:
+        dtype = draw(st.sampled_from(space.dtypes))
+        head_dim = draw(head_dims(space))
+        causal = draw(st.sampled_from(space.causal))
+    else:
+        dtype, head_dim, causal = kernel.dtype, kernel.head_dim, kernel.causal
     tiles = space.tiles()
     limit = space.seqlen_limit(tiles)
     batch = draw(_evenly(range(1, space.max_batch + 1), "batch"))
@@ -410,15 +448,19 @@ def problems(draw, space: Space):
     seqlen_q = _seqlen(draw, "seqlen_q", tiles, limit)
     seqlen_k = _seqlen(draw, "seqlen_k", tiles, limit, near=seqlen_q)
     seed = draw(st.integers(0, 2**31 - 1))
-    head_dim_v = head_dims_v(draw, space, head_dim)
+    head_dim_v = head_dims_v(draw, space, head_dim) if kernel is None else kernel.head_dim_v
     return Problem(batch, heads_kv * group, heads_kv, seqlen_q, seqlen_k, head_dim, dtype, causal,
                    seed=seed, head_dim_v=head_dim_v)
 
 
 @st.composite
 def examples(draw, space: Space):
-    variant = draw(variants(space))
-    problem = draw(problems(space))
+    if space.classes:  # one of the compiled kernels (shrinks towards the first class)
+        kernel = draw(st.sampled_from(space.classes))
+        variant, problem = kernel.variant, draw(problems(space, kernel))
+    else:
+        variant = draw(variants(space))
+        problem = draw(problems(space))
     distribution = draw(distributions(space))
     layout = draw(st.sampled_from(space.layouts))
     return Example(variant, problem, distribution, layout)

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from fa2check.core.implementations import OURS, columns, default_specs
+from fa2check.core import compiling
 from fa2check.verify import precompile
 from fa2check.verify.runner import plan
 from kernels import Variant
@@ -32,7 +33,7 @@ def _undeclared(name, case):
 
     module = PROPERTIES[name]
     module.run(recording, Variant(), case, "cpu")
-    declared = {_signature(*precompile.inputs(c, "cpu")[:3], c.backward)
+    declared = {_signature(*compiling.inputs(c, "cpu")[:3], c.backward)
                 for c in calls(module, case)}
     return made - declared
 
@@ -70,31 +71,31 @@ def test_full_tier_jobs_cover_each_call_once_costliest_first():
     layouts = calls(PROPERTIES["memory_safety"], PROPERTIES["memory_safety"].CASES["full"][1])
     for column, pair, apart in ((ours, layouts, True), (ours, twins, False),
                                 (hopper, twins, True)):
-        classes = [precompile.compile_class(column, call) for call in pair]
+        classes = [compiling.compile_class(column, call) for call in pair]
         assert (classes[0] != classes[1]) == apart, (column.label, pair)
 
 
 def test_a_job_calls_the_implementation_with_each_call(monkeypatch):
     seen = []
-    monkeypatch.setattr(precompile, "run_impl",
+    monkeypatch.setattr(compiling, "run_impl",
                         lambda fn, q, k, v, do, dlse, backward, **kw: seen.append(
                             (q.stride(), do.stride(), backward, kw["variant"])))
     case = PROPERTIES["memory_safety"].CASES["quick"][1]  # bshd-strided
     declared = calls(PROPERTIES["memory_safety"], case)
-    precompile.compile_job([(columns(None, ["fa2"])[0], c) for c in declared], "cpu")
+    compiling.compile_job([(columns(None, ["fa2"])[0], c) for c in declared], "cpu")
     expected = []
     for c in declared:
-        q, _, _, do = precompile.inputs(c, "cpu")
+        q, _, _, do = compiling.inputs(c, "cpu")
         expected.append((q.stride(), do.stride(), case.backward, Variant()))
     assert seen == expected and expected[0] != expected[1]
 
 
 def test_a_compile_job_reports_its_class_and_seconds(monkeypatch):
-    monkeypatch.setattr(precompile, "run_impl", lambda *args, **kwargs: time.sleep(0.01))
+    monkeypatch.setattr(compiling, "run_impl", lambda *args, **kwargs: time.sleep(0.01))
     case = PROPERTIES["memory_safety"].CASES["quick"][1]
     declared = calls(PROPERTIES["memory_safety"], case)
     job = [(columns(None, ["fa2"])[0], c) for c in declared]
-    summary = precompile.compile_job(job, "cpu")
+    summary = compiling.compile_job(job, "cpu")
     p = case.problem
     assert {k: summary[k] for k in ("variant", "dtype", "head_dim", "causal", "backward",
                                     "impls")} == {

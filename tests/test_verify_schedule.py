@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from fa2check.core import shared_memo
+from fa2check.core import compiling, shared_memo
 from fa2check.core.implementations import columns, default_specs
 from fa2check.verify import precompile
 from fa2check.verify.runner import (Schedule, _execute_in_workers, _needs, execute, groups,
@@ -67,7 +67,7 @@ def test_on_the_gpu_each_group_waits_for_the_jobs_of_its_own_tasks():
     prepared = [key for key in keys if key[0] == "prepare"]
     assert {name for _, name, _ in prepared} == {"lse_bounds"}  # its mpmath rows, once a case
     assert len(prepared) == len(PROPERTIES["lse_bounds"].CASES["full"])
-    assert keys[len(prepared):] == [precompile.compile_class(*job[0])
+    assert keys[len(prepared):] == [compiling.compile_class(*job[0])
                                     for job in precompile.jobs(tasks)]
     needing = _needs(groups(tasks, "cuda"), before)
     assert sum(len(group) for group, _ in needing) == len(tasks)
@@ -75,7 +75,7 @@ def test_on_the_gpu_each_group_waits_for_the_jobs_of_its_own_tasks():
         if getattr(PROPERTIES[group[0].property], "RUNS_LAST", False):
             assert needs == set(range(len(before)))
             continue
-        own = {precompile.compile_class(t.column, c) for t in group
+        own = {compiling.compile_class(t.column, c) for t in group
                for c in calls(PROPERTIES[t.property], t.case) if t.column.ours}
         own |= {("prepare", t.property, t.case) for t in group if t.property == "lse_bounds"}
         assert {keys[i] for i in needs} == own

@@ -339,7 +339,7 @@ def _campaign(console, escape, args, impl_name, space, checks, explicit, corpus_
                                             args.layout),
                 "saved": saved},
         })
-        console.print(f"wrote {args.json_path}")
+        console.print(f"wrote {escape(args.json_path)}", soft_wrap=True)
     return 1 if outcome.failure is not None or interrupted else 0
 
 

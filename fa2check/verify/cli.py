@@ -163,7 +163,7 @@ def load_columns(specs, variants, layout):
 
 
 def _job_words(job: dict) -> str:
-    """A precompile job of the timeline (precompile.summary) in one phrase."""
+    """A precompile job of the timeline (fa2check.core.compiling.summary) in one phrase."""
     dims = (f"d{job['head_dim']}" if job["head_dim_v"] == job["head_dim"]
             else f"d{job['head_dim']}/{job['head_dim_v']}")
     return (f"{job['seconds']:.0f} s {'+'.join(job['impls'])} {job['variant']} {job['dtype']} "

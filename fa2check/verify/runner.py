@@ -35,7 +35,7 @@ import torch
 from properties import PROPERTIES
 from properties.base import PropertyResult, calls
 
-from ..core import shared_memo
+from ..core import compiling, shared_memo
 from ..core.environment import select_device
 from ..core.explain import explain_failures
 from ..core.hints import fix_for
@@ -180,7 +180,7 @@ def _cost(group: list[Task]) -> float:
     """A rough order: the compile cost of the group's column and head dim, then size."""
     task = group[0]
     p = task.case.problem
-    return (precompile.compile_cost(task.column, p.head_dim, p.dtype) + len(group)
+    return (compiling.compile_cost(task.column, p.head_dim, p.dtype) + len(group)
             + p.seqlen_q * p.seqlen_k * 1e-7)
 
 
@@ -224,7 +224,7 @@ def jobs_before_cases(tasks: list[Task]) -> list[tuple[object, Callable]]:
     is called with the device; a compile job returns its timeline entry."""
     prepares = dict.fromkeys(key for key in map(_prepare_key, tasks) if key)
     return ([(key, partial(_prepare, *key[1:])) for key in prepares]
-            + [(precompile.compile_class(*job[0]), partial(precompile.compile_job, job))
+            + [(compiling.compile_class(*job[0]), partial(compiling.compile_job, job))
                for job in precompile.jobs(tasks)])
 
 
@@ -252,7 +252,7 @@ def _needs(phases: list[list[list[Task]]], jobs) -> list[tuple[list[Task], set[i
             needs = set(range(len(jobs)))
         else:
             keys = {_prepare_key(task) for task in group} - {None}
-            keys |= {precompile.compile_class(task.column, call) for task in group
+            keys |= {compiling.compile_class(task.column, call) for task in group
                      if task.column.ours
                      for call in calls(PROPERTIES[task.property], task.case)}
             needs = {index[key] for key in keys} if jobs else set()
@@ -263,7 +263,7 @@ def _needs(phases: list[list[list[Task]]], jobs) -> list[tuple[list[Task], set[i
 def execute(tasks: list[Task], device: str, jobs: int, on_record, timeline=None) -> list[dict]:
     """Run every task; `on_record(record)` is called as each finishes (progress). `timeline`
     (a dict) gets the number of compile jobs, when the last finished (precompile_s, from the
-    start) and each one's seconds and compile class (precompile.compile_job), when the last
+    start) and each one's seconds and compile class (compiling.compile_job), when the last
     case finished (cases_s) and, on the GPU with workers, the memory budget."""
     records = []
     timeline = {} if timeline is None else timeline
