@@ -39,9 +39,10 @@ from dataclasses import dataclass, field, replace
 import torch
 from hypothesis import strategies as st
 
-from fa2check.core.implementations import HOPPER, OURS, lattice
+from fa2check.core.implementations import GLUON, HOPPER, OURS, lattice
 from fa2check.core.problems import DTYPES, Problem
 from kernels import SUPPORTED_HEAD_DIMS, TILE_HEAD_DIMS, Variant, default_config
+from kernels.gluon_forward import GLUON_DTYPES, GLUON_HEAD_DIMS
 from kernels.hopper_forward import HOPPER_DTYPES, HOPPER_HEAD_DIMS
 from kernels.config import block_d
 
@@ -55,6 +56,11 @@ LAYOUTS = ("contiguous", "padded", "bshd-strided", "padded-bshd-strided")
 # (kind, weight): how a sequence length is drawn; "near" (seqlen_k only) is seqlen_q + offset
 LENGTH_KINDS = (("one", 2), ("tile", 5), ("prime", 2), ("any", 3))
 KEY_LENGTH_KINDS = LENGTH_KINDS + (("near", 5),)
+# our other backends' domains (v's head dim q's): what the fuzzer draws for them (the chassis
+# reads q, k, v through TMA: a unit stride along head_dim and 16-byte aligned strides)
+DOMAINS = {HOPPER: dict(dtypes=HOPPER_DTYPES, head_dims=HOPPER_HEAD_DIMS,
+                        layouts=("contiguous", "padded")),
+           GLUON: dict(dtypes=GLUON_DTYPES, head_dims=GLUON_HEAD_DIMS)}
 # (kind, weight): v's head dim equal to q's, or drawn on its own (head_dims_v)
 HEAD_DIM_V_KINDS = (("same", 3), ("own", 1))
 
@@ -253,9 +259,8 @@ def primes_up_to(n: int) -> tuple[int, ...]:
 
 @dataclass(frozen=True)
 class KernelClass:
-    """What a kernel is compiled for, less the shapes and strides Triton specialises on: the
-    variant, dtype, head dims and mask. The GPU fuzzer compiles a set of them ahead and draws
-    many problems from each (fa2check/fuzz/classes.py)."""
+    """What a kernel is compiled for, less the shapes and strides: the variant, dtype, head
+    dims and mask."""
     variant: Variant
     dtype: str
     head_dim: int
@@ -266,6 +271,37 @@ class KernelClass:
         dims = f"{self.head_dim}" + (f"/{self.head_dim_v}" if self.head_dim_v != self.head_dim
                                      else "")
         return f"{self.variant}:d{dims}-{self.dtype}-{'causal' if self.causal else 'full'}"
+
+
+SPECIALISED = 16  # Triton specialises an integer argument on == 1 and on divisibility by 16
+ONE = -1  # a ShapeClass residue: the length is 1
+
+
+@dataclass(frozen=True)
+class ShapeClass:
+    """What Triton specialises a kernel on in a problem's shapes and strides, for a fixed kernel
+    class: batch, heads, layout, and each length's residue modulo 16 (ONE: the length 1).
+    Lengths 16 k + residue for any k share the compiled kernels: every stride and length falls
+    in the same classes (== 1, divisible by 16, other), which is all Triton looks at."""
+    batch: int
+    heads_q: int
+    heads_kv: int
+    q_residue: int
+    k_residue: int
+    layout: str = "contiguous"
+
+
+@dataclass(frozen=True)
+class CompiledClass:
+    """A kernel class with one shape class: the unit the GPU fuzzer compiles ahead and draws
+    many problems from (fa2check/fuzz/classes.py)."""
+    kernel: KernelClass
+    shape: ShapeClass
+
+    def __str__(self) -> str:
+        s = self.shape
+        return (f"{self.kernel}:b{s.batch}-h{s.heads_q}/{s.heads_kv}-q%16={s.q_residue}-"
+                f"k%16={s.k_residue}:{s.layout}")
 
 
 @dataclass(frozen=True)
@@ -287,7 +323,7 @@ class Space:
     max_seqlen: int | None = None  # None: twice the largest tile, plus one
     impl: str = OURS  # whose lattice the variants are drawn from (GPU)
     own_head_dim_v: bool = True  # v's head dim may differ from q's (not the Hopper chassis's)
-    classes: tuple = ()  # KernelClass: the only kernels drawn (the GPU's compiled classes)
+    classes: tuple = ()  # CompiledClass: the only kernels and shapes drawn (the GPU's)
 
     @classmethod
     def for_device(cls, on_gpu: bool, impl: str | None = None, **changes) -> "Space":
@@ -298,9 +334,8 @@ class Space:
         impl = impl or OURS
         base = (cls(on_gpu=True, max_batch=3, max_heads_q=16, impl=impl,
                     variants=tuple(lattice(impl))) if on_gpu else cls(impl=impl))
-        if impl == HOPPER:  # the chassis's domain: nothing drawn that it would refuse
-            base = replace(base, dtypes=HOPPER_DTYPES, head_dims=HOPPER_HEAD_DIMS,
-                           own_head_dim_v=False)
+        if impl in DOMAINS:  # a backend's domain: nothing drawn that it would refuse
+            base = replace(base, own_head_dim_v=False, **DOMAINS[impl])
         return replace(base, **{k: v for k, v in changes.items() if v is not None})
 
     def tiles(self) -> tuple[int, ...]:
@@ -317,7 +352,7 @@ class Space:
                 and {p.head_dim, p.head_dim_v} <= set(self.head_dims) and p.causal in self.causal
                 and (self.own_head_dim_v or p.head_dim_v == p.head_dim)
                 and example.distribution in self.distributions and example.layout in self.layouts
-                and (not self.classes or kernel_class(example) in self.classes))
+                and (not self.classes or compiled_class(example) in self.classes))
 
     def describe(self) -> str:
         names = {"variants": [str(v) for v in self.variants], "dtypes": list(self.dtypes),
@@ -398,9 +433,41 @@ def head_dims(space: Space, site: str = "head_dim"):
     return _weighted(tuple((d, weight) for d in widths) + tuple((d, 1) for d in others), site)
 
 
-def kernel_class(example: Example) -> KernelClass:
+def compiled_class(example: Example) -> CompiledClass:
     p = example.problem
-    return KernelClass(example.variant, p.dtype, p.head_dim, p.head_dim_v, p.causal)
+
+    def residue(n):
+        return ONE if n == 1 else n % SPECIALISED
+    return CompiledClass(KernelClass(example.variant, p.dtype, p.head_dim, p.head_dim_v, p.causal),
+                         ShapeClass(p.batch, p.heads_q, p.heads_kv, residue(p.seqlen_q),
+                                    residue(p.seqlen_k), example.layout))
+
+
+def _length_of(draw, site: str, residue: int, limit: int, near: int | None = None) -> int:
+    """A length of the residue class (ONE: 1) up to `limit`: 16 k + residue with k drawn (with
+    `near`, about near's k half of the time, so that equal and nearly equal lengths come up)."""
+    if residue == ONE:
+        return 1
+    least = 1 if residue in (0, 1) else 0  # 16 k + 1 with k = 0 is the length 1's class
+    most = max(least, (limit - residue) // SPECIALISED)
+    k = draw(_evenly(range(least, most + 1), site))
+    if near is not None and draw(_evenly((False, True), site)):
+        k = min(max(near // SPECIALISED + draw(_evenly((0, 1, -1, 2, -2), site)), least), most)
+    return SPECIALISED * k + residue
+
+
+@st.composite
+def compiled_problems(draw, space: Space, compiled: CompiledClass):
+    """A Problem of a compiled class: its kernel class and shape class fixed, the lengths'
+    multiples of 16 and the seed drawn."""
+    kernel, shape = compiled.kernel, compiled.shape
+    limit = space.seqlen_limit(space.tiles())
+    seqlen_q = _length_of(draw, "seqlen_q", shape.q_residue, limit)
+    seqlen_k = _length_of(draw, "seqlen_k", shape.k_residue, limit, near=seqlen_q)
+    seed = draw(st.integers(0, 2**31 - 1))
+    return Problem(shape.batch, shape.heads_q, shape.heads_kv, seqlen_q, seqlen_k,
+                   kernel.head_dim, kernel.dtype, kernel.causal, seed=seed,
+                   head_dim_v=kernel.head_dim_v)
 
 
 def head_dims_v(draw, space: Space, head_dim: int) -> int:
@@ -427,18 +494,14 @@ def distributions(space: Space):
 
 
 @st.composite
-def problems(draw, space: Space, kernel: KernelClass | None = None):
-    """A Problem of the space (with `kernel`, of that kernel class). Its lengths follow the tiles
-    of every variant and head_dim of the space, not those of the example's own: so that when
-    hypothesis shrinks the variant or the head_dim, the length choices keep their meaning
-    (measured: with per-variant tiles a bug of every variant stayed reported on a split-K
-    variant and an arbitrary seed)."""
-    if kernel is None:
-        dtype = draw(st.sampled_from(space.dtypes))
-        head_dim = draw(head_dims(space))
-        causal = draw(st.sampled_from(space.causal))
-    else:
-        dtype, head_dim, causal = kernel.dtype, kernel.head_dim, kernel.causal
+def problems(draw, space: Space):
+    """A Problem of the space. Its lengths follow the tiles of every variant and head_dim of the
+    space, not those of the example's own: so that when hypothesis shrinks the variant or the
+    head_dim, the length choices keep their meaning (measured: with per-variant tiles a bug of
+    every variant stayed reported on a split-K variant and an arbitrary seed)."""
+    dtype = draw(st.sampled_from(space.dtypes))
+    head_dim = draw(head_dims(space))
+    causal = draw(st.sampled_from(space.causal))
     tiles = space.tiles()
     limit = space.seqlen_limit(tiles)
     batch = draw(_evenly(range(1, space.max_batch + 1), "batch"))
@@ -448,19 +511,20 @@ def problems(draw, space: Space, kernel: KernelClass | None = None):
     seqlen_q = _seqlen(draw, "seqlen_q", tiles, limit)
     seqlen_k = _seqlen(draw, "seqlen_k", tiles, limit, near=seqlen_q)
     seed = draw(st.integers(0, 2**31 - 1))
-    head_dim_v = head_dims_v(draw, space, head_dim) if kernel is None else kernel.head_dim_v
+    head_dim_v = head_dims_v(draw, space, head_dim)
     return Problem(batch, heads_kv * group, heads_kv, seqlen_q, seqlen_k, head_dim, dtype, causal,
                    seed=seed, head_dim_v=head_dim_v)
 
 
 @st.composite
 def examples(draw, space: Space):
-    if space.classes:  # one of the compiled kernels (shrinks towards the first class)
-        kernel = draw(st.sampled_from(space.classes))
-        variant, problem = kernel.variant, draw(problems(space, kernel))
-    else:
-        variant = draw(variants(space))
-        problem = draw(problems(space))
+    if space.classes:  # one of the compiled classes (shrinks towards the first)
+        compiled = draw(st.sampled_from(space.classes))
+        variant, layout = compiled.kernel.variant, compiled.shape.layout
+        problem = draw(compiled_problems(space, compiled))
+        return Example(variant, problem, draw(distributions(space)), layout)
+    variant = draw(variants(space))
+    problem = draw(problems(space))
     distribution = draw(distributions(space))
     layout = draw(st.sampled_from(space.layouts))
     return Example(variant, problem, distribution, layout)

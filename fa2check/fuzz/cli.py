@@ -16,6 +16,7 @@ run. Exits 1 when a counterexample is found.
   python -m fa2check.fuzz --impl mymodule:attention       # a function without `variant` too
   python -m fa2check.fuzz --profile ci --out found/       # deterministic, 200 examples
   python -m fa2check.fuzz --seconds 300 --jobs 2 --dtype bfloat16 --head-dim 64
+  python -m fa2check.fuzz --impl ours,hopper --seconds 300  # on a GPU: both, 150 s each
   python -m fa2check.fuzz --replay 'EXAMPLE'              # rerun one example (or a saved file)
   python -m fa2check.fuzz --add-to-corpus FILE            # into tests/regressions/
 """
@@ -33,6 +34,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from ..core.compiling import compile_class
 from ..core.environment import describe_environment, select_device
 from ..core.hints import fix_for
 from ..core.implementations import Column, builtin, expand, takes_variant
@@ -49,8 +51,10 @@ def parse_args(argv=None):
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--impl", default=None, metavar="MODULE:FUNC",
                         help="the implementation to fuzz: MODULE:FUNC with flash_attention's "
-                             "signature, 'ours' (default) or one of sdpa_flash, sdpa_cudnn, "
-                             "sdpa_efficient, sdpa_math")
+                             "signature, 'ours' (default), 'hopper', 'gluon' or one of "
+                             "sdpa_flash, sdpa_cudnn, sdpa_efficient, sdpa_math; several "
+                             "separated by commas are fuzzed one after another, the time budget "
+                             "and examples shared out evenly")
     parser.add_argument("--profile", choices=list(PROFILES), default="dev",
                         help="; ".join(f"{k}: {p.description}" for k, p in PROFILES.items()))
     parser.add_argument("--seconds", type=float, default=None,
@@ -86,6 +90,21 @@ def parse_args(argv=None):
     space.add_argument("--max-seqlen", type=int, default=None,
                        help="default: twice the largest tile, plus one")
     space.add_argument("--max-heads", type=int, default=None, help="largest heads_q")
+    compiled = parser.add_argument_group(
+        "compiled classes (fa2check/fuzz/classes.py): draw from kernels and shapes compiled ahead")
+    compiled.add_argument("--classes", type=int, default=None, metavar="K",
+                          help="kernel classes (variant, dtype, head dims, mask) a campaign "
+                               "draws from, each with --shapes shape classes, compiled ahead in "
+                               "parallel; 0: draw freely (a new kernel for nearly every "
+                               "example). Default: on a GPU one per (variant, dtype, mask) of "
+                               "the space, in the interpreter 0")
+    compiled.add_argument("--shapes", type=int, default=3, metavar="N",
+                          help="shape classes (batch, heads, layout, lengths modulo 16) per "
+                               "kernel class (default 3)")
+    compiled.add_argument("--precompile-seconds", type=float, default=None, metavar="S",
+                          help="the compiling's share of the time budget (default: up to "
+                               "half of --seconds, 150 s at most); classes not compiled by "
+                               "then compile when first drawn")
     checks = parser.add_argument_group("checks")
     checks.add_argument("--check", action="append", default=[], metavar="NAME",
                         help=f"add a check ('all': every one); one of {list(CHECKS)}")
@@ -165,32 +184,18 @@ def main(argv=None) -> int:
         with open(args.replay) as f:
             replay_entry = json.load(f)
     impl_spec = args.impl or (replay_entry["impl"] if replay_entry else "ours")
-    names = expand(impl_spec)
-    if len(names) != 1:
-        raise SystemExit(f"--impl {impl_spec!r}: fuzz one implementation at a time")
-    impl_name = names[0]
-    if builtin(impl_name):
-        args.layout = "bhsd"  # ours and fa2check's adapters take the harness's own layout
-    elif replay_entry and not any(a.startswith("--layout") for a in argv or sys.argv[1:]):
-        args.layout = replay_entry.get("layout", "bhsd")
-    try:
-        impl = Column(impl_name, str(Variant()), impl_name).load()
-    except (ImportError, AttributeError) as error:
-        fix = fix_for(error, impl_name)
-        raise SystemExit(f"--impl {impl_name}: {type(error).__name__}: {error}"
-                         + (f"\n  fix: {fix}" if fix else "")) from None
-
-    with_variant = takes_variant(impl)
-    base = corpus.replay_checks(replay_entry) if replay_entry else None
-    checks = chosen_checks(args.check, args.skip_check, base)
-
-    if args.replay:
-        return _replay(console, escape, args, impl, impl_name, replay_entry, checks, device)
-
+    names = []
+    for spec in impl_spec.split(","):
+        expanded = expand(spec)
+        if len(expanded) != 1:
+            raise SystemExit(f"--impl {spec!r} names {len(expanded)} implementations: fuzz one "
+                             "implementation at a time (or several, separated by commas)")
+        names += expanded
+    if args.replay and len(names) > 1:
+        raise SystemExit("--replay runs one implementation: name one with --impl")
+    explicit_layout = any(a.startswith("--layout") for a in argv or sys.argv[1:])
     try:
         variants = tuple(Variant.parse(v) for v in args.variant) if args.variant else None
-        if not with_variant:  # every variant is the same call: draw one
-            variants = (Variant(),)
         for name in (args.distribution or []) + args.skip_distribution:
             if name not in DISTRIBUTIONS:
                 raise ValueError(f"unknown distribution {name!r}; expected one of "
@@ -201,18 +206,54 @@ def main(argv=None) -> int:
                                  f"{list(LAYOUTS)}")
     except ValueError as error:
         raise SystemExit(str(error)) from None
-    space = Space.for_device(
-        device == "cuda", impl=impl_name, variants=variants, dtypes=_tuple(args.dtype),
-        head_dims=_tuple(args.head_dim), causal=(BOOLS[args.causal],) if args.causal else None,
-        distributions=_tuple([d for d in args.distribution or DISTRIBUTIONS
-                              if d not in args.skip_distribution]), layouts=_tuple(args.memory_layout),
-        max_seqlen=args.max_seqlen, max_heads_q=args.max_heads)
-    explicit = [] if args.no_corpus_first else [e for e in corpus.examples(corpus_dir)
-                                                if space.contains(e)]
-    if not with_variant:
-        console.print(f"{escape(impl_name)} has no `variant` parameter: examples are drawn "
-                      "with one variant", soft_wrap=True)
-    return _campaign(console, escape, args, impl_name, space, checks, explicit, corpus_dir, device)
+    campaigns = []
+    for impl_name in names:
+        layout = args.layout
+        if builtin(impl_name):
+            layout = "bhsd"  # ours and fa2check's adapters take the harness's own layout
+        elif replay_entry and not explicit_layout:
+            layout = replay_entry.get("layout", "bhsd")
+        try:
+            impl = Column(impl_name, str(Variant()), impl_name).load()
+        except (ImportError, AttributeError) as error:
+            fix = fix_for(error, impl_name)
+            raise SystemExit(f"--impl {impl_name}: {type(error).__name__}: {error}"
+                             + (f"\n  fix: {fix}" if fix else "")) from None
+        with_variant = takes_variant(impl)
+        base = corpus.replay_checks(replay_entry) if replay_entry else None
+        checks = chosen_checks(args.check, args.skip_check, base)
+        if args.replay:
+            args.layout = layout
+            return _replay(console, escape, args, impl, impl_name, replay_entry, checks, device)
+        space = Space.for_device(
+            device == "cuda", impl=impl_name,
+            variants=variants if with_variant else (Variant(),),  # else one: every call's alike
+            dtypes=_tuple(args.dtype), head_dims=_tuple(args.head_dim),
+            causal=(BOOLS[args.causal],) if args.causal else None,
+            distributions=_tuple([d for d in args.distribution or DISTRIBUTIONS
+                                  if d not in args.skip_distribution]),
+            layouts=_tuple(args.memory_layout), max_seqlen=args.max_seqlen,
+            max_heads_q=args.max_heads)
+        explicit = [] if args.no_corpus_first else [e for e in corpus.examples(corpus_dir)
+                                                    if space.contains(e)]
+        if not with_variant:
+            console.print(f"{escape(impl_name)} has no `variant` parameter: examples are drawn "
+                          "with one variant", soft_wrap=True)
+        campaigns.append((impl_name, layout, space, checks, explicit))
+    share = len(campaigns)
+    results = [_campaign(console, escape, args, impl_name, space, checks, explicit, corpus_dir,
+                         device, layout, share)
+               for impl_name, layout, space, checks, explicit in campaigns]
+    if args.json_path:
+        record = results[0][1] if share == 1 else {
+            "command": args.command, "environment": results[0][1]["environment"],
+            "campaigns": [r for _, r in results],
+            "examples": sum(r["examples"] for _, r in results),
+            "seconds": sum(r["seconds"] for _, r in results),
+            "counterexamples": sum(r["counterexample"] is not None for _, r in results)}
+        write_json(args.json_path, record)
+        console.print(f"wrote {escape(args.json_path)}", soft_wrap=True)
+    return max(status for status, _ in results)
 
 
 def default_jobs(profile: str) -> int:
@@ -232,16 +273,24 @@ def _tuple(values):
     return tuple(dict.fromkeys(values)) if values else None
 
 
-def _campaign(console, escape, args, impl_name, space, checks, explicit, corpus_dir, device):
+def _campaign(console, escape, args, impl_name, space, checks, explicit, corpus_dir, device,
+              layout, share=1):
+    """One implementation's campaign (its `share`-th of the budget); (exit status, record)."""
     from . import corpus
-    from .fuzzer import PROFILES, Tally, fuzz, fuzz_parallel, merge
+    from .fuzzer import PROFILES, Tally, _seed, fuzz, fuzz_parallel, merge
 
     profile = PROFILES[args.profile]
-    max_examples = args.max_examples or profile.max_examples
+    max_examples = max(1, (args.max_examples or profile.max_examples) // share)
     seconds = args.seconds if args.seconds is not None else profile.seconds
+    seconds = seconds / share if seconds else seconds
+    started = time.monotonic()
+    seed = _seed(args.profile, args.seed)
+    space, precompiled = _compiled_classes(console, args, impl_name, space, device, seconds,
+                                           seed)
+    remaining = seconds - (time.monotonic() - started) if seconds else seconds
     console.print(f"[bold]fa2check fuzz[/]: {escape(impl_name)} on {device}, profile "
                   f"{args.profile} ({max_examples} examples"
-                  + (f" or {seconds:.0f} s" if seconds else "") + f"), {args.jobs} job(s)",
+                  + (f" or {remaining:.0f} s" if seconds else "") + f"), {args.jobs} job(s)",
                   soft_wrap=True)
     console.print(f"checks: {', '.join(checks)}", soft_wrap=True)
     console.print(f"space: {escape(space.describe())}", soft_wrap=True)
@@ -250,11 +299,10 @@ def _campaign(console, escape, args, impl_name, space, checks, explicit, corpus_
                       f"({os.path.relpath(corpus_dir)})", soft_wrap=True)
 
     kwargs = dict(space=space, device=device, profile=args.profile, checks=checks,
-                  max_examples=max_examples, seconds=seconds, seed=args.seed,
-                  database=args.database, explicit=explicit, layout=args.layout)
+                  max_examples=max_examples, seconds=remaining, seed=seed,
+                  database=args.database, explicit=explicit, layout=layout)
     if args.shrink_seconds is not None:
         kwargs["shrink_seconds"] = args.shrink_seconds
-    started = time.monotonic()
     live = Tally(on_gpu=space.on_gpu)
     sigterm_as_interrupt()
     interrupted = False
@@ -301,7 +349,7 @@ def _campaign(console, escape, args, impl_name, space, checks, explicit, corpus_
     saved = None
     if outcome.failure is not None:
         report = outcome.failure
-        command = corpus.command(impl_name, report.example, checks, args.layout)
+        command = corpus.command(impl_name, report.example, checks, layout)
         console.print(f"\n[bold red]COUNTEREXAMPLE[/] {escape(str(report.example))}",
                       soft_wrap=True)
         console.print(f"  {escape(report.message)}", soft_wrap=True)
@@ -313,34 +361,62 @@ def _campaign(console, escape, args, impl_name, space, checks, explicit, corpus_
         console.print(f"  {escape(command)}", soft_wrap=True)
         console.print("python:", soft_wrap=True)
         for line in corpus.snippet(impl_name, report.example, checks, device,
-                                   args.layout).splitlines():
+                                   layout).splitlines():
             console.print(f"  {escape(line)}", soft_wrap=True)
         if not args.no_save:
-            entry = corpus.entry(report, impl_name, checks, device, args.command, args.layout)
+            entry = corpus.entry(report, impl_name, checks, device, args.command, layout)
             saved = corpus.save(entry, args.out or corpus.out_dir())
             console.print(f"saved to {escape(saved)}", soft_wrap=True)
             console.print("to add it to the regression corpus that make test replays against "
                           "our kernels:", soft_wrap=True)
             console.print(f"  python -m fa2check.fuzz --add-to-corpus {escape(shlex.quote(saved))}",
                           soft_wrap=True)
-    if args.json_path:
-        write_json(args.json_path, {
-            "environment": describe_environment(device), "command": args.command,
-            "impl": impl_name, "layout": args.layout, "lse_missing": outcome.lse_missing,
-            "profile": args.profile, "seed": outcome.seed, "jobs": args.jobs,
-            "checks": list(checks), "space": space.describe(), "seconds": elapsed,
-            "stopped": outcome.stopped, "examples_per_second": outcome.tally.examples / elapsed
-            if elapsed else 0.0, **outcome.tally.as_dict(),
-            "counterexample": None if outcome.failure is None else {
-                "example": outcome.failure.example.as_dict(),
-                "failed": outcome.failure.failed_checks, "results_failed": outcome.failure.failed,
-                "message": outcome.failure.message,
-                "reproduce": corpus.command(impl_name, outcome.failure.example, checks,
-                                            args.layout),
-                "saved": saved},
-        })
-        console.print(f"wrote {escape(args.json_path)}", soft_wrap=True)
-    return 1 if outcome.failure is not None or interrupted else 0
+    record = {
+        "environment": describe_environment(device), "command": args.command,
+        "impl": impl_name, "layout": layout, "lse_missing": outcome.lse_missing,
+        "profile": args.profile, "seed": outcome.seed, "jobs": args.jobs,
+        "checks": list(checks), "space": space.describe(), "seconds": elapsed,
+        "compiled_classes": (None if precompiled is None else
+                             {"classes": len(space.classes), **precompiled.as_dict()}),
+        "stopped": outcome.stopped, "examples_per_second": outcome.tally.examples / elapsed
+        if elapsed else 0.0, **outcome.tally.as_dict(),
+        "counterexample": None if outcome.failure is None else {
+            "example": outcome.failure.example.as_dict(),
+            "failed": outcome.failure.failed_checks, "results_failed": outcome.failure.failed,
+            "message": outcome.failure.message,
+            "reproduce": corpus.command(impl_name, outcome.failure.example, checks, layout),
+            "saved": saved},
+    }
+    return (1 if outcome.failure is not None or interrupted else 0), record
+
+
+def _compiled_classes(console, args, impl_name, space, device, seconds, seed):
+    """The space narrowed to compiled classes (fa2check/fuzz/classes.py) and what precompiling
+    them did (None where classes are off: --classes 0, the interpreter's default)."""
+    from . import classes
+
+    kernels = args.classes if args.classes is not None else (None if device == "cuda" else 0)
+    if kernels == 0:
+        return space, None
+    space = classes.with_classes(space, kernels or None, args.shapes, seed)
+    budget = args.precompile_seconds
+    if budget is None:
+        budget = min(150.0, seconds / 2) if seconds else 150.0
+    jobs = {}
+    for compiled in space.classes:
+        column, call = classes.representative(compiled, impl_name, space)
+        jobs.setdefault(compile_class(column, call), [(column, call)])
+    with Progress(TextColumn("compiling {task.fields[what]}"), BarColumn(),
+                  MofNCompleteColumn(), TimeElapsedColumn(), console=console,
+                  transient=True) as progress:
+        bar = progress.add_task("", total=len(jobs), what=f"{len(space.classes)} classes")
+        done = classes.precompile(list(jobs.values()), device, classes.workers(), budget,
+                                  lambda n, total: progress.update(bar, completed=n))
+    console.print(f"compiled classes: {len(space.classes)} ({args.shapes} shapes each of "
+                  f"{len({c.kernel for c in space.classes})} kernel classes); precompiled "
+                  f"{done.done} of {done.planned} jobs in {done.seconds:.0f} s "
+                  f"({done.cpu_seconds:.0f} CPU-s on {done.workers} workers)", soft_wrap=True)
+    return space, done
 
 
 def _summary(console, escape, outcome, elapsed):
@@ -354,6 +430,13 @@ def _summary(console, escape, outcome, elapsed):
                   f"{tally.shrink_examples} shrink steps, {tally.rejected} rejected as "
                   f"unsupported; {stopped}" + (f"; seed {outcome.seed}" if outcome.seed is not None
                                                else ""), soft_wrap=True)
+    steady = tally.steady_rate()
+    if tally.first_examples:
+        console.print(f"{tally.first_examples} examples were the first of their compiled class "
+                      f"in their process ({tally.first_seconds:.1f} s, compiling or loading "
+                      "kernels)" + (f"; steady state {steady:.1f} examples/s (the later half "
+                                    "of the run)" if steady is not None else ""),
+                      soft_wrap=True)
     table = Table(title="coverage (examples per class)", show_lines=False)
     table.add_column("dimension")
     table.add_column("class: examples")

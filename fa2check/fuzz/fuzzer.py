@@ -83,7 +83,8 @@ from properties import (causal_masking, determinism, extreme_logits, gqa_reducti
                         variant_equivalence)
 from properties.base import Case, Check, call, from_output_checks, nan_filled_allocations, scores
 from properties.memory_safety import nan_view
-from properties.strategies import DISTRIBUTIONS, Example, Space, coverage_keys, examples
+from properties.strategies import (DISTRIBUTIONS, Example, Space, compiled_class, coverage_keys,
+                                   examples)
 
 from ..core.checks import Reference
 from ..core.environment import ROOT, select_device
@@ -344,6 +345,10 @@ class Tick:
     ratio: float | None
     seconds: float
     phase: str  # "generate" (before any failure) or "shrink"
+    # the first example of its compiled class in this process: its seconds include compiling
+    # (or loading from Triton's cache) the kernels it runs
+    first_of_class: bool = False
+    at: float = 0.0  # time.monotonic() when it finished
 
 
 def coverage_label(key: str, value: str) -> str:
@@ -369,8 +374,11 @@ class Tally:
     shrink_examples: int = 0
     rejected: int = 0
     example_seconds: float = 0.0
+    first_examples: int = 0  # the first of their compiled class in their process
+    first_seconds: float = 0.0
     coverage: dict = field(default_factory=dict)  # dimension -> Counter
     closest: tuple | None = None  # (ratio, example id)
+    finished_at: list = field(default_factory=list)  # each example's Tick.at
 
     def add(self, tick: Tick):
         if tick.phase == "shrink":
@@ -378,6 +386,10 @@ class Tally:
             return
         self.examples += 1
         self.example_seconds += tick.seconds
+        self.finished_at.append(tick.at)
+        if tick.first_of_class:
+            self.first_examples += 1
+            self.first_seconds += tick.seconds
         for key, value in coverage_keys(tick.example, self.on_gpu).items():
             self.coverage.setdefault(key, Counter())[coverage_label(key, value)] += 1
         if tick.passed and tick.ratio is not None and math.isfinite(tick.ratio):
@@ -389,14 +401,31 @@ class Tally:
         self.shrink_examples += other.shrink_examples
         self.rejected += other.rejected
         self.example_seconds += other.example_seconds
+        self.first_examples += other.first_examples
+        self.first_seconds += other.first_seconds
+        self.finished_at = sorted(self.finished_at + other.finished_at)
         for key, counter in other.coverage.items():
             self.coverage.setdefault(key, Counter()).update(counter)
         if other.closest and (self.closest is None or other.closest[0] > self.closest[0]):
             self.closest = other.closest
 
+    def steady_rate(self) -> float | None:
+        """Examples a second over the later half of the run (by when they finished): the rate
+        once the kernels a campaign draws are compiled; None under 20 examples."""
+        times = sorted(self.finished_at)
+        if len(times) < 20:
+            return None
+        start = times[0] + (times[-1] - times[0]) / 2
+        late = [t for t in times if t >= start]
+        return (len(late) - 1) / (late[-1] - late[0]) if late[-1] > late[0] else None
+
     def as_dict(self) -> dict:
+        steady = self.steady_rate()
         return {"examples": self.examples, "shrink_examples": self.shrink_examples,
                 "rejected": self.rejected, "example_seconds": round(self.example_seconds, 3),
+                "first_of_class_examples": self.first_examples,
+                "first_of_class_seconds": round(self.first_seconds, 3),
+                "steady_examples_per_second": None if steady is None else round(steady, 2),
                 "coverage": {k: dict(v.most_common()) for k, v in self.coverage.items()},
                 "closest_call": ({"ratio": self.closest[0], "example": self.closest[1]}
                                  if self.closest else None)}
@@ -441,6 +470,7 @@ def fuzz(impl, impl_name: str, *, space: Space, device: str, profile: str = "dev
     seed = _seed(profile, seed)
     tally = Tally(on_gpu=space.on_gpu)
     state = {"failure": None, "stopped": "done", "lse_missing": None}
+    seen = set()  # the compiled classes this process has run (properties.strategies)
     started = time.monotonic()
     deadline = started + seconds if seconds else math.inf
 
@@ -462,8 +492,11 @@ def fuzz(impl, impl_name: str, *, space: Space, device: str, profile: str = "dev
             tally.rejected += 1
             reject()
         state["lse_missing"] = state["lse_missing"] or report.lse_missing
+        compiled = compiled_class(example)
         tick = Tick(example, report.passed, report.ratio, report.seconds,
-                    "shrink" if state["failure"] is not None else "generate")
+                    "shrink" if state["failure"] is not None else "generate",
+                    first_of_class=compiled not in seen, at=time.monotonic())
+        seen.add(compiled)
         tally.add(tick)
         if on_tick is not None:
             on_tick(tick)

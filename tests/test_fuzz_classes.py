@@ -1,0 +1,122 @@
+"""The GPU fuzzer's compiled classes (fa2check/fuzz/classes.py): every (variant, dtype, mask)
+planned, every example drawn from a planned class, and two problems of one class launching the
+same kernel specialisations (which is what makes compiling them ahead pay)."""
+import json
+
+import pytest
+from hypothesis import Phase, given, settings
+from hypothesis import seed as hypothesis_seed
+
+from fa2check.core.implementations import HOPPER, OURS
+from fa2check.fuzz import classes
+from fa2check.fuzz import cli as fuzz
+from kernels import Variant, flash_attention, launch_cache
+from properties.strategies import (ONE, SPECIALISED, Example, KernelClass, ShapeClass, Space,
+                                   compiled_class, examples)
+
+
+def _draw(space, n, seed=1):
+    drawn = []
+
+    @hypothesis_seed(seed)
+    @settings(max_examples=n, database=None, deadline=None, phases=(Phase.generate,))
+    @given(examples(space))
+    def collect(example):
+        drawn.append(example)
+    collect()
+    return drawn
+
+
+@pytest.mark.parametrize("impl", [OURS, HOPPER])
+def test_the_plan_covers_every_variant_dtype_and_mask(impl):
+    space = Space.for_device(True, impl)
+    planned = classes.plan(space, shapes=3, seed=5)
+    kernels = {c.kernel for c in planned}
+    assert {(k.variant, k.dtype, k.causal) for k in kernels} == {
+        (v, d, c) for v in space.variants for d in space.dtypes for c in space.causal}
+    assert {k.head_dim for k in kernels} <= set(space.head_dims)
+    assert len(planned) == 3 * len(kernels)  # seeded shapes, none repeated
+    assert classes.plan(space, shapes=3, seed=5) == planned != classes.plan(space, shapes=3,
+                                                                            seed=6)
+    if impl == HOPPER:  # its domain: TMA-ready layouts, v's head dim q's
+        assert {c.shape.layout for c in planned} <= {"contiguous", "padded"}
+        assert all(k.head_dim_v == k.head_dim for k in kernels)
+
+
+def test_examples_are_drawn_from_the_compiled_classes_only():
+    space = classes.with_classes(Space.for_device(False), 4, 2, seed=3)
+    drawn = _draw(space, 60)
+    assert {compiled_class(e) for e in drawn} <= set(space.classes)
+    assert len({compiled_class(e) for e in drawn}) > 1
+    for e in drawn:  # the lengths: 16 k + residue, or 1
+        shape = compiled_class(e).shape
+        for n, residue in ((e.problem.seqlen_q, shape.q_residue),
+                           (e.problem.seqlen_k, shape.k_residue)):
+            assert n == 1 if residue == ONE else (n % SPECIALISED == residue and n > 1)
+    assert all(space.contains(e) for e in drawn)
+    outside = Example(drawn[0].variant, drawn[0].problem, drawn[0].distribution, "bshd-strided")
+    assert space.contains(outside) == (compiled_class(outside) in space.classes)
+
+
+def _launch_keys(problem, layout, variant, monkeypatch):
+    """The specialisation of every kernel launch of a call, forward and backward, as Triton
+    takes it: integers' classes (== 1, divisible by 16, other), tensors' dtype and alignment."""
+    from properties.strategies import make_inputs
+
+    keys = []
+    launch = launch_cache.CachedLaunch.launch
+
+    def record(self, grid, args, kwargs):
+        skip = set(getattr(self.fn, "do_not_specialize", ()) or ())
+        names = self.fn.arg_names
+        keys.append((names[0], tuple(
+            "x" if names[i] in skip else
+            ("1" if a == 1 else "16" if a % 16 == 0 else "n") if type(a) is int else
+            (str(a.dtype), a.data_ptr() % 16 == 0) if hasattr(a, "data_ptr") else str(type(a))
+            for i, a in enumerate(args) if names[i] != "n_blocks"), tuple(sorted(
+                (k, str(v)) for k, v in kwargs.items()))))
+        return launch(self, grid, args, kwargs)
+    monkeypatch.setattr(launch_cache.CachedLaunch, "launch", record)
+    q, k, v, do = (t.detach().requires_grad_(True) for t in make_inputs(problem, "normal",
+                                                                         layout))
+    o = flash_attention(q, k, v, causal=problem.causal, variant=variant)
+    o.backward(do)
+    monkeypatch.undo()
+    return keys
+
+
+@pytest.mark.parametrize("shape", [
+    ShapeClass(1, 4, 2, 1, 1, "contiguous"),
+    ShapeClass(2, 3, 1, 15, 0, "padded"),
+    ShapeClass(1, 2, 2, 7, 7, "padded-bshd-strided"),
+], ids=str)
+def test_two_problems_of_a_class_launch_the_same_kernels(shape, monkeypatch):
+    """Lengths 16 k + residue for two k: every launch's specialisation is the same (n_blocks
+    aside: a grid's size, which may cross a class; its kernel is then compiled on first use).
+    A residue dropped from the class (lengths 17 and 32 drawn as one) is caught."""
+    from fa2check.core.problems import Problem
+
+    kernel = KernelClass(Variant(False, True, False), "float16", 40, 40, True)
+    lengths = [[1 if r == ONE else SPECIALISED * k + r for r in (shape.q_residue,
+                                                               shape.k_residue)]
+               for k in (1, 2)]
+    keys = [_launch_keys(Problem(shape.batch, shape.heads_q, shape.heads_kv, sq, sk,
+                                 kernel.head_dim, kernel.dtype, kernel.causal, seed=1),
+                         shape.layout, kernel.variant, monkeypatch) for sq, sk in lengths]
+    assert keys[0] == keys[1]
+    moved = [_launch_keys(Problem(shape.batch, shape.heads_q, shape.heads_kv, n, n,
+                                  kernel.head_dim, kernel.dtype, kernel.causal, seed=1),
+                          shape.layout, kernel.variant, monkeypatch) for n in (17, 32)]
+    assert moved[0] != moved[1]
+
+
+def test_cli_draws_from_compiled_classes(tmp_path):
+    report = tmp_path / "fuzz.json"
+    status = fuzz.main(["--profile", "ci", "--max-examples", "6", "--no-corpus-first",
+                        "--classes", "2", "--shapes", "2", "--head-dim", "16",
+                        "--out", str(tmp_path / "found"), "--json", str(report)])
+    data = json.loads(report.read_text())
+    assert status == 0 and data["examples"] == 6
+    assert data["compiled_classes"]["classes"] == 4  # 2 kernel classes x 2 shapes
+    assert data["compiled_classes"]["jobs_done"] == 0  # the interpreter compiles nothing
+    assert len(data["coverage"]["variant"]) <= 2 and data["first_of_class_examples"] >= 1
