@@ -120,3 +120,17 @@ def test_cli_draws_from_compiled_classes(tmp_path):
     assert data["compiled_classes"]["classes"] == 4  # 2 kernel classes x 2 shapes
     assert data["compiled_classes"]["jobs_done"] == 0  # the interpreter compiles nothing
     assert len(data["coverage"]["variant"]) <= 2 and data["first_of_class_examples"] >= 1
+
+
+def test_cli_fuzzes_several_implementations_in_turn(tmp_path):
+    """--impl A,B: a campaign each, the examples shared out, one record with both."""
+    report = tmp_path / "fuzz.json"
+    status = fuzz.main(["--profile", "ci", "--max-examples", "6", "--no-corpus-first",
+                        "--impl", "ours,sdpa_math", "--head-dim", "16",
+                        "--out", str(tmp_path / "found"), "--json", str(report)])
+    data = json.loads(report.read_text())
+    assert status == 0
+    assert [c["impl"] for c in data["campaigns"]] == ["kernels:flash_attention",
+                                                      "fa2check.adapters:sdpa_math"]
+    assert [c["examples"] for c in data["campaigns"]] == [3, 3] and data["examples"] == 6
+    assert data["counterexamples"] == 0

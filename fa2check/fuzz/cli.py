@@ -23,6 +23,7 @@ run. Exits 1 when a counterexample is found.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import shlex
@@ -160,7 +161,7 @@ def main(argv=None) -> int:
     from properties.strategies import DISTRIBUTIONS, LAYOUTS, Space
 
     from . import corpus
-    from .fuzzer import CHECKS
+    from .fuzzer import CHECKS, PROFILES, _seed
 
     console = Console(width=console_width(), highlight=False)
     if args.jobs is None:
@@ -241,9 +242,16 @@ def main(argv=None) -> int:
                           "with one variant", soft_wrap=True)
         campaigns.append((impl_name, layout, space, checks, explicit))
     share = len(campaigns)
+    started = time.monotonic()
+    seed = _seed(args.profile, args.seed)
+    budget = args.seconds if args.seconds is not None else PROFILES[args.profile].seconds
+    spaces, precompiled = _compiled_classes(console, args, [(c[0], c[2]) for c in campaigns],
+                                            device, budget, seed)
+    left = budget - (time.monotonic() - started) if budget else budget
     results = [_campaign(console, escape, args, impl_name, space, checks, explicit, corpus_dir,
-                         device, layout, share)
-               for impl_name, layout, space, checks, explicit in campaigns]
+                         device, layout, share, seed, left / share if left else left,
+                         precompiled)
+               for (impl_name, layout, _, checks, explicit), space in zip(campaigns, spaces)]
     if args.json_path:
         record = results[0][1] if share == 1 else {
             "command": args.command, "environment": results[0][1]["environment"],
@@ -274,23 +282,18 @@ def _tuple(values):
 
 
 def _campaign(console, escape, args, impl_name, space, checks, explicit, corpus_dir, device,
-              layout, share=1):
-    """One implementation's campaign (its `share`-th of the budget); (exit status, record)."""
+              layout, share, seed, remaining, precompiled):
+    """One implementation's campaign: `remaining` seconds, its `share`-th of the examples;
+    (exit status, record)."""
     from . import corpus
-    from .fuzzer import PROFILES, Tally, _seed, fuzz, fuzz_parallel, merge
+    from .fuzzer import PROFILES, Tally, fuzz, fuzz_parallel, merge
 
     profile = PROFILES[args.profile]
     max_examples = max(1, (args.max_examples or profile.max_examples) // share)
-    seconds = args.seconds if args.seconds is not None else profile.seconds
-    seconds = seconds / share if seconds else seconds
     started = time.monotonic()
-    seed = _seed(args.profile, args.seed)
-    space, precompiled = _compiled_classes(console, args, impl_name, space, device, seconds,
-                                           seed)
-    remaining = seconds - (time.monotonic() - started) if seconds else seconds
     console.print(f"[bold]fa2check fuzz[/]: {escape(impl_name)} on {device}, profile "
                   f"{args.profile} ({max_examples} examples"
-                  + (f" or {remaining:.0f} s" if seconds else "") + f"), {args.jobs} job(s)",
+                  + (f" or {remaining:.0f} s" if remaining else "") + f"), {args.jobs} job(s)",
                   soft_wrap=True)
     console.print(f"checks: {', '.join(checks)}", soft_wrap=True)
     console.print(f"space: {escape(space.describe())}", soft_wrap=True)
@@ -390,33 +393,39 @@ def _campaign(console, escape, args, impl_name, space, checks, explicit, corpus_
     return (1 if outcome.failure is not None or interrupted else 0), record
 
 
-def _compiled_classes(console, args, impl_name, space, device, seconds, seed):
-    """The space narrowed to compiled classes (fa2check/fuzz/classes.py) and what precompiling
-    them did (None where classes are off: --classes 0, the interpreter's default)."""
+def _compiled_classes(console, args, impls_and_spaces, device, seconds, seed):
+    """Each implementation's space narrowed to compiled classes (fa2check/fuzz/classes.py),
+    every class compiled ahead in one pool; and what precompiling did (None where classes are
+    off: --classes 0, the interpreter's default)."""
     from . import classes
 
     kernels = args.classes if args.classes is not None else (None if device == "cuda" else 0)
     if kernels == 0:
-        return space, None
-    space = classes.with_classes(space, kernels or None, args.shapes, seed)
+        return [space for _, space in impls_and_spaces], None
+    spaces = [classes.with_classes(space, kernels or None, args.shapes, seed)
+              for _, space in impls_and_spaces]
     budget = args.precompile_seconds
     if budget is None:
         budget = min(150.0, seconds / 2) if seconds else 150.0
-    jobs = {}
-    for compiled in space.classes:
-        column, call = classes.representative(compiled, impl_name, space)
-        jobs.setdefault(compile_class(column, call), [(column, call)])
+    jobs = {}  # by compile class, the implementations' classes taken in turn
+    for group in itertools.zip_longest(*[[(impl_name, space, compiled)
+                                          for compiled in space.classes]
+                                         for (impl_name, _), space in
+                                         zip(impls_and_spaces, spaces)]):
+        for impl_name, space, compiled in filter(None, group):
+            column, call = classes.representative(compiled, impl_name, space)
+            jobs.setdefault(compile_class(column, call), [(column, call)])
+    n_classes = sum(len(space.classes) for space in spaces)
     with Progress(TextColumn("compiling {task.fields[what]}"), BarColumn(),
                   MofNCompleteColumn(), TimeElapsedColumn(), console=console,
                   transient=True) as progress:
-        bar = progress.add_task("", total=len(jobs), what=f"{len(space.classes)} classes")
+        bar = progress.add_task("", total=len(jobs), what=f"{n_classes} classes")
         done = classes.precompile(list(jobs.values()), device, classes.workers(), budget,
                                   lambda n, total: progress.update(bar, completed=n))
-    console.print(f"compiled classes: {len(space.classes)} ({args.shapes} shapes each of "
-                  f"{len({c.kernel for c in space.classes})} kernel classes); precompiled "
-                  f"{done.done} of {done.planned} jobs in {done.seconds:.0f} s "
+    console.print(f"compiled classes: {n_classes} ({args.shapes} shapes for each kernel class); "
+                  f"precompiled {done.done} of {done.planned} jobs in {done.seconds:.0f} s "
                   f"({done.cpu_seconds:.0f} CPU-s on {done.workers} workers)", soft_wrap=True)
-    return space, done
+    return spaces, done
 
 
 def _summary(console, escape, outcome, elapsed):
