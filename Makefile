@@ -18,7 +18,7 @@ LINT_IMPORTS = $(PYTHON) -c "import importlinter" 2>/dev/null \
 	|| { $(PYTHON) -c "import importlinter" 2>/dev/null && exit 1; \
 	     echo "import layers NOT checked: import-linter is not installed for $(PYTHON)"; }
 
-.PHONY: setup verify fuzz test test-gpu compile-gate clean
+.PHONY: setup verify fuzz test test-gpu gpu-check compile-gate clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -41,6 +41,11 @@ test: setup
 
 test-gpu:
 	$(PYTHON) -m pytest -m gpu $(ARGS)
+
+# on a GPU, before a kernel change lands: verify's full tier, the GPU tests of the backends and a
+# fuzz campaign over them, one verdict in 10 minutes (python -m fa2check.gpucheck)
+gpu-check: setup
+	$(PYTHON) -m fa2check.gpucheck $(ARGS)
 
 compile-gate: setup
 	env -u TRITON_INTERPRET $(PYTHON) -m fa2check.compile_gate $(ARGS)

@@ -1,0 +1,192 @@
+"""python -m fa2check.gpucheck: every GPU check of a kernel change in one command, one verdict.
+
+Steps, each a process of its own with its own time limit, its log and results in --out:
+  verify  python -m fa2check.verify --tier full (ours and, on sm_90, the Hopper chassis's
+          variants and switches): every property, the pass rule, on the full tier's shapes
+  tests   pytest -m gpu over GPU_TESTS: the regression corpus through every backend, the
+          chassis's backward, switches and FA1 splits, the default call's kernel table, the
+          launch cache (the other GPU tests, larger shapes of what verify covers, run with
+          make test-gpu)
+  fuzz    python -m fa2check.fuzz over ours, the Hopper chassis and the Gluon forward, every
+          variant, from classes compiled ahead (fa2check/fuzz/classes.py); counterexamples
+          are saved in --out
+verify runs first (its time is the full tier's cold time when Triton's cache is), then the
+tests and the fuzz campaign side by side until the budget ends. The verdict is PASS when every
+step exits 0: no failed case, test or counterexample. A JSON record (provenance, each step's
+status, seconds and numbers) is written to --out; docs/correctness.md keeps the runs of record.
+
+  make gpu-check PYTHON=python3               # on the GPU machine, 10 minutes
+  python -m fa2check.gpucheck --minutes 5 --out /tmp/check
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+
+from rich.console import Console
+from rich.table import Table
+
+from ..core.environment import ROOT, describe_environment, select_device
+from ..core.results import write_json
+
+GPU_TESTS = ("tests/test_regressions.py", "tests/test_hopper_backward.py",
+             "tests/test_hopper_switches.py", "tests/test_hopper_splits.py",
+             "tests/test_fastest.py", "tests/test_launch_cache.py")
+FUZZ_IMPLS = "ours,hopper,gluon"
+VERIFY_SHARE = 0.4  # of the budget, at most: the full tier cold (172-231 s measured on the H200)
+MARGIN_S = 15.0  # for the record and the last summaries
+
+
+@dataclass
+class Step:
+    name: str
+    command: list
+    log: str
+    limit: float
+    started: float = 0.0
+    seconds: float = 0.0
+    returncode: int | None = None
+    process: object = field(default=None, repr=False)
+
+    def start(self):
+        self.started = time.monotonic()
+        self._log = open(self.log, "w")
+        # a process group of its own: the time limit stops its workers too
+        self.process = subprocess.Popen(self.command, cwd=ROOT, stdout=self._log,
+                                        stderr=subprocess.STDOUT, start_new_session=True)
+
+    def poll(self) -> bool:
+        """True once finished (stopped with SIGINT at its limit, SIGKILL 20 s later)."""
+        if self.returncode is not None:
+            return True
+        elapsed = time.monotonic() - self.started
+        code = self.process.poll()
+        if code is None and elapsed > self.limit:
+            os.killpg(self.process.pid, signal.SIGINT if elapsed < self.limit + 20
+                      else signal.SIGKILL)
+            return False
+        if code is None:
+            return False
+        self.returncode, self.seconds = code, elapsed
+        self._log.close()
+        return True
+
+    def tail(self, lines: int = 3) -> list[str]:
+        with open(self.log, errors="replace") as f:
+            return [line.rstrip() for line in f.readlines()[-lines:]]
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(prog="python -m fa2check.gpucheck", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--minutes", type=float, default=10.0, help="the whole budget (default 10)")
+    p.add_argument("--out", default=None, help="directory for the logs, results and record "
+                   "(default out/gpu-check/<date>)")
+    p.add_argument("--fuzz-jobs", type=int, default=None,
+                   help="fuzz worker processes (default: the cores less the tests' workers)")
+    p.add_argument("--test-workers", type=int, default=4, help="pytest-xdist workers")
+    p.add_argument("--commit", help="git commit to record where the checkout has no .git")
+    return p.parse_args(argv)
+
+
+def plan(args, out: str) -> tuple[Step, list[Step]]:
+    """The verify step, and the steps that run side by side after it (their limits set when
+    verify ends)."""
+    py = sys.executable
+    verify = Step("verify", [py, "-m", "fa2check.verify", "--tier", "full", "--json",
+                             os.path.join(out, "verify.json")]
+                  + (["--commit", args.commit] if args.commit else []),
+                  os.path.join(out, "verify.log"), VERIFY_SHARE * args.minutes * 60)
+    xdist = ["-n", str(args.test_workers)] if args.test_workers > 1 else []
+    tests = Step("tests", [py, "-m", "pytest", "-m", "gpu", "-q", "-rfE", "-p",
+                           "no:cacheprovider", *xdist, *GPU_TESTS],
+                 os.path.join(out, "tests.log"), 0.0)
+    jobs = args.fuzz_jobs or max(1, min((os.cpu_count() or 2) - args.test_workers, 12))
+    fuzz = Step("fuzz", [py, "-m", "fa2check.fuzz", "--impl", FUZZ_IMPLS, "--jobs", str(jobs),
+                         "--json", os.path.join(out, "fuzz.json"),
+                         "--out", os.path.join(out, "counterexamples")],
+                os.path.join(out, "fuzz.log"), 0.0)
+    return verify, [tests, fuzz]
+
+
+def run(args, out: str, console) -> list[Step]:
+    started = time.monotonic()
+    budget = args.minutes * 60 - MARGIN_S
+    verify, after = plan(args, out)
+    verify.start()
+    console.print(f"verify (full tier), at most {verify.limit:.0f} s ...", highlight=False)
+    while not verify.poll():
+        time.sleep(1)
+    left = budget - (time.monotonic() - started)
+    fuzz_seconds = max(30.0, left - 25)  # its own budget; its limit 25 s more to report
+    for step in after:
+        step.limit = left
+        if step.name == "fuzz":
+            step.command += ["--seconds", f"{fuzz_seconds:.0f}"]
+        step.start()
+    console.print(f"tests and fuzz side by side, {left:.0f} s ...", highlight=False)
+    while not all(step.poll() for step in after):
+        time.sleep(1)
+    return [verify, *after]
+
+
+def details(step: Step, out: str) -> dict:
+    """A step's numbers from its results file (verify, fuzz) or its log's last line (tests)."""
+    if step.name == "verify" and os.path.exists(os.path.join(out, "verify.json")):
+        with open(os.path.join(out, "verify.json")) as f:
+            data = json.load(f)
+        return {k: data.get(k) for k in ("counts", "seconds", "interrupted") if k in data}
+    if step.name == "fuzz" and os.path.exists(os.path.join(out, "fuzz.json")):
+        with open(os.path.join(out, "fuzz.json")) as f:
+            data = json.load(f)
+        return {"examples": data.get("examples"), "counterexamples": data.get("counterexamples"),
+                "campaigns": [{k: c.get(k) for k in (
+                    "impl", "examples", "seconds", "examples_per_second",
+                    "steady_examples_per_second", "first_of_class_examples",
+                    "first_of_class_seconds", "compiled_classes", "stopped", "closest_call")}
+                    | {"counterexample": (c["counterexample"] or {}).get("example")}
+                    for c in data.get("campaigns", [data])]}
+    return {"last_lines": step.tail()}
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    device = select_device()
+    console = Console(highlight=False)
+    if device != "cuda":
+        raise SystemExit("make gpu-check needs a CUDA GPU (make test and make verify run on "
+                         "the CPU)")
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
+    out = args.out or os.path.join(ROOT, "out", "gpu-check", stamp)
+    os.makedirs(out, exist_ok=True)
+    started = time.monotonic()
+    steps = run(args, out, console)
+    wall = time.monotonic() - started
+    passed = all(step.returncode == 0 for step in steps)
+    record = {"environment": describe_environment(device, args.commit),
+              "command": " ".join(["python", "-m", "fa2check.gpucheck", *(argv or sys.argv[1:])]),
+              "verdict": "PASS" if passed else "FAIL", "seconds": round(wall, 1),
+              "budget_seconds": args.minutes * 60,
+              "steps": [{"name": s.name, "command": " ".join(s.command),
+                         "returncode": s.returncode, "seconds": round(s.seconds, 1),
+                         "limit_seconds": round(s.limit, 1), **details(s, out)} for s in steps]}
+    path = os.path.join(out, "gpu-check.json")
+    write_json(path, record)
+    table = Table(title=f"gpu-check ({out})")
+    for column in ("step", "exit", "seconds", "detail"):
+        table.add_column(column)
+    for s, r in zip(steps, record["steps"]):
+        detail = (f"{r.get('examples')} examples, {r.get('counterexamples')} counterexamples"
+                  if s.name == "fuzz" else json.dumps(r.get("counts")) if s.name == "verify"
+                  else (r.get("last_lines") or [""])[-1])
+        table.add_row(s.name, str(s.returncode), f"{s.seconds:.0f}", detail)
+    console.print(table)
+    console.print(f"{record['verdict']}: {wall:.0f} s of {args.minutes * 60:.0f}; record {path}")
+    return 0 if passed else 1

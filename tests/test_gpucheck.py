@@ -1,0 +1,52 @@
+"""make gpu-check (python -m fa2check.gpucheck) on the CPU with stand-in steps: verify first,
+then the tests and the fuzz campaign side by side within the budget; a step that fails or runs
+past its limit makes the verdict FAIL; the record keeps every step."""
+import json
+import sys
+
+import pytest
+
+from fa2check.gpucheck import cli
+
+
+def _stand_ins(verify, tests, fuzz):
+    def plan(args, out):
+        steps = [cli.Step(name, [sys.executable, "-c", code], f"{out}/{name}.log", limit)
+                 for name, code, limit in (("verify", verify, 30), ("tests", tests, 0),
+                                           ("fuzz", fuzz, 0))]
+        return steps[0], steps[1:]
+    return plan
+
+
+def _main(monkeypatch, tmp_path, plan, minutes=0.6):
+    monkeypatch.setattr(cli, "plan", plan)
+    monkeypatch.setattr(cli, "select_device", lambda: "cuda")
+    monkeypatch.setattr(cli, "describe_environment", lambda device, commit=None: {})
+    status = cli.main(["--minutes", str(minutes), "--out", str(tmp_path)])
+    return status, json.loads((tmp_path / "gpu-check.json").read_text())
+
+
+def test_every_step_passing_is_a_pass(monkeypatch, tmp_path):
+    status, record = _main(monkeypatch, tmp_path, _stand_ins("print(1)", "print(2)", "print(3)"))
+    assert status == 0 and record["verdict"] == "PASS"
+    assert [s["name"] for s in record["steps"]] == ["verify", "tests", "fuzz"]
+    assert all(s["returncode"] == 0 for s in record["steps"])
+
+
+@pytest.mark.parametrize("failing", ["verify", "tests", "fuzz"])
+def test_one_failing_step_fails_the_check(monkeypatch, tmp_path, failing):
+    codes = {name: "raise SystemExit(1)" if name == failing else "print(0)"
+             for name in ("verify", "tests", "fuzz")}
+    status, record = _main(monkeypatch, tmp_path, _stand_ins(**codes))
+    assert status == 1 and record["verdict"] == "FAIL"
+    assert {s["name"]: s["returncode"] for s in record["steps"]}[failing] == 1
+
+
+def test_a_step_past_its_limit_is_stopped_and_fails(monkeypatch, tmp_path):
+    """The tests and the fuzz campaign share what verify left of the budget; one that runs on
+    is interrupted (SIGINT, then SIGKILL) and the check fails."""
+    status, record = _main(monkeypatch, tmp_path, _stand_ins(
+        "print(1)", "import time; time.sleep(120)", "print(3)"), minutes=0.4)
+    steps = {s["name"]: s for s in record["steps"]}
+    assert status == 1 and steps["tests"]["returncode"] != 0
+    assert steps["tests"]["seconds"] < 24 + 25  # the budget less the margin, and the grace
