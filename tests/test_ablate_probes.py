@@ -337,3 +337,31 @@ def test_head_dims_probe_arguments(monkeypatch):
     for bad in (["--modes", "bwd"], ["--head-dims", "512"], ["--head-dims", "64/300"]):
         with pytest.raises(SystemExit):
             probe.parse_args(bad)
+
+
+def test_fa1_dram_model_and_its_comparison_with_nsight_computes_raw_page(tmp_path):
+    """ablations/probes/fa1_dram.py: D48's model with FA1's splits (each split reads K and V
+    once) and its table against a made-up ncu raw page (base units, a units row, another
+    kernel between)."""
+    probe = _ablations_script("fa1_dram")
+    n, d, bc = 2048, 128, 256
+    tiles = n // bc
+    one_split = 4 * n * d + 2 * n * d * tiles + 2 * (tiles - 1) * (4 * n * d + 16 * n) + 2 * n * d
+    assert probe.model_bytes(n, d, 1, bc, 1) == one_split
+    assert probe.model_bytes(n, d, 3, bc, 2) - 3 * one_split == 3 * 4 * n * d  # K, V again
+    model = tmp_path / "model.json"
+    model.write_text(json.dumps([{"cell": "c1", "block_n": bc, "splits": 1,
+                                  "model_bytes": 2_000_000_000},
+                                 {"cell": "c2", "block_n": bc, "splits": 8,
+                                  "model_bytes": 4_000_000_000}]))
+    page = tmp_path / "ncu.csv"
+    page.write_text("\n".join([
+        "==PROF== Connected to process",
+        '"ID","Kernel Name","dram__bytes_read.sum","dram__bytes_write.sum"',
+        '"","","byte","byte"',
+        '"0","_hopper_attn_fwd","1,500,000,000","600,000,000"',
+        '"1","void at::native::vectorized_elementwise_kernel","5","5"',
+        '"2","_hopper_attn_fwd","3,000,000,000","1,000,000,000"']))
+    assert probe.measured(page) == [2_100_000_000, 4_000_000_000]
+    table = probe.compare(page, model).splitlines()
+    assert table[2].endswith("| 2.00 | 2.10 | 1.05 |") and table[3].endswith("| 1.00 |")

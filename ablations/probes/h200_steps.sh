@@ -39,6 +39,11 @@
 #                  with seq_parallel)
 #   verify-gluon   the Gluon backend's split-K gradients (its tiles failed at b393333)
 #   gpu-tests      pytest -m gpu over GPU_TESTS (files and options, e.g. "tests/a.py -k float32")
+#   gpu-check      make gpu-check (python -m fa2check.gpucheck, GPU_CHECK_MINUTES, default 9.5):
+#                  verify's full tier, the backends' GPU tests and a fuzz campaign, one verdict
+#   fuzz-hopper    python -m fa2check.fuzz --impl hopper for FUZZ_SECONDS (default 300)
+#   fa1-dram       ablations/probes/fa1_dram.py under Nsight Compute: the FA1-style chassis
+#                  forward's DRAM bytes at 2k, 8k and 16k against D48's model (issue 56)
 #   flex           torch's compiled flex_attention (D63): fa2check.verify --impl flex (every
 #                  property, the full tier; cut at 70 s its JSON keeps the cases that finished),
 #                  then its forward beside sdpa-flash, sdpa-cudnn and our Triton kernels at 8k
@@ -112,6 +117,16 @@ for s in "$@"; do case $s in
   verify-gluon) step verify-gluon 120 python3 -m fa2check.verify --tier full --impl fa2check.adapters:gluon --variant=-defer+seqpar-splitq --variant=+defer-seqpar-splitq --property gqa_reduction --property causal_masking --json "$W/verify-gluon.json" $C ;;
   gpu-tests) XDIST=$(python3 -c "import xdist" 2>/dev/null && echo "-n 8")  # compile-bound: 8 workers
              step gpu-tests 240 python3 -m pytest -q -m gpu -rf $XDIST ${GPU_TESTS:-tests} ;;
+  gpu-check) M=${GPU_CHECK_MINUTES:-9.5}
+             step gpu-check $(python3 -c "print(int($M * 60 + 30))") python3 -m fa2check.gpucheck --minutes $M --out "$W/gpu-check" $C ;;
+  fuzz-hopper) F=${FUZZ_SECONDS:-300}
+               step fuzz-hopper $((F + 60)) python3 -m fa2check.fuzz --impl hopper --seconds $F --json "$W/fuzz-hopper.json" --out "$W/fuzz-hopper-found" ;;
+  fa1-dram) step fa1-dram 150 ncu --clock-control none --profile-from-start off --csv --page raw --print-units base \
+              --metrics dram__bytes_read.sum,dram__bytes_write.sum \
+              python3 ablations/probes/fa1_dram.py --model "$W/fa1-dram-model.json"
+            cp "$W/fa1-dram.log" "$W/fa1-dram.csv"
+            python3 ablations/probes/fa1_dram.py --compare "$W/fa1-dram.csv" --model "$W/fa1-dram-model.json" | tee -a "$W/fa1-dram.log"
+            archive ;;
   flex) step flex-verify 70 python3 -m fa2check.verify --impl flex --json "$W/verify-flex.json" $C
         step flex-time 90 python3 -m fa2check.ablate --seqlen 8192 --head-dim 128 --mode fwd --kernels triton --backends sdpa-flash,sdpa-cudnn,flex --rep-ms 100 --budget-s 80 $C --out "$W/flex" --no-plots ;;
   hopper-bwd) T=${HOPPER_BWD_TIME_S:-60}  # phase 2 (times); phase 1 (checks) 90 s
