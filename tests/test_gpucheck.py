@@ -12,9 +12,9 @@ from fa2check.gpucheck import cli
 def _stand_ins(verify, tests, fuzz):
     def plan(args, out):
         steps = [cli.Step(name, [sys.executable, "-c", code], f"{out}/{name}.log", limit)
-                 for name, code, limit in (("verify", verify, 30), ("tests", tests, 0),
+                 for name, code, limit in (("verify", verify, 30), ("tests", tests, 8),
                                            ("fuzz", fuzz, 0))]
-        return steps[0], steps[1:]
+        return steps[:2], steps[2]
     return plan
 
 
@@ -30,6 +30,9 @@ def test_every_step_passing_is_a_pass(monkeypatch, tmp_path):
     status, record = _main(monkeypatch, tmp_path, _stand_ins("print(1)", "print(2)", "print(3)"))
     assert status == 0 and record["verdict"] == "PASS"
     assert [s["name"] for s in record["steps"]] == ["verify", "tests", "fuzz"]
+    (tmp_path / "verify.json").write_text('{"counts": {"pass": 3}, "seconds":')  # cut short
+    assert cli.details(cli.Step("verify", [], str(tmp_path / "verify.log"), 1),
+                       str(tmp_path)) == {"last_lines": ["1"]}
     assert all(s["returncode"] == 0 for s in record["steps"])
 
 
@@ -43,10 +46,11 @@ def test_one_failing_step_fails_the_check(monkeypatch, tmp_path, failing):
 
 
 def test_a_step_past_its_limit_is_stopped_and_fails(monkeypatch, tmp_path):
-    """The tests and the fuzz campaign share what verify left of the budget; one that runs on
-    is interrupted (SIGINT, then SIGKILL) and the check fails."""
+    """verify and the tests run side by side within their limit, the fuzz campaign in what they
+    leave of the budget; one that runs on is interrupted (SIGINT, then SIGKILL) and the check
+    fails."""
     status, record = _main(monkeypatch, tmp_path, _stand_ins(
         "print(1)", "import time; time.sleep(120)", "print(3)"), minutes=0.4)
     steps = {s["name"]: s for s in record["steps"]}
     assert status == 1 and steps["tests"]["returncode"] != 0
-    assert steps["tests"]["seconds"] < 24 + 25  # the budget less the margin, and the grace
+    assert steps["tests"]["seconds"] < 8 + 25  # its limit, and the grace

@@ -31,7 +31,7 @@ from multiprocessing import get_context
 from properties.strategies import (GROUPS, HEADS_KV, ONE, SPECIALISED, CompiledClass,
                                    KernelClass, ShapeClass, Space)
 
-from ..core.compiling import Call, compile_job
+from ..core.compiling import Call, compile_cost, compile_job
 from ..core.environment import select_device
 from ..core.implementations import Column
 from ..core.problems import Problem
@@ -39,6 +39,10 @@ from ..core.problems import Problem
 # (residue of a length modulo 16, weight): the length 1, multiples of 16, one past and one
 # short of them (a tile's edges), and any other
 RESIDUES = ((ONE, 1), (0, 3), (1, 2), (SPECIALISED - 1, 2), (None, 2))
+# a GPU campaign's kernel classes (each with --shapes shape classes): on the H200 a compile job
+# took 9.6 CPU-seconds on average (1,250 for 130), up to 67 for a split-K backward at d=256, so
+# 16 x 2 classes compile in about a minute on 15 workers; another seed draws other classes
+KERNEL_CLASSES = 16
 SAME_RESIDUE = 0.4  # seqlen_k's residue is seqlen_q's: equal and nearly equal lengths
 
 
@@ -92,6 +96,22 @@ def with_classes(space: Space, kernels: int | None, shapes: int, seed: int) -> S
     dims = tuple(dict.fromkeys(d for c in classes
                                for d in (c.kernel.head_dim, c.kernel.head_dim_v)))
     return replace(space, classes=classes, head_dims=dims)
+
+
+def call_of(example, impl: str) -> tuple[Column, Call]:
+    """The call an example makes (its other checks call the forward on the same inputs)."""
+    layout = None if example.layout == "contiguous" else example.layout
+    return Column(impl, str(example.variant), impl), Call(example.problem, True, layout)
+
+
+def costliest_first(jobs) -> list:
+    """Compile jobs (lists of (column, call)), the slowest to compile first (Triton's split-K
+    and float32 kernels, then wide heads: fa2check.core.compiling.compile_cost), so that the
+    longest do not start last."""
+    def cost(job):
+        column, call = job[0]
+        return compile_cost(column, call.problem.head_dim, call.problem.dtype)
+    return sorted(jobs, key=cost, reverse=True)
 
 
 def representative(compiled: CompiledClass, impl: str, space: Space) -> tuple[Column, Call]:

@@ -23,7 +23,6 @@ run. Exits 1 when a counterexample is found.
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import os
 import shlex
@@ -97,11 +96,11 @@ def parse_args(argv=None):
                           help="kernel classes (variant, dtype, head dims, mask) a campaign "
                                "draws from, each with --shapes shape classes, compiled ahead in "
                                "parallel; 0: draw freely (a new kernel for nearly every "
-                               "example). Default: on a GPU one per (variant, dtype, mask) of "
-                               "the space, in the interpreter 0")
-    compiled.add_argument("--shapes", type=int, default=3, metavar="N",
+                               "example). Default: on a GPU 16 (campaigns with other seeds take "
+                               "other ones), in the interpreter 0")
+    compiled.add_argument("--shapes", type=int, default=2, metavar="N",
                           help="shape classes (batch, heads, layout, lengths modulo 16) per "
-                               "kernel class (default 3)")
+                               "kernel class (default 2)")
     compiled.add_argument("--precompile-seconds", type=float, default=None, metavar="S",
                           help="the compiling's share of the time budget (default: up to "
                                "half of --seconds, 150 s at most); classes not compiled by "
@@ -246,7 +245,7 @@ def main(argv=None) -> int:
     seed = _seed(args.profile, args.seed)
     budget = args.seconds if args.seconds is not None else PROFILES[args.profile].seconds
     spaces, precompiled = _compiled_classes(console, args, [(c[0], c[2]) for c in campaigns],
-                                            device, budget, seed)
+                                            device, budget, seed, [c[4] for c in campaigns])
     left = budget - (time.monotonic() - started) if budget else budget
     results = [_campaign(console, escape, args, impl_name, space, checks, explicit, corpus_dir,
                          device, layout, share, seed, left / share if left else left,
@@ -393,26 +392,28 @@ def _campaign(console, escape, args, impl_name, space, checks, explicit, corpus_
     return (1 if outcome.failure is not None or interrupted else 0), record
 
 
-def _compiled_classes(console, args, impls_and_spaces, device, seconds, seed):
+def _compiled_classes(console, args, impls_and_spaces, device, seconds, seed,
+                      corpus_examples):
     """Each implementation's space narrowed to compiled classes (fa2check/fuzz/classes.py),
     every class compiled ahead in one pool; and what precompiling did (None where classes are
     off: --classes 0, the interpreter's default)."""
     from . import classes
 
-    kernels = args.classes if args.classes is not None else (None if device == "cuda" else 0)
+    kernels = args.classes if args.classes is not None else (
+        classes.KERNEL_CLASSES if device == "cuda" else 0)
     if kernels == 0:
         return [space for _, space in impls_and_spaces], None
-    spaces = [classes.with_classes(space, kernels or None, args.shapes, seed)
+    spaces = [classes.with_classes(space, kernels, args.shapes, seed)
               for _, space in impls_and_spaces]
     budget = args.precompile_seconds
     if budget is None:
         budget = min(150.0, seconds / 2) if seconds else 150.0
-    jobs = {}  # by compile class, the implementations' classes taken in turn
-    for group in itertools.zip_longest(*[[(impl_name, space, compiled)
-                                          for compiled in space.classes]
-                                         for (impl_name, _), space in
-                                         zip(impls_and_spaces, spaces)]):
-        for impl_name, space, compiled in filter(None, group):
+    jobs = {}  # by compile class: the corpus's examples (run first) and the classes
+    for (impl_name, _), space, explicit in zip(impls_and_spaces, spaces, corpus_examples):
+        for example in explicit:
+            column, call = classes.call_of(example, impl_name)
+            jobs.setdefault(compile_class(column, call), [(column, call)])
+        for compiled in space.classes:
             column, call = classes.representative(compiled, impl_name, space)
             jobs.setdefault(compile_class(column, call), [(column, call)])
     n_classes = sum(len(space.classes) for space in spaces)
@@ -420,7 +421,8 @@ def _compiled_classes(console, args, impls_and_spaces, device, seconds, seed):
                   MofNCompleteColumn(), TimeElapsedColumn(), console=console,
                   transient=True) as progress:
         bar = progress.add_task("", total=len(jobs), what=f"{n_classes} classes")
-        done = classes.precompile(list(jobs.values()), device, classes.workers(), budget,
+        done = classes.precompile(classes.costliest_first(jobs.values()), device,
+                                  classes.workers(), budget,
                                   lambda n, total: progress.update(bar, completed=n))
     console.print(f"compiled classes: {n_classes} ({args.shapes} shapes for each kernel class); "
                   f"precompiled {done.done} of {done.planned} jobs in {done.seconds:.0f} s "
