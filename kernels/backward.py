@@ -53,10 +53,11 @@ l = 0); they are given P = 0, so they get dQ = 0 and add nothing to dK and dV.
 import triton
 import triton.language as tl
 
-from .config import block_d
-from .fa1_launch import bwd_column_parallel
-from .forward import LOG2E, _head_cols, _visible_key_range, sms_and_ctas_per_sm
+from .forward import LOG2E, _head_cols, _visible_key_range
 from .launch_cache import CachedLaunch
+from .plan.fa1_launch import bwd_column_parallel
+from .plan.occupancy import sms_and_ctas_per_sm
+from .plan.tiles import block_d
 
 
 @triton.jit

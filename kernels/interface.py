@@ -8,8 +8,8 @@ from dataclasses import replace
 
 import torch
 
-from .config import (BACKENDS, MAX_HEAD_DIM, MIN_DOT_DIM, TileConfig, default_config,
-                     tma_fits)
+from .plan.config import default_config
+from .plan.tiles import BACKENDS, MAX_HEAD_DIM, MIN_DOT_DIM, TileConfig, tma_fits
 from .tma import tma_ready
 from .variant import Variant
 

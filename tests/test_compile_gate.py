@@ -18,7 +18,7 @@ from fa2check.inspect.compile_gate import (SPECS, _forward_specialization, make_
                                            sync_label)
 from kernels import TILE_HEAD_DIMS, Variant
 from kernels.forward import _attn_fwd
-from kernels.hopper_forward import shared_bytes
+from kernels.plan.hopper_forward import shared_bytes
 
 DTYPES = ("float16", "bfloat16", "float32")
 

@@ -13,8 +13,8 @@ import json
 import pytest
 
 from kernels import Variant, default_config
-from kernels.config import heuristic_config
-from kernels import tuned_tiles
+from kernels.plan import tuned_tiles
+from kernels.plan.config import heuristic_config
 
 FAKE = "Fake GPU 9000"
 FA2 = Variant()

@@ -23,7 +23,7 @@ done
 copy=ablations/ab/$(IFS=+; echo "${names[*]}")
 cd "$root"
 rm -rf "$copy" && mkdir -p "$copy"
-cp -r kernels "$copy/kernels" && rm -rf "$copy/kernels/__pycache__"
+cp -r kernels "$copy/kernels" && find "$copy/kernels" -name __pycache__ -prune -exec rm -rf {} +
 before=$(mktemp -d) && trap 'rm -rf "$before"' EXIT
 for i in "${!patches[@]}"; do
   rm -rf "$before/kernels" && cp -r "$copy/kernels" "$before/"

@@ -100,7 +100,7 @@ def ends(view: str, data: dict) -> tuple[str, str]:
 
 
 def fa1_grid_line(settings: dict) -> str:
-    """What grid the FA1-style variants ran on (kernels.fa1_launch, D90)."""
+    """What grid the FA1-style variants ran on (kernels.plan.fa1_launch, D90)."""
     if settings.get("fa1_grid", "batch-heads") == "fa1":
         return ("FA1-style: FA1's own launcher, its forward's num_splits heuristic and its "
                 "backward's choice of a column grid (kernels/fa1_launch.py).")

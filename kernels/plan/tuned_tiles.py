@@ -24,10 +24,11 @@ import os
 from dataclasses import dataclass
 from functools import lru_cache
 
-from .config import BACKENDS, TileConfig, block_d, tile_columns
+from .tiles import BACKENDS, TileConfig, block_d, tile_columns
 
 SCHEMA = "fa2check.tuned_tiles/1"
-PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tuned_tiles.json")
+PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                    "tuned_tiles.json")  # kernels/tuned_tiles.json
 PATH_ENV = "FA2CHECK_TUNED_TILES"
 PARTS = ("fwd", "bwd")
 # a numerics choice and FA1's launcher's grids (kernels/fa1_launch.py), never from a table
