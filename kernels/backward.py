@@ -33,7 +33,7 @@ SEQ_PARALLEL: one program per column block (and, with DQ_PASS, one per query row
 query head) in grid (blocks, batch * kv heads). Not SEQ_PARALLEL: grid (batch * kv heads,);
 each program walks all column blocks (then, with DQ_PASS, all row blocks of its heads) itself.
 A variant with seq_parallel off runs that grid where FA1's launcher did and the column grid
-(SEQ_PARALLEL) where FA1's launcher switched to it (kernels/fa1_launch.py, D90).
+(SEQ_PARALLEL) where FA1's launcher switched to it (kernels/plan/fa1_launch.py, D90).
 SPLIT_Q off (split-K, FA1's backward partition): dQ_i += dS_ij K_j sums over the keys of a
 tile, and FA1 cut those keys over its warps (csrc/flash_attn/src/fmha_dgrad_kernel_1xN_loop.h
 in flash-attention before FlashAttention-2: the dQ product's tile is Cta_tile_o =

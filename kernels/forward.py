@@ -46,7 +46,7 @@ a tile visits only the row blocks that see some of its keys; row blocks that see
   Grid (batch * heads, splits), TileConfig.fa1_splits: split s owns row blocks s, s + splits,
 s + 2 splits, ... (interleaved, as FA1's blockIdx.z took query steps blockIdx.z, + gridDim.z,
 ...), and loads every K/V tile its row blocks see. 0, the default, takes FA1's launcher's
-heuristic (kernels/fa1_launch.py), which adds splits to fill the GPU's waves, as the FA1 the
+heuristic (kernels/plan/fa1_launch.py), which adds splits to fill the GPU's waves, as the FA1 the
 FA2 paper timed did (D90); 1 is one program per (batch, head), the paper's prose ("parallel
 over batch and heads"), kept as a reference grid.
   HBM traffic per (batch, head) with N = seqlen_q = seqlen_k, D = head_dim, Bc = BLOCK_N and
@@ -67,7 +67,7 @@ Head dims that are not tile widths (D49, D60): a tile's head dimension is a powe
 (tl.arange, tl.dot). A head_dim that is not one is carried either padded to one tile of
 BLOCK_D = block_d(head_dim) columns (the padding loaded as 0, adding exactly 0 to every dot
 over D, never stored), or, where that wastes more columns, in two column chunks of BLOCK_D and
-BLOCK_D1 columns (kernels.config.head_chunks: BLOCK_D the largest power of two below head_dim,
+BLOCK_D1 columns (kernels.plan.tiles.head_chunks: BLOCK_D the largest power of two below head_dim,
 BLOCK_D1 the rest's tile, padded as before): 96 = 64 + 32, 192 = 128 + 64.
     S_ij = Q_i[:, :D0] K_j[:, :D0]^T + Q_i[:, D0:] K_j[:, D0:]^T     (the second dot accumulates
                                                                       into the first's result)
@@ -869,7 +869,7 @@ _ATTN_FWD = CachedLaunch(_attn_fwd)  # host time: kernels/launch_cache.py
 
 
 def chunk_constexprs(head_dim: int, head_dim_v: int) -> dict:
-    """The kernel's column chunks of q/k's and of v's head dims (kernels.config.head_chunks):
+    """The kernel's column chunks of q/k's and of v's head dims (kernels.plan.tiles.head_chunks):
     BLOCK_D, BLOCK_D1, BLOCK_DV, BLOCK_DV1."""
     (d0, d1), (dv0, dv1) = head_chunks(head_dim), head_chunks(head_dim_v)
     return dict(BLOCK_D=d0, BLOCK_D1=d1, BLOCK_DV=dv0, BLOCK_DV1=dv1)

@@ -54,7 +54,7 @@ SEQ_PARALLEL (FA2, section 3.2): grid (column blocks, B * Hkv). Off (FA1: one pr
 (batch, head)): grid (1, B * Hkv), the program walks every column block itself (the same loop,
 `range(first, n_blocks, step)`). dK is scaled by softmax_scale once, at the end of a block. A
 variant with seq_parallel off runs SEQ_PARALLEL where FA1's launcher switched to its column
-grid (kernels/fa1_launch.py, D90).
+grid (kernels/plan/fa1_launch.py, D90).
 
 Masks: only steps whose tile crosses the causal diagonal (bottom-right aligned: query i sees
 key j iff j <= i + Sk - Sq) or the end of the keys compute one. Rows past seqlen_q arrive as

@@ -42,7 +42,7 @@ the consumers write it back through the slot it arrived in (then O, at the last 
 K/V ring may be one stage deep (a tile serves every row block). FA1's num_splits
 (fmha_fwd_launch_template.h, TileConfig.fa1_splits): program s of grid axis 0 takes every
 splits-th row block of its (batch, head) and walks the K/V tiles they see (D58); FA1's
-heuristic (kernels/fa1_launch.py) is the default and the FA1 of record, one split (one program
+heuristic (kernels/plan/fa1_launch.py) is the default and the FA1 of record, one split (one program
 per (batch, head)) a reference grid (D90).
 
 DEFER_NORM, as in kernels/forward.py: O is rescaled by alpha only and divided by l once after

@@ -1,4 +1,4 @@
-"""kernels/tuned_tiles.py: default_config takes a GPU's tuned tiles from the table, keeps the
+"""kernels/plan/tuned_tiles.py: default_config takes a GPU's tuned tiles from the table, keeps the
 heuristic where the table lacks the GPU or key (and in the interpreter), and a malformed table
 is an error that says what and where. The committed table is well-formed, states the tuner's
 bands, and its entries are FA2's.

@@ -1,4 +1,4 @@
-"""The ablation's side of the table of tuned tiles (kernels/tuned_tiles.py): where each tile of
+"""The ablation's side of the table of tuned tiles (kernels/plan/tuned_tiles.py): where each tile of
 a run came from, and the table entries a run's tuning found.
 
 A run without --retune takes every tile from `kernels.default_config` (the table's entry for

@@ -16,10 +16,10 @@ def default_config(head_dim: int, on_gpu: bool, variant=None, dtype=None,
                    gpu: str | None = None) -> TileConfig:
     """The tiles of a call. On a GPU, given the variant, mask and lengths, the table of tuned
     tiles' entries for this GPU (`gpu`, default torch.cuda.get_device_name()), backend,
-    variant, block_d(head_dim), mask, dtype and seqlen band (kernels/tuned_tiles.py) replace
+    variant, block_d(head_dim), mask, dtype and seqlen band (kernels/plan/tuned_tiles.py) replace
     heuristic_config's fields; keys the table lacks, and the interpreter, keep those. A Hopper
     switch variant runs its FA2 variant's tiles on a deeper K/V ring where it fits
-    (kernels.hopper_forward.switch_ring, D80)."""
+    (kernels.plan.hopper_forward.switch_ring, D80)."""
     config = heuristic_config(head_dim, on_gpu, variant, dtype, backend, causal=causal)
     if on_gpu and variant is not None and None not in (causal, seqlen_q, seqlen_k):
         # a Hopper switch variant reads its FA2 variant's entries (D66)

@@ -95,7 +95,7 @@ CTAS_PER_SM = 1
 
 def fa1_splits(config, batch_heads: int, row_blocks: int, device) -> int:
     """FA1's schedule's programs a (batch, head): config.fa1_splits, or with 0 FA1's
-    num_splits heuristic (kernels.fa1_launch.fa1_num_splits) for this GPU's SMs; at most one a
+    num_splits heuristic (kernels.plan.fa1_launch.fa1_num_splits) for this GPU's SMs; at most one a
     row block."""
     import torch
 

@@ -1,5 +1,6 @@
-"""Tile configurations. Chosen per call by the launcher, never by an autotuner inside a kernel,
-so a flag's effect is never confounded with a different tile choice made behind its back."""
+"""Tile configurations (`TileConfig`) and a head dim's tiles (`block_d`, `head_chunks`,
+`tma_fits`). Chosen per call by the launcher, never by an autotuner inside a kernel, so a
+flag's effect is never confounded with a different tile choice made behind its back."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -71,7 +72,7 @@ class TileConfig:
     # forward, seq_parallel off: splits of each (batch, head)'s query row blocks, grid
     # (batch * heads, splits), split s owning row blocks s, s + splits, ... as in FA1; 0 is
     # FA1's launcher's heuristic, the FA1 of record; 1 is one program per (batch, head), a
-    # reference grid (kernels/fa1_launch.py, D90)
+    # reference grid (kernels/plan/fa1_launch.py, D90)
     fa1_splits: int = 0
     # backward, seq_parallel off: 0 is FA1's launcher's heuristic (one program per (batch, kv
     # head) or one per key column block), 1 always the former, more always the latter
@@ -89,7 +90,7 @@ class TileConfig:
     def dq_atomics(self, variant) -> bool:
         """Whether the backward may sum dQ with float32 atomic adds (so its bits may vary):
         with one program per key column block, which FA1's launcher also picks for long
-        sequences unless fa1_bwd_splits is 1 (kernels/fa1_launch.py)."""
+        sequences unless fa1_bwd_splits is 1 (kernels/plan/fa1_launch.py)."""
         return (variant.seq_parallel or self.fa1_bwd_splits != 1) and not self.bwd_dq_pass
 
     def bwd_dq_keys(self) -> int:
