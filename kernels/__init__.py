@@ -2,7 +2,8 @@
 
     from kernels import flash_attention, Variant
 """
-from .config import TileConfig, default_config
+from .plan.config import default_config
+from .plan.tiles import TileConfig
 from .interface import SUPPORTED_HEAD_DIMS, TILE_HEAD_DIMS, flash_attention
 from .variant import Variant
 

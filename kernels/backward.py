@@ -33,7 +33,7 @@ SEQ_PARALLEL: one program per column block (and, with DQ_PASS, one per query row
 query head) in grid (blocks, batch * kv heads). Not SEQ_PARALLEL: grid (batch * kv heads,);
 each program walks all column blocks (then, with DQ_PASS, all row blocks of its heads) itself.
 A variant with seq_parallel off runs that grid where FA1's launcher did and the column grid
-(SEQ_PARALLEL) where FA1's launcher switched to it (kernels/fa1_launch.py, D90).
+(SEQ_PARALLEL) where FA1's launcher switched to it (kernels/plan/fa1_launch.py, D90).
 SPLIT_Q off (split-K, FA1's backward partition): dQ_i += dS_ij K_j sums over the keys of a
 tile, and FA1 cut those keys over its warps (csrc/flash_attn/src/fmha_dgrad_kernel_1xN_loop.h
 in flash-attention before FlashAttention-2: the dQ product's tile is Cta_tile_o =
@@ -53,10 +53,11 @@ l = 0); they are given P = 0, so they get dQ = 0 and add nothing to dK and dV.
 import triton
 import triton.language as tl
 
-from .config import block_d
-from .fa1_launch import bwd_column_parallel
-from .forward import LOG2E, _head_cols, _visible_key_range, sms_and_ctas_per_sm
+from .forward import LOG2E, _head_cols, _visible_key_range
 from .launch_cache import CachedLaunch
+from .plan.fa1_launch import bwd_column_parallel
+from .plan.occupancy import sms_and_ctas_per_sm
+from .plan.tiles import block_d
 
 
 @triton.jit

@@ -42,7 +42,7 @@ def table_path() -> str | None:
 def parse(data, path: str = "<table>") -> dict:
     """{(gpu, part, head_dim, causal, dtype): [(seqlen, backend, Variant), ...] by seqlen},
     checked; FastestTableError otherwise."""
-    from .config import BACKENDS
+    from .plan.tiles import BACKENDS
 
     def fail(where, why):
         raise FastestTableError(f"{path}: {where}: {why}")
@@ -75,7 +75,7 @@ def parse(data, path: str = "<table>") -> dict:
 
 @lru_cache(maxsize=8)
 def load(path: str) -> dict:
-    from .tuned_tiles import read_json
+    from .plan.tuned_tiles import read_json
 
     return parse(read_json(path, FastestTableError), path)
 

@@ -46,7 +46,7 @@ a tile visits only the row blocks that see some of its keys; row blocks that see
   Grid (batch * heads, splits), TileConfig.fa1_splits: split s owns row blocks s, s + splits,
 s + 2 splits, ... (interleaved, as FA1's blockIdx.z took query steps blockIdx.z, + gridDim.z,
 ...), and loads every K/V tile its row blocks see. 0, the default, takes FA1's launcher's
-heuristic (kernels/fa1_launch.py), which adds splits to fill the GPU's waves, as the FA1 the
+heuristic (kernels/plan/fa1_launch.py), which adds splits to fill the GPU's waves, as the FA1 the
 FA2 paper timed did (D90); 1 is one program per (batch, head), the paper's prose ("parallel
 over batch and heads"), kept as a reference grid.
   HBM traffic per (batch, head) with N = seqlen_q = seqlen_k, D = head_dim, Bc = BLOCK_N and
@@ -67,7 +67,7 @@ Head dims that are not tile widths (D49, D60): a tile's head dimension is a powe
 (tl.arange, tl.dot). A head_dim that is not one is carried either padded to one tile of
 BLOCK_D = block_d(head_dim) columns (the padding loaded as 0, adding exactly 0 to every dot
 over D, never stored), or, where that wastes more columns, in two column chunks of BLOCK_D and
-BLOCK_D1 columns (kernels.config.head_chunks: BLOCK_D the largest power of two below head_dim,
+BLOCK_D1 columns (kernels.plan.tiles.head_chunks: BLOCK_D the largest power of two below head_dim,
 BLOCK_D1 the rest's tile, padded as before): 96 = 64 + 32, 192 = 128 + 64.
     S_ij = Q_i[:, :D0] K_j[:, :D0]^T + Q_i[:, D0:] K_j[:, D0:]^T     (the second dot accumulates
                                                                       into the first's result)
@@ -103,10 +103,12 @@ tile choice, `TileConfig.nan_flags`, since each is faster for some tiles; decisi
 import triton
 import triton.language as tl
 
-from .config import head_chunks
-from .fa1_launch import FA1_MAX_SPLITS, INTERPRETER_SMS, fa1_num_splits
-from .launch_cache import CachedLaunch, _argument_key
+from .launch_cache import CachedLaunch
 from .launch_order import LONGEST_FIRST_MIN_KEYS, heaviest_first
+from .plan.fa1_launch import FA1_MAX_SPLITS, fa1_num_splits
+from .plan.occupancy import sms_and_ctas_per_sm
+from .plan.outputs import empty_outputs
+from .plan.tiles import head_chunks
 from .tma import chunk_descriptors
 
 LOG2E = 1.4426950408889634  # 1 / ln 2
@@ -866,54 +868,11 @@ def _attn_fwd(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, KD1, VD1, ACC_TMP, M_
 _ATTN_FWD = CachedLaunch(_attn_fwd)  # host time: kernels/launch_cache.py
 
 
-_CTAS_PER_SM = {}  # (kernel, device, specialization) -> resident CTAs an SM
-
-
-def sms_and_ctas_per_sm(jit_fn, device, args, kwargs) -> tuple[int, int]:
-    """(SMs, CTAs of jit_fn an SM can hold), as FA1 asked CUDA's occupancy calculator: from the
-    compiled kernel's registers, shared memory and warps and the device's limits."""
-    import torch
-
-    if device.type != "cuda" or not isinstance(jit_fn, triton.runtime.JITFunction):
-        return INTERPRETER_SMS, 1
-    props = torch.cuda.get_device_properties(device)
-    # what Triton specializes on (kernels/launch_cache.py), with ints in its classes
-    key = (jit_fn, device, tuple((a == 1, a % 16 == 0) if type(a) is int else _argument_key(a)
-                                 for a in args), tuple(kwargs.items()))
-    if key not in _CTAS_PER_SM:
-        kernel = jit_fn.warmup(*args, grid=(1,), **kwargs)
-        if hasattr(kernel, "result"):  # compiled asynchronously
-            kernel = kernel.result()
-        kernel._init_handles()  # n_regs is read when the cubin is loaded
-        warps = kernel.metadata.num_warps
-        regs_per_warp = -(-kernel.n_regs * 32 // 256) * 256  # allocated 256 at a time
-        by_regs = getattr(props, "regs_per_multiprocessor", 65536) // regs_per_warp // warps
-        smem_per_sm = getattr(props, "shared_memory_per_multiprocessor", 233472)
-        by_smem = smem_per_sm // (kernel.metadata.shared + 1024)  # 1 KB reserved a block
-        by_threads = getattr(props, "max_threads_per_multi_processor", 2048) // (warps * 32)
-        _CTAS_PER_SM[key] = max(1, min(by_regs, by_smem, by_threads, 32))  # 32 blocks an SM
-    return props.multi_processor_count, _CTAS_PER_SM[key]
-
-
 def chunk_constexprs(head_dim: int, head_dim_v: int) -> dict:
-    """The kernel's column chunks of q/k's and of v's head dims (kernels.config.head_chunks):
+    """The kernel's column chunks of q/k's and of v's head dims (kernels.plan.tiles.head_chunks):
     BLOCK_D, BLOCK_D1, BLOCK_DV, BLOCK_DV1."""
     (d0, d1), (dv0, dv1) = head_chunks(head_dim), head_chunks(head_dim_v)
     return dict(BLOCK_D=d0, BLOCK_D1=d1, BLOCK_DV=dv0, BLOCK_DV1=dv1)
-
-
-def empty_outputs(q, defer_norm: bool, head_dim_v: int | None = None):
-    """Every forward launcher's outputs: o (q's shape with v's head dimension head_dim_v, q's by
-    default; contiguous, q's dtype), the statistics
-    the backward takes, float32 (B, Hq, Sq): (lse,) with defer_norm, else (m, l), and the
-    three pointers a kernel takes, (LSE, M, L), those it does not write aliased to one it does."""
-    import torch
-
-    o = torch.empty(q.shape[:3] + (head_dim_v or q.shape[3],), device=q.device, dtype=q.dtype)
-    stats = tuple(torch.empty(q.shape[:3], device=q.device, dtype=torch.float32)
-                  for _ in range(1 if defer_norm else 2))
-    pointers = (stats[0],) * 3 if defer_norm else (stats[0], *stats)
-    return o, stats, pointers
 
 
 def sanitises_masked_tiles(variant, float32: bool) -> bool:

@@ -29,7 +29,8 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import mma_v2
 
-from .forward import LN2 as _LN2, LOG2E, empty_outputs
+from .forward import LN2 as _LN2, LOG2E
+from .plan.outputs import empty_outputs
 
 LN2 = gl.constexpr(_LN2)
 

@@ -54,7 +54,7 @@ SEQ_PARALLEL (FA2, section 3.2): grid (column blocks, B * Hkv). Off (FA1: one pr
 (batch, head)): grid (1, B * Hkv), the program walks every column block itself (the same loop,
 `range(first, n_blocks, step)`). dK is scaled by softmax_scale once, at the end of a block. A
 variant with seq_parallel off runs SEQ_PARALLEL where FA1's launcher switched to its column
-grid (kernels/fa1_launch.py, D90).
+grid (kernels/plan/fa1_launch.py, D90).
 
 Masks: only steps whose tile crosses the causal diagonal (bottom-right aligned: query i sees
 key j iff j <= i + Sk - Sq) or the end of the keys compute one. Rows past seqlen_q arrive as
@@ -72,15 +72,14 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
 
-from .fa1_launch import bwd_column_parallel
 from .forward import LOG2E
+from .hopper_forward import HOPPER_DTYPES, HOPPER_HEAD_DIMS, _gl_dtype, _in_partition, mma_layout
+from .plan.fa1_launch import bwd_column_parallel
+from .plan.hopper_backward import BLOCK_M as _BLOCK_M, BLOCK_N as _BLOCK_N, bwd_stages
 from .tma import tma_ready
-from .hopper_forward import (HOPPER_DTYPES, HOPPER_HEAD_DIMS, SHARED_LIMIT, _gl_dtype,
-                             _in_partition, mma_layout)
 
-BLOCK_M = gl.constexpr(64)  # query rows a step: a wgmma's M, and N of S^T and dP^T
-BLOCK_N = gl.constexpr(128)  # keys a program's column block: 64 a consumer
-BWD_STAGES = (2, 1)  # the Q/dO ring's slots, the first that fits (`bwd_stages`)
+BLOCK_M = gl.constexpr(_BLOCK_M)  # query rows a step: a wgmma's M, and N of S^T and dP^T
+BLOCK_N = gl.constexpr(_BLOCK_N)  # keys a program's column block: 64 a consumer
 BWD_CONSUMER_REGS = 240  # setmaxnreg of the worker consumer (the default one gets as many)
 BWD_PRODUCER_REGS = gl.constexpr(24)  # the producer warp: TMA issue only
 
@@ -489,22 +488,6 @@ def block_layouts(head_dim: int, dtype):
     q, k, v, do = (gl.NVMMASharedLayout.get_default_for(box, ty) for box in block_shapes(head_dim))
     k = gl.NVMMASharedLayout(swizzle_byte_width=head_dim, element_bitwidth=16, rank=4)
     return q, k, v, do
-
-
-def shared_bytes(head_dim: int, stages: int, split_q: bool) -> int:
-    """Shared memory of the buffers: the Q/dO ring, K and V, dS^T (2 x 128 x 64 16-bit) and
-    split-K's exchange (2 parities x 2 consumers x 64 x D/2 float32)."""
-    rows, keys = BLOCK_M.value, BLOCK_N.value
-    ring = stages * 2 * rows * head_dim * 2
-    kv = 2 * keys * head_dim * 2
-    ds = 2 * keys * rows * 2
-    exchange = 0 if split_q else 4 * rows * (head_dim // 2) * 4
-    return ring + kv + ds + exchange
-
-
-def bwd_stages(head_dim: int, split_q: bool) -> int:
-    """The Q/dO ring's slots: 2 where they fit in sm_90's shared memory, else 1."""
-    return next(s for s in BWD_STAGES if shared_bytes(head_dim, s, split_q) <= SHARED_LIMIT)
 
 
 def unsupported(q, k, v) -> str | None:

@@ -8,8 +8,8 @@ from dataclasses import replace
 
 import torch
 
-from .config import (BACKENDS, MAX_HEAD_DIM, MIN_DOT_DIM, TileConfig, default_config,
-                     tma_fits)
+from .plan.config import default_config
+from .plan.tiles import BACKENDS, MAX_HEAD_DIM, MIN_DOT_DIM, TileConfig, tma_fits
 from .tma import tma_ready
 from .variant import Variant
 
@@ -56,7 +56,7 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, variant: Varia
     causal is bottom-right aligned: query i sees key j iff j <= i + seqlen_k - seqlen_q; a row
     that sees no key gets output 0 and lse -inf.
     Returns o (batch, heads_q, seqlen_q, head_dim_v) in q's dtype, and with return_lse=True also lse: float32 (batch, heads_q,
-    seqlen_q), natural log. `config` overrides the tile sizes (see kernels.config).
+    seqlen_q), natural log. `config` overrides the tile sizes (see kernels.plan.tiles).
     A call that names no backend, variant or config runs the fastest correct kernel measured
     on this GPU for its key (kernels.fastest: the committed table kernels/fastest.json; Triton's
     FA2 where the table has no faster one). Otherwise variant defaults to FA2 (`Variant()`) and
@@ -117,7 +117,7 @@ def _fastest(q, k, v, causal, needs_grad) -> tuple[str, Variant]:
 
 @functools.lru_cache(maxsize=None)
 def _gpu_name(index) -> str:
-    """The name the table of tuned tiles is keyed by (kernels/tuned_tiles.py)."""
+    """The name the table of tuned tiles is keyed by (kernels/plan/tuned_tiles.py)."""
     return torch.cuda.get_device_name(torch.cuda.current_device() if index is None else index)
 
 
@@ -280,7 +280,7 @@ def _tma_possible(k, v, backend) -> bool:
 
 def _check_tma(k, v, backend):
     """Tensor descriptors need 16-byte aligned data and strides and a unit head_dim stride;
-    their boxes are the forward's column chunks (kernels.config.tma_fits, D62), so a row of
+    their boxes are the forward's column chunks (kernels.plan.tiles.tma_fits, D62), so a row of
     head_dim elements must be a multiple of 16 bytes."""
     if backend != "triton":
         raise ValueError(f"config.tma is a tile choice of the Triton forward, not of {backend!r}")

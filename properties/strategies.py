@@ -44,7 +44,7 @@ from fa2check.core.problems import DTYPES, Problem
 from kernels import SUPPORTED_HEAD_DIMS, TILE_HEAD_DIMS, Variant, default_config
 from kernels.gluon_forward import GLUON_DTYPES, GLUON_HEAD_DIMS
 from kernels.hopper_forward import HOPPER_DTYPES, HOPPER_HEAD_DIMS
-from kernels.config import block_d
+from kernels.plan.tiles import block_d
 
 from .base import Case
 from .extreme_logits import extreme_inputs

@@ -15,7 +15,7 @@ import torch
 
 from fa2check.core.oracle import default_scale, visible_mask
 from kernels import default_config
-from kernels.config import block_d
+from kernels.plan.tiles import block_d
 
 BUGS = {
     "none": "correct float32 composition",

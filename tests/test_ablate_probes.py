@@ -365,3 +365,35 @@ def test_fa1_dram_model_and_its_comparison_with_nsight_computes_raw_page(tmp_pat
     assert probe.measured(page) == [2_100_000_000, 4_000_000_000]
     table = probe.compare(page, model).splitlines()
     assert table[2].endswith("| 2.00 | 2.10 | 1.05 |") and table[3].endswith("| 1.00 |")
+
+PROBES = Path(__file__).resolve().parents[1] / "ablations" / "probes"
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in PROBES.iterdir() if p.is_file()))
+def test_every_probe_still_runs(name):
+    """Every file of ablations/probes/ runs: a script prints its usage with --help and exits 0
+    (a shell script parses under `bash -n` first); a module without a main, a library of the
+    probes, imports and is imported by one of them. So a probe whose imports or arguments went
+    stale fails here, not on the device."""
+    import subprocess
+    import sys
+
+    path = PROBES / name
+    assert path.suffix in (".py", ".sh"), f"{name}: a probe is a Python or shell script"
+    source = path.read_text()
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    if path.suffix == ".sh":
+        assert subprocess.run(["bash", "-n", str(path)]).returncode == 0
+        command = ["bash", str(path), "--help"]
+    elif 'if __name__ == "__main__":' in source:
+        command = [sys.executable, str(path), "--help"]
+    else:
+        _ablations_script(path.stem)
+        users = [p.name for p in PROBES.glob("*.py")
+                 if f"from {path.stem} import" in p.read_text()]
+        assert users, f"{name} has no main and no probe imports it"
+        return
+    run = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env,
+                         cwd=PROBES.parents[1])
+    assert run.returncode == 0, f"{name} --help: {run.stderr[-2000:]}"
+    assert "usage" in run.stdout.lower() or run.stdout.startswith("Question"), run.stdout[:500]

@@ -242,7 +242,7 @@ def test_switch_variants_run_fa2s_tiles_on_a_deeper_ring_where_it_fits():
 
     from fa2check.ablate.sweep import Configs
     from kernels import default_config
-    from kernels.hopper_forward import switch_ring
+    from kernels.plan.hopper_forward import switch_ring
 
     configs = Configs({}, on_gpu=True, gpu="NVIDIA H200")
     wide = replace(configs.config("hopper" + str(Variant()), Cell(1, 16, 16, 8192, 128,

@@ -15,7 +15,8 @@ import json
 import pytest
 
 from fa2check.ablate.grids import Cell
-from kernels import Variant, tuned_tiles
+from kernels import Variant
+from kernels.plan import tuned_tiles
 from saved_results import synthetic_results
 
 FAKE = "Fake GPU 9000"
@@ -152,7 +153,7 @@ def test_hopper_kernels_of_record_get_the_contributions_and_the_report(tmp_path)
 def test_kernel_names_and_the_hopper_tile_space():
     from fa2check.ablate import sweep, tuning
     from fa2check.ablate.contenders import kernel_name, parse_kernel_name
-    from kernels.hopper_forward import SHARED_LIMIT, STAGES, block_ns, shared_bytes
+    from kernels.plan.hopper_forward import SHARED_LIMIT, STAGES, block_ns, shared_bytes
 
     for backend in ("triton", "gluon", "hopper"):
         for v in Variant.all():

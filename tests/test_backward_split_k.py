@@ -148,7 +148,7 @@ def test_every_backend_takes_the_triton_backwards_tiles(backend):
     carry its backward tiles for the variant: FA1's split-K tiles (D50) for split_q off. The
     gluon backend once took the variant-free tiles there (dQ pass, 4 key slices of 8 keys):
     refused at d=64 and out of shared memory at d=128 on the H200 (verify, D64's run)."""
-    from kernels.config import heuristic_config
+    from kernels.plan.config import heuristic_config
 
     bwd = [f.name for f in dataclasses.fields(TileConfig) if f.name.startswith("bwd_")]
     for variant in Variant.all():

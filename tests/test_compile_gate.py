@@ -18,7 +18,7 @@ from fa2check.inspect.compile_gate import (SPECS, _forward_specialization, make_
                                            sync_label)
 from kernels import TILE_HEAD_DIMS, Variant
 from kernels.forward import _attn_fwd
-from kernels.hopper_forward import shared_bytes
+from kernels.plan.hopper_forward import shared_bytes
 
 DTYPES = ("float16", "bfloat16", "float32")
 
@@ -68,7 +68,7 @@ def test_every_backward_variant_compiles_for_sm90(all_variants_bf16_d64, variant
     r = all_variants_bf16_d64[("attn_bwd", str(variant), "bfloat16", 64, causal)]
     assert r["error"] is None
     assert r["registers"] > 0 and r["shared_bytes"] > 0 and r["wgmma"]
-    # split-K's default backward tiles (kernels/config.py, docs/decisions.md D50) do not spill
+    # split-K's default backward tiles (kernels/plan/config.py, docs/decisions.md D50) do not spill
     assert variant.split_q or r["spill_stores"] == r["spill_loads"] == 0, r
 
 

@@ -14,8 +14,8 @@ import kernels.forward
 from fa2check.core.checks import Reference
 from fa2check.core.problems import Problem
 from kernels import TileConfig, Variant, default_config, flash_attention
-from kernels.fa1_launch import (FA1_MAX_SPLITS, INTERPRETER_SMS, bwd_column_parallel,
-                                fa1_bwd_column_parallel, fa1_num_splits)
+from kernels.plan.fa1_launch import (FA1_MAX_SPLITS, INTERPRETER_SMS, bwd_column_parallel,
+                                     fa1_bwd_column_parallel, fa1_num_splits)
 from properties.causal_masking import first_hidden_key
 
 BLOCK = 16

@@ -140,7 +140,7 @@ def test_the_plan_counts_flexs_compile_in_the_gate():
     from fa2check.ablate.grids import Cell
 
     cell = Cell(4, 16, 16, 1024, 128, "bfloat16", False)
-    settings = type("S", (), {"warmup_ms": 5.0, "rep_ms": 20.0})()
+    settings = type("S", (), {"warmup_ms": 5.0, "rep_ms": 20.0, "fa1_grid": "fa1"})()
     without = plan.cell_cost_s(cell, ["fwd"], lambda c, m: [("sdpa-flash", None)], settings)
     with_flex = plan.cell_cost_s(cell, ["fwd"], lambda c, m: [("sdpa-flash", None),
                                                               ("flex", None)], settings)

@@ -1,6 +1,6 @@
 """Any head_dim from 1 to 256: the tiles pad it to block_d(head_dim) columns and mask the rest
 (kernels/forward.py, kernels/backward.py), or (the forward, D60) carry it in two column chunks
-of tile widths (kernels.config.head_chunks). Every variant, forward and backward, against the
+of tile widths (kernels.plan.tiles.head_chunks). Every variant, forward and backward, against the
 float64 oracle at head dims that are not tile widths, with small lengths (the interpreter).
 v may have a head dimension of its own (head_dim_v, o's too): decisions D56."""
 from dataclasses import replace
@@ -11,7 +11,7 @@ import torch
 from fa2check.core.checks import Reference
 from fa2check.core.problems import Problem
 from kernels import TILE_HEAD_DIMS, TileConfig, Variant, flash_attention
-from kernels.config import MIN_DOT_DIM, block_d, head_chunks, tile_columns, tma_fits
+from kernels.plan.tiles import MIN_DOT_DIM, block_d, head_chunks, tile_columns, tma_fits
 from lattice import DTYPES, SHAPES
 
 ODD_HEAD_DIMS = (1, 40, 59, 80, 96, 111, 160)
@@ -234,7 +234,7 @@ def test_chunked_tiles_only_where_they_fit():
     """head_dim 128's forward tiles at 160 and 192 columns in chunks (D60) are for split-Q with
     seq_parallel only: FA1's schedule needs more shared memory than sm_90 has on them, split-K
     spills; those, and float32, keep head_dim 256's."""
-    from kernels.config import heuristic_config
+    from kernels.plan.config import heuristic_config
 
     def block_m(variant, dtype="bfloat16", head_dim=192):
         return heuristic_config(head_dim, True, variant, dtype).block_m

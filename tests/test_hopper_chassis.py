@@ -180,9 +180,9 @@ def test_fa1_schedule_state_buffers_and_tile_widths():
     """D67: split-K alone takes 256 keys; at 256 keys and d=128 one state buffer fits beside
     two Q buffers, at 128 keys two state buffers; the heuristic gives FA1's split-K 256."""
     from kernels import TileConfig, Variant
-    from kernels.config import heuristic_config
-    from kernels.hopper_forward import (SHARED_LIMIT, block_ns, q_buffers, shared_bytes,
-                                        state_slots)
+    from kernels.plan.config import heuristic_config
+    from kernels.plan.hopper_forward import (SHARED_LIMIT, block_ns, q_buffers, shared_bytes,
+                                             state_slots)
 
     fa1_k, fa1_q = Variant(False, False, False), Variant(False, False, True)
     assert 256 in block_ns(fa1_k) and 256 not in block_ns(fa1_q)

@@ -13,8 +13,8 @@ import torch
 from fa2check.core.checks import Reference
 from fa2check.core.problems import Problem
 from kernels import Variant, default_config, flash_attention
-from kernels.forward import FA1_MAX_SPLITS, INTERPRETER_SMS, fa1_num_splits
-from kernels.hopper_forward import fa1_splits
+from kernels.plan.fa1_launch import FA1_MAX_SPLITS, INTERPRETER_SMS, fa1_num_splits
+from kernels.plan.hopper_forward import fa1_splits
 
 PROBLEMS = [
     # GQA, causal, seqlen_q > seqlen_k: the first row blocks see no key (O = 0, L = -inf)

@@ -10,7 +10,7 @@ from conftest import DEVICE
 from doubles import double
 from fa2check.core.problems import Problem
 from kernels import Variant, flash_attention
-from kernels.config import default_config
+from kernels import default_config
 from properties import PROPERTIES
 from properties.base import Case
 from properties.causal_masking import first_hidden_key

@@ -1,4 +1,4 @@
-"""kernels/tuned_tiles.py: default_config takes a GPU's tuned tiles from the table, keeps the
+"""kernels/plan/tuned_tiles.py: default_config takes a GPU's tuned tiles from the table, keeps the
 heuristic where the table lacks the GPU or key (and in the interpreter), and a malformed table
 is an error that says what and where. The committed table is well-formed, states the tuner's
 bands, and its entries are FA2's.
@@ -13,8 +13,8 @@ import json
 import pytest
 
 from kernels import Variant, default_config
-from kernels.config import heuristic_config
-from kernels import tuned_tiles
+from kernels.plan import tuned_tiles
+from kernels.plan.config import heuristic_config
 
 FAKE = "Fake GPU 9000"
 FA2 = Variant()

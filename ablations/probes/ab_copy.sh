@@ -10,6 +10,7 @@
 # Several patches are applied in the order given, each on top of the ones before (a patch
 # written against another patch's tree), into ablations/ab/NAME1+NAME2/kernels.
 # ablations/ab/ is git-ignored: name it in the device call's carry (["ablations/ab"]).
+if [ "${1:-}" = --help ]; then sed -n '2,/^set /s/^# \{0,1\}//p' "$0"; exit 0; fi
 set -euo pipefail
 [ $# -gt 0 ] || { echo "usage: ab_copy.sh NAME... (patches in ablations/patches/) or PATH/NAME.patch..." >&2; exit 2; }
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -23,7 +24,7 @@ done
 copy=ablations/ab/$(IFS=+; echo "${names[*]}")
 cd "$root"
 rm -rf "$copy" && mkdir -p "$copy"
-cp -r kernels "$copy/kernels" && rm -rf "$copy/kernels/__pycache__"
+cp -r kernels "$copy/kernels" && find "$copy/kernels" -name __pycache__ -prune -exec rm -rf {} +
 before=$(mktemp -d) && trap 'rm -rf "$before"' EXIT
 for i in "${!patches[@]}"; do
   rm -rf "$before/kernels" && cp -r "$copy/kernels" "$before/"

@@ -10,9 +10,9 @@ dtype: it is taken from the recorded command's --dtype, bfloat16 by default as i
 compare_kernels.py).
 So that the A/B tables in docs/decisions.md are generated from the result files, not typed.
 """
+import argparse
 import json
 import shlex
-import sys
 from pathlib import Path
 
 
@@ -63,13 +63,13 @@ def table(runs) -> str:
     return "\n".join(lines)
 
 
-def main():
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("files", nargs="+", metavar="FILE", help="compare_kernels.py --json files")
     runs = []
-    for path in sys.argv[1:]:
+    for path in p.parse_args(argv).files:
         data = json.loads(Path(path).read_text())
         runs.append((dtype_of(data["command"]), data["rows"]))
-    if not runs:
-        sys.exit(__doc__)
     print(table(runs))
 
 

@@ -42,7 +42,7 @@ def run_cells(cells, head_dim: int, out: Path):
 
     from fa2check.ablate.grids import Cell, paper_batch, paper_heads
     from kernels import Variant, default_config, flash_attention
-    from kernels.hopper_forward import ROWS_PER_WARPGROUP, fa1_splits
+    from kernels.plan.hopper_forward import ROWS_PER_WARPGROUP, fa1_splits
 
     variant = Variant.parse(VARIANT)
     rows = []
@@ -54,7 +54,7 @@ def run_cells(cells, head_dim: int, out: Path):
         q, k, v = (torch.randn(cell.batch, cell.heads_q, n, head_dim, device="cuda",
                                dtype=torch.bfloat16) for _ in range(3))
         heads = cell.batch * cell.heads_q
-        rows_a_block = ROWS_PER_WARPGROUP.value * (2 if variant.split_q else 1)
+        rows_a_block = ROWS_PER_WARPGROUP * (2 if variant.split_q else 1)
         splits = fa1_splits(config, heads, triton.cdiv(n, rows_a_block), q.device)
 
         def call():

@@ -35,9 +35,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from fa2check.ablate.grids import Cell, paper_batch, paper_heads  # noqa: E402
 from fa2check.ablate.timing import tflops  # noqa: E402
-from kernels import Variant, flash_attention  # noqa: E402
+from kernels import Variant, default_config, flash_attention  # noqa: E402
 from probe_run import cell_inputs, header, matmul_tflops, provenance, time_ms  # noqa: E402
-from kernels.config import default_config  # noqa: E402
 
 NCU_CELL = (2048, 128, False)  # seqlen, head_dim, causal
 
@@ -115,7 +114,7 @@ def main():
         runs += [(name + " fa1-heuristic-splits", var, replace(config, fa1_splits=0))
                  for name, var, config in runs if not var.seq_parallel]
         if args.block_ns:
-            from kernels.hopper_forward import block_ns
+            from kernels.plan.hopper_forward import block_ns
 
             runs += [(f"{name} bn={n}", var, replace(config, block_n=n))
                      for n in map(int, args.block_ns.split(","))

@@ -331,7 +331,7 @@ def compile_for_sm90(dtype="bf16", block_m=64, block_n=128, head_dim=64, stages=
 def tuned_config(path, seqlen, head_dim, causal, dtype):
     """The FA2 variant's tiles of that run's cell."""
     from fa2check.ablate.results import load
-    from kernels.config import TileConfig
+    from kernels import TileConfig
 
     for cell in load(path)["cells"]:
         c = cell["cell"]

@@ -61,6 +61,7 @@
 #                  and raw pages as CSV (NCU_TAG names the files: several ncu steps a call);
 #                  NCU_SOURCE=1 adds the warp samples per SASS instruction (SourceCounters):
 #                  the source page as CSV and stall_probe.py --sass-samples' summary
+if [ "${1:-}" = --help ]; then sed -n '2,/^set /s/^# \{0,1\}//p' "$0"; exit 0; fi
 set -u
 OUT=${OUT:-out}; mkdir -p "$OUT"
 W=$(mktemp -d)  # the steps write here; $OUT gets one archive of it after every step, so a run

@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from fa2check.ablate.grids import Cell, paper_batch, paper_heads  # noqa: E402
-from kernels.config import block_d  # noqa: E402
+from kernels.plan.tiles import block_d  # noqa: E402
 
 HEAD_DIMS = ((128, 128), (96, 96), (192, 128), (256, 256), (192, 192))  # (d, dv); pairs first
 SEQLENS = (4096, 8192)

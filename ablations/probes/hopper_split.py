@@ -47,8 +47,8 @@ from fa2check.core.sdpa_backends import forced, sdpa  # noqa: E402
 from fa2check.ablate.timing import tflops  # noqa: E402
 from kernels import Variant, flash_attention  # noqa: E402
 from probe_run import cell_inputs, header, matmul_tflops, provenance, time_ms  # noqa: E402
-from kernels.config import TileConfig, default_config  # noqa: E402
-from kernels.hopper_forward import SHARED_LIMIT, STAGES, shared_bytes  # noqa: E402
+from kernels import TileConfig, default_config  # noqa: E402
+from kernels.plan.hopper_forward import SHARED_LIMIT, STAGES, shared_bytes  # noqa: E402
 
 HOPPER_VARIANTS = Variant.all()  # FA2 first, FA1-style (all off) last
 TILES = [(128, 2), (128, 3), (64, 2), (128, 1)]  # 1 stage: FA1's schedule only (D55)

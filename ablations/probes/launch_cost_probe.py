@@ -65,8 +65,8 @@ def make_case(spec: str, mode: str):
     if impl in BACKENDS:  # forced around the whole measurement, as fa2check.ablate does
         return timed(sdpa), impl
     from compare_kernels import config_overrides  # this script's folder is on sys.path
-    from kernels import TileConfig, Variant, flash_attention
-    from kernels.config import BACKENDS as KERNEL_BACKENDS, default_config
+    from kernels import TileConfig, Variant, default_config, flash_attention
+    from kernels.plan.tiles import BACKENDS as KERNEL_BACKENDS
 
     kernel_backend, _, name = ("triton@+defer+seqpar+splitq" if impl == "fa2" else impl).partition("@")
     if kernel_backend not in KERNEL_BACKENDS or not name:
@@ -148,8 +148,7 @@ def _tiny_inputs(requires_grad=False):
 def breakdown(cycle=False) -> tuple[dict, dict]:
     """Host microseconds of each piece of our forward call, tiny problem (1, 1, 128, 128), and
     the cProfile of each attn_fwd launch case."""
-    from kernels import Variant, flash_attention
-    from kernels.config import default_config
+    from kernels import Variant, default_config, flash_attention
     from kernels.forward import attn_fwd
     from kernels.interface import _check_inputs
     from kernels.tma import row_descriptors

@@ -14,6 +14,7 @@ from the order of the adds: on a GPU that varies from run to run, so it is not c
 the interpreter adds in launch order, so a change of the launch order changes it. Prints each
 difference and a count; exits 1 if any differ.
 """
+import argparse
 import itertools
 import sys
 from dataclasses import replace
@@ -75,10 +76,9 @@ def compare(dir_a: str, dir_b: str, problems=PROBLEMS) -> tuple[int, list[str]]:
 
 
 def main(argv) -> int:
-    if len(argv) != 2:
-        print(__doc__)
-        return 2
-    compared, differ = compare(*argv)
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("trees", nargs=2, metavar="KERNELS_DIR", help="two copies of kernels/")
+    compared, differ = compare(*p.parse_args(argv).trees)
     for line in differ:
         print("differs:", line)
     print(f"{compared} outputs and gradients compared, {len(differ)} differ")

@@ -109,8 +109,7 @@ def kernel_sass(kernel: str, head_dim: int, dtype: str, causal: bool, variant,
 
     from compare_kernels import config_overrides  # this script's folder is on sys.path
     from fa2check.inspect.compile_gate import compile_kernel_for_sm90
-    from kernels import TileConfig
-    from kernels.config import default_config
+    from kernels import TileConfig, default_config
 
     config = replace(default_config(head_dim, True, variant, getattr(torch, dtype)),
                      **config_overrides(fields, TileConfig))

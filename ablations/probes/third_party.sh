@@ -11,6 +11,7 @@
 #     --platform manylinux2014_x86_64 -d .whl fla-core==0.6.0 einops==0.8.2 sageattention==1.0.6
 # Writes OUT (default /tmp/third_party): verify-<kernel>-<tier>.json and .md (the verdict table
 # as docs/correctness.md shows it). TIERS (default "quick full"), VERIFY_TIMEOUT per run (s).
+if [ "${1:-}" = --help ]; then sed -n '2,/^set /s/^# \{0,1\}//p' "$0"; exit 0; fi
 set -u
 OUT=${OUT:-/tmp/third_party}
 TIERS=${TIERS:-quick full}

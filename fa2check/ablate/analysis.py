@@ -75,7 +75,7 @@ def views(results: dict) -> list[str]:
 
 
 def fa1_grid_of(results: dict) -> str:
-    """The grid the run's FA1-style variants ran on (kernels.fa1_launch.FA1_GRIDS): a run saved
+    """The grid the run's FA1-style variants ran on (kernels.plan.fa1_launch.FA1_GRIDS): a run saved
     before D90 ran one program per (batch, head)."""
     return results["settings"].get("fa1_grid", "batch-heads")
 

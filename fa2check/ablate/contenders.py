@@ -64,7 +64,7 @@ class Contender:
     variant: object = None  # kernels.Variant for ours
     config: object = None  # kernels.TileConfig for ours
     backend: str | None = None  # the SDPA backend
-    kernel_backend: str = "triton"  # ours: kernels.config.BACKENDS
+    kernel_backend: str = "triton"  # ours: kernels.plan.tiles.BACKENDS
 
     @property
     def ours(self) -> bool:

@@ -100,10 +100,10 @@ def ends(view: str, data: dict) -> tuple[str, str]:
 
 
 def fa1_grid_line(settings: dict) -> str:
-    """What grid the FA1-style variants ran on (kernels.fa1_launch, D90)."""
+    """What grid the FA1-style variants ran on (kernels.plan.fa1_launch, D90)."""
     if settings.get("fa1_grid", "batch-heads") == "fa1":
         return ("FA1-style: FA1's own launcher, its forward's num_splits heuristic and its "
-                "backward's choice of a column grid (kernels/fa1_launch.py).")
+                "backward's choice of a column grid (kernels/plan/fa1_launch.py).")
     return ("FA1-style ran on the (batch, heads) grid, one program per (batch, head): a "
             "reference grid, not FA1's launcher, which split the work to fill the GPU (D90).")
 

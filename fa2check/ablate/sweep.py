@@ -71,7 +71,7 @@ class Settings:
     gluon_max_seqlen: int = 4096
     shards: int = 1  # processes that gate and time disjoint sets of cells, one GPU each
     hopper_switches: bool = False  # also time the Hopper lattice's switch variants (D66, D87)
-    # the grid of the FA1-style variants (kernels.fa1_launch.FA1_GRIDS): FA1's launcher, or the
+    # the grid of the FA1-style variants (kernels.plan.fa1_launch.FA1_GRIDS): FA1's launcher, or the
     # (batch, heads) reference grid (D90)
     fa1_grid: str = "fa1"
 
@@ -188,10 +188,10 @@ class Configs:
         """The config of one of our kernels (a kernel_name, or a Variant for Triton's) in a
         cell."""
         from kernels import default_config
-        from kernels.config import block_d, tma_fits
-        from kernels.fa1_launch import with_fa1_grid
-        from kernels.hopper_forward import switch_ring
-        from kernels.tuned_tiles import part_fields
+        from kernels.plan.fa1_launch import with_fa1_grid
+        from kernels.plan.hopper_forward import switch_ring
+        from kernels.plan.tiles import block_d, tma_fits
+        from kernels.plan.tuned_tiles import part_fields
 
         kernel_backend, variant = parse_kernel_name(str(name))
         width = max(cell.head_dim, cell.dv)  # as flash_attention: the wider of q's and v's
@@ -282,7 +282,7 @@ def tune(key, cell, candidates, device, settings, precompiled) -> dict:
     """Time every candidate of one key on its representative cell, then the fastest few
     again in interleaved rounds (tuning.FINALISTS, tuning.FINAL_ROUNDS); keep the lowest
     median of those rounds."""
-    from kernels.fa1_launch import with_fa1_grid
+    from kernels.plan.fa1_launch import with_fa1_grid
 
     kernel_backend, variant = parse_kernel_name(key.variant)
     inputs = make_inputs(cell, device, settings.seed)
@@ -411,7 +411,7 @@ def run(cells, settings: Settings, device: str, *, console=None, started=None, c
         cells, lambda c: [(n, PARTS[m]) for m in modes for n in kernels_for(m, c, settings)],
         on_gpu, gpu)
     if settings.tune and (on_gpu or settings.table_out):
-        from kernels.tuned_tiles import PATH
+        from kernels.plan.tuned_tiles import PATH
 
         entries = tile_table.entries_from(configs.records, cells, configs, results["provenance"])
         path = settings.table_out or PATH

@@ -1,4 +1,4 @@
-"""The ablation's side of the table of tuned tiles (kernels/tuned_tiles.py): where each tile of
+"""The ablation's side of the table of tuned tiles (kernels/plan/tuned_tiles.py): where each tile of
 a run came from, and the table entries a run's tuning found.
 
 A run without --retune takes every tile from `kernels.default_config` (the table's entry for
@@ -40,7 +40,7 @@ def entries_from(records: dict, cells, configs, run: dict) -> dict:
     """{TileKey: entry} for the keys this run tuned (records whose source starts with TUNED):
     one per dtype among the cells the key covers, with the part's fields of the config the run
     uses there (sweep.Configs) and the record's provenance."""
-    from kernels.tuned_tiles import TileKey, dtype_name, key_head_dim, part_fields
+    from kernels.plan.tuned_tiles import TileKey, dtype_name, key_head_dim, part_fields
 
     out = {}
     for key, record in records.items():
@@ -75,7 +75,7 @@ def sources(cells, names_for, on_gpu: bool, gpu: str | None) -> list[dict]:
     """One row per (part, kernel backend, variant, head_dim, mask, dtype, band) the run uses:
     where its tiles come from (a table entry with its commit, or the heuristic). names_for(cell)
     -> [(kernel name, parts)]."""
-    from kernels.tuned_tiles import describe, lookup
+    from kernels.plan.tuned_tiles import describe, lookup
 
     rows = {}
     for cell in cells:
@@ -100,7 +100,7 @@ def sources(cells, names_for, on_gpu: bool, gpu: str | None) -> list[dict]:
 def merge_into(path: str, entries: dict, tune_seqlen: int):
     """The table at `path` (or a new one) with `entries` merged in, written back; its bands
     must be the tuner's (else ValueError: a new table file is needed)."""
-    from kernels.tuned_tiles import TileTable, load, write
+    from kernels.plan.tuned_tiles import TileTable, load, write
 
     bands = table_bands(tune_seqlen)
     if os.path.exists(path):

@@ -17,7 +17,7 @@ came from is recorded with it. The forward has a band for short sequences (under
 1024), the backward one for long ones (from 8192, tuned at 16384); the rest is tuned at 4096.
 The backward reads split_q (off: FA1's split-K of the dQ products, D50), so each variant has
 its own backward key; split-K's backward is FA1's shape (16 query rows a step, dQ in the loop,
-slices of 16 keys), the one tile of kernels.config's heuristic, not searched.
+slices of 16 keys), the one tile of kernels.plan.config's heuristic, not searched.
 
 Compiling: Triton compiles each (kernel, constexprs, dtype) once, 1-10 s each on one core, and
 a thread pool does not help (measured on the development machine: 4 forward kernels took
@@ -223,18 +223,18 @@ def candidates(part: str, head_dim: int, variant, on_gpu: bool,
         return [dict(zip(FWD_FIELDS, c)) for c in GLUON_FWD_SPACE
                 if not bad_tiles(variant.split_q, *c[:3])]
     if kernel_backend == "hopper" and part == "fwd":
-        from kernels.hopper_forward import SHARED_LIMIT, STAGES, block_ns, shared_bytes
+        from kernels.plan.hopper_forward import SHARED_LIMIT, STAGES, block_ns, shared_bytes
 
         return [dict(zip(FWD_FIELDS, c)) for c in HOPPER_FWD_SPACE
                 if c[3] in STAGES[variant.seq_parallel] and c[1] in block_ns(variant)
                 and shared_bytes(head_dim, c[1], c[3], variant.split_q, variant.seq_parallel,
                                  causal=causal) <= SHARED_LIMIT]
     if part == "bwd" and not variant.split_q and on_gpu:  # FA1's backward shape (D50)
-        from kernels.config import heuristic_config
+        from kernels.plan.config import heuristic_config
 
         fa1 = heuristic_config(head_dim, True, variant)
         return [{**fields_of(fa1, "bwd"), "bwd_key_slices": fa1.bwd_key_slices}]
-    from kernels.config import block_d
+    from kernels.plan.tiles import block_d
 
     if not on_gpu:
         space = CPU_FWD_SPACE if part == "fwd" else CPU_BWD_SPACE

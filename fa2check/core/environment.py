@@ -38,8 +38,9 @@ def kernels_sha256() -> str:
     """Hash of the kernel sources: identifies the code that ran even where git is absent (the
     device machine receives the working tree without .git)."""
     digest = hashlib.sha256()
-    for path in sorted(glob.glob(os.path.join(ROOT, "kernels", "*.py"))):
-        digest.update(os.path.basename(path).encode())
+    kernels = os.path.join(ROOT, "kernels")  # and its subpackages (kernels/plan)
+    for path in sorted(glob.glob(os.path.join(kernels, "**", "*.py"), recursive=True)):
+        digest.update(os.path.relpath(path, kernels).encode())
         with open(path, "rb") as f:
             digest.update(f.read())
     return digest.hexdigest()

@@ -47,7 +47,7 @@ from rich.table import Table
 from rich.text import Text
 
 from kernels import TILE_HEAD_DIMS, TileConfig, Variant, default_config
-from kernels.config import block_d
+from kernels.plan.tiles import block_d
 from kernels.forward import REPAIR_CHUNK, chunk_constexprs, sanitises_masked_tiles
 
 DTYPES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}  # torch name -> Triton type
@@ -91,7 +91,7 @@ class KernelSpec:
     specialize: Callable[[object, Case], tuple[dict, dict, dict]]  # -> signature, constexprs, attrs
     tiles: Callable[[TileConfig], dict]  # -> this kernel's block_m, block_n, num_warps, num_stages
     causal_only: bool = False  # launched for causal calls only
-    backend: str = "triton"  # kernels.config.BACKENDS: "gluon" kernels are Gluon functions
+    backend: str = "triton"  # kernels.plan.tiles.BACKENDS: "gluon" kernels are Gluon functions
     supports: Callable[[str, int], bool] = lambda dtype, head_dim: True
     # -> extra compile options: the Triton forward's launches pass ptxas a register cap
     register_cap: Callable[[TileConfig], dict] = lambda config: {}
@@ -272,9 +272,9 @@ def _hopper_backward_specialization(fn, case: Case):
 
 def _hopper_backward_tiles(config: TileConfig) -> dict:
     """The Hopper backward's fixed tiles: 64 query rows a step, 128 keys a program, the Q/dO
-    ring's slots (2 at head_dim 64 and 128: `kernels.hopper_backward.bwd_stages`)."""
-    from kernels.hopper_backward import BLOCK_M, BLOCK_N, BWD_STAGES
-    return dict(block_m=BLOCK_M.value, block_n=BLOCK_N.value, num_warps=4,
+    ring's slots (2 at head_dim 64 and 128: `kernels.plan.hopper_backward.bwd_stages`)."""
+    from kernels.plan.hopper_backward import BLOCK_M, BLOCK_N, BWD_STAGES
+    return dict(block_m=BLOCK_M, block_n=BLOCK_N, num_warps=4,
                 num_stages=BWD_STAGES[0])
 
 

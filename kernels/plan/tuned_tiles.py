@@ -24,13 +24,14 @@ import os
 from dataclasses import dataclass
 from functools import lru_cache
 
-from .config import BACKENDS, TileConfig, block_d, tile_columns
+from .tiles import BACKENDS, TileConfig, block_d, tile_columns
 
 SCHEMA = "fa2check.tuned_tiles/1"
-PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tuned_tiles.json")
+PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                    "tuned_tiles.json")  # kernels/tuned_tiles.json
 PATH_ENV = "FA2CHECK_TUNED_TILES"
 PARTS = ("fwd", "bwd")
-# a numerics choice and FA1's launcher's grids (kernels/fa1_launch.py), never from a table
+# a numerics choice and FA1's launcher's grids (kernels/plan/fa1_launch.py), never from a table
 NOT_TILES = ("input_precision", "fa1_splits", "fa1_bwd_splits")
 PROVENANCE = ("commit", "date", "median_ms", "tuned_on", "source")
 
@@ -59,7 +60,7 @@ def dtype_name(dtype) -> str:
 @dataclass(frozen=True)
 class TileKey:
     gpu: str
-    backend: str  # kernels.config.BACKENDS; "triton" for every "bwd" entry
+    backend: str  # kernels.plan.tiles.BACKENDS; "triton" for every "bwd" entry
     part: str  # "fwd" or "bwd"
     variant: str  # str(Variant)
     head_dim: int  # key_head_dim: the columns the tile computes

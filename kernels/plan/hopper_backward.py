@@ -1,0 +1,23 @@
+"""The Hopper chassis backward's host planning (kernels/hopper_backward.py runs it): its fixed
+tiles and the slots of its Q/dO ring that fit in sm_90's shared memory."""
+from .hopper_forward import SHARED_LIMIT
+
+BLOCK_M = 64  # query rows a step: a wgmma's M, and N of S^T and dP^T
+BLOCK_N = 128  # keys a program's column block: 64 a consumer
+BWD_STAGES = (2, 1)  # the Q/dO ring's slots, the first that fits (`bwd_stages`)
+
+
+def shared_bytes(head_dim: int, stages: int, split_q: bool) -> int:
+    """Shared memory of the buffers: the Q/dO ring, K and V, dS^T (2 x 128 x 64 16-bit) and
+    split-K's exchange (2 parities x 2 consumers x 64 x D/2 float32)."""
+    rows, keys = BLOCK_M, BLOCK_N
+    ring = stages * 2 * rows * head_dim * 2
+    kv = 2 * keys * head_dim * 2
+    ds = 2 * keys * rows * 2
+    exchange = 0 if split_q else 4 * rows * (head_dim // 2) * 4
+    return ring + kv + ds + exchange
+
+
+def bwd_stages(head_dim: int, split_q: bool) -> int:
+    """The Q/dO ring's slots: 2 where they fit in sm_90's shared memory, else 1."""
+    return next(s for s in BWD_STAGES if shared_bytes(head_dim, s, split_q) <= SHARED_LIMIT)
