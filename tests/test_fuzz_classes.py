@@ -134,3 +134,15 @@ def test_cli_fuzzes_several_implementations_in_turn(tmp_path):
                                                       "fa2check.adapters:sdpa_math"]
     assert [c["examples"] for c in data["campaigns"]] == [3, 3] and data["examples"] == 6
     assert data["counterexamples"] == 0
+
+
+def test_workers_end_at_one_deadline():
+    """A worker that starts late still ends at the campaign's deadline (deadline_at, a
+    system-wide monotonic time), not `seconds` after its own start."""
+    import time
+
+    from fa2check.fuzz.fuzzer import fuzz as run_fuzz
+
+    outcome = run_fuzz(flash_attention, OURS, space=Space.for_device(False), device="cpu",
+                       profile="ci", seconds=600, deadline_at=time.monotonic() - 1)
+    assert outcome.stopped == "time" and outcome.tally.examples == 0

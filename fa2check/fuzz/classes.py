@@ -39,10 +39,11 @@ from ..core.problems import Problem
 # (residue of a length modulo 16, weight): the length 1, multiples of 16, one past and one
 # short of them (a tile's edges), and any other
 RESIDUES = ((ONE, 1), (0, 3), (1, 2), (SPECIALISED - 1, 2), (None, 2))
-# a GPU campaign's kernel classes (each with --shapes shape classes): on the H200 a compile job
-# took 9.6 CPU-seconds on average (1,250 for 130), up to 67 for a split-K backward at d=256, so
-# 16 x 2 classes compile in about a minute on 15 workers; another seed draws other classes
-KERNEL_CLASSES = 16
+# a GPU campaign's kernel classes (each with --shapes shape classes), measured on the H200 at
+# 4985a2d: ours' 32 classes took 774 CPU-s to compile (up to 67 s a job, a split-K backward at
+# d=256), the chassis's 24 took 175 CPU-s in 19 s and then drew 65.8 examples/s; each class's
+# first example in each worker loads its kernels (0.6 s each there); another seed, other classes
+KERNEL_CLASSES = 12
 SAME_RESIDUE = 0.4  # seqlen_k's residue is seqlen_q's: equal and nearly equal lengths
 
 

@@ -458,13 +458,16 @@ class _Stop(BaseException):
 def fuzz(impl, impl_name: str, *, space: Space, device: str, profile: str = "dev",
          checks=DEFAULT_CHECKS, max_examples: int | None = None, seconds: float | None = None,
          seed: int | None = None, database: str | None = None, explicit=(), on_tick=None,
-         stop=None, shrink_seconds: float = SHRINK_SECONDS, layout: str = "bhsd") -> Outcome:
+         stop=None, shrink_seconds: float = SHRINK_SECONDS, layout: str = "bhsd",
+         deadline_at: float | None = None) -> Outcome:
     """Fuzz `impl` over `space`. Returns the Outcome; `failure` is the minimal counterexample
     (or, when shrinking ran out of time, the smallest one found by then).
 
     `explicit`: examples run first (the regression corpus). `on_tick(Tick)` after every example.
     `stop`: an Event that ends the run early (another worker found a counterexample).
-    `layout`: the layout `impl` takes (fa2check.core.calling)."""
+    `layout`: the layout `impl` takes (fa2check.core.calling). `deadline_at`: a time.monotonic()
+    (system-wide) by which generating ends, instead of `seconds` from this call's start, so that
+    workers that started late end with the others."""
     chosen = PROFILES[profile]
     seconds = chosen.seconds if seconds is None else seconds
     seed = _seed(profile, seed)
@@ -472,7 +475,7 @@ def fuzz(impl, impl_name: str, *, space: Space, device: str, profile: str = "dev
     state = {"failure": None, "stopped": "done", "lse_missing": None}
     seen = set()  # the compiled classes this process has run (properties.strategies)
     started = time.monotonic()
-    deadline = started + seconds if seconds else math.inf
+    deadline = deadline_at or (started + seconds if seconds else math.inf)
 
     def body(example):
         now = time.monotonic()
@@ -549,6 +552,8 @@ def fuzz_parallel(impl_name: str, jobs: int, *, on_tick=None, **kwargs) -> list[
     kwargs["max_examples"] = max(1, math.ceil(kwargs["max_examples"] / jobs))
     threads = max(1, (os.cpu_count() or 1) // jobs)
     explicit = kwargs.pop("explicit", ())  # the corpus: run once, by the first worker
+    if kwargs.get("seconds"):  # one deadline for all, however long a worker takes to start
+        kwargs["deadline_at"] = time.monotonic() + kwargs["seconds"]
     workers = [context.Process(target=_worker, daemon=True,
                                args=(impl_name, base_seed + i, threads,
                                      {**kwargs, "explicit": explicit if i == 0 else ()}, events,

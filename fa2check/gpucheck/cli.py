@@ -91,7 +91,7 @@ def parse_args(argv=None):
     p.add_argument("--out", default=None, help="directory for the logs, results and record "
                    "(default out/gpu-check/<date>)")
     p.add_argument("--fuzz-jobs", type=int, default=None,
-                   help="fuzz worker processes (default: the cores less the tests' workers)")
+                   help="fuzz worker processes (default 8: each loads every class's kernels)")
     p.add_argument("--test-workers", type=int, default=4, help="pytest-xdist workers")
     p.add_argument("--commit", help="git commit to record where the checkout has no .git")
     return p.parse_args(argv)
@@ -109,7 +109,7 @@ def plan(args, out: str) -> tuple[list[Step], Step]:
     tests = Step("tests", [py, "-m", "pytest", "-m", "gpu", "-q", "-rfE", "-p",
                            "no:cacheprovider", *xdist, *GPU_TESTS],
                  os.path.join(out, "tests.log"), FIRST_SHARE * args.minutes * 60)
-    jobs = args.fuzz_jobs or max(1, min((os.cpu_count() or 2) - 1, 15))
+    jobs = args.fuzz_jobs or 8  # fa2check.fuzz.cli.GPU_JOBS
     fuzz = Step("fuzz", [py, "-m", "fa2check.fuzz", "--impl", FUZZ_IMPLS, "--jobs", str(jobs),
                          "--json", os.path.join(out, "fuzz.json"),
                          "--out", os.path.join(out, "counterexamples")],
