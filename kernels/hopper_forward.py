@@ -1166,11 +1166,13 @@ def hopper_attn_fwd(q, k, v, causal, softmax_scale, variant, config, o_residual=
                             dtype=torch.float32)
         stats_tmp = torch.empty((batch * heads_q, 4, rows_tmp), device=q.device,
                                 dtype=torch.float32)
-    residual = o if o_res is None else o_res  # aliased to o when not stored
-    for t, box, layout in zip((o_tmp, stats_tmp, o, residual),
+    for t, box, layout in zip((o_tmp, stats_tmp, o),
                               state_block_shapes(head_dim, variant.split_q),
                               state_layouts(head_dim, variant.split_q, o.dtype)):
         descs.append(TensorDescriptor(t, list(t.shape), list(t.stride()), box, layout))
+    residual = o if o_res is None else o_res  # aliased to o (and its descriptor) unless stored
+    descs.append(descs[-1] if o_res is None else TensorDescriptor(
+        o_res, list(o_res.shape), list(o_res.stride()), descs[-1].block_shape, descs[-1].layout))
     _hopper_attn_fwd[grid](
         *descs[:3], o, residual, stats[0], m, l, *descs[3:], seqlen_q, seqlen_k, heads_q,
         heads_q // heads_kv, softmax_scale * LOG2E, o.stride(0), o.stride(1), o.stride(2),
