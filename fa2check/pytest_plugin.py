@@ -13,7 +13,7 @@ NotImplementedError or fa2check.Unsupported, or the property needs lse and it re
 Cases run one after another in the pytest process (verify's runner, fa2check.verify.runner).
 It lives beside the layers (pyproject.toml's contract), a front end of verify's.
 
-Importing this module imports nothing but pytest: it is loaded in every pytest session of an
+Importing this module imports nothing but pytest: it is loaded in every pytest run of an
 environment that has fa2check, and Triton reads TRITON_INTERPRET when it is first imported
 (fa2check.core.environment.select_device sets it on a machine without a GPU, at the first use).
 """

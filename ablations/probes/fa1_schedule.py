@@ -14,10 +14,10 @@ splits should recover a large part of that.
 
 With --backend hopper the same rows for the Hopper chassis (kernels/hopper_forward.py), whose
 FA1 schedule takes FA1's num_splits since D58: `+h` is then the labelled reference of FA1
-with its splits, beside the variant of record (one program a (batch, head)). Prediction for
-it, written before the run: as above, no change where the grid already fills the SMs (d=128
-1k-2k: 256 and 128 programs, one CTA an SM), and the splits recover most of the idle SMs from
-8k on.
+with its splits (the variant of record since D90), beside one program a (batch, head).
+Prediction for it, written before the run: as above, no change where the grid already fills
+the SMs (d=128 1k-2k: 256 and 128 programs, one CTA an SM), and the splits recover most of the
+idle SMs from 8k on.
 
     python3 ablations/probes/fa1_schedule.py --out DIR [--backend hopper]
     python3 ablations/probes/fa1_schedule.py --ncu-cell   # one launch, for Nsight Compute
@@ -36,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from fa2check.ablate.grids import Cell, paper_batch, paper_heads  # noqa: E402
 from fa2check.ablate.timing import tflops  # noqa: E402
 from kernels import Variant, default_config, flash_attention  # noqa: E402
+from kernels.plan.fa1_launch import with_fa1_grid  # noqa: E402
 from probe_run import cell_inputs, header, matmul_tflops, provenance, time_ms  # noqa: E402
 
 NCU_CELL = (2048, 128, False)  # seqlen, head_dim, causal
@@ -108,8 +109,9 @@ def main():
         q, k, v = cell_inputs(cell)
         row = dict(cell=cell.as_dict(), ms={}, configs={})
         prefix = "" if args.backend == "triton" else args.backend
-        runs = [(prefix + str(var), var, default_config(d, True, var, torch.bfloat16,
-                                                        args.backend, causal=causal))
+        # the (batch, heads) grid; `+h`: FA1's launcher, the default since D90
+        runs = [(prefix + str(var), var, with_fa1_grid(default_config(
+                    d, True, var, torch.bfloat16, args.backend, causal=causal), "batch-heads"))
                 for var in Variant.all()]
         runs += [(name + " fa1-heuristic-splits", var, replace(config, fa1_splits=0))
                  for name, var, config in runs if not var.seq_parallel]

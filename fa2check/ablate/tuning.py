@@ -7,8 +7,9 @@ so that a tile still splits into the 4 key slices of at least 16 keys that defin
 warps); with block_n = 32 the launcher would quietly cut the split to 2 slices. Two slices are
 tried only where a candidate names them (key_slices=2, recorded with the winner). The "off"
 designs also get what FA1 used that the FA2 tiles lack: 16-row query steps for seq_parallel
-off (SEQ_SERIAL_FWD). TileConfig.fa1_splits is not tuned: seq_parallel off is timed with one
-program per (batch, head), the design of record, and FA1's split heuristic is a reference.
+off (SEQ_SERIAL_FWD). TileConfig.fa1_splits and fa1_bwd_splits are not tuned: seq_parallel off
+runs FA1's own launcher's heuristics (D90), or with --fa1-grid batch-heads one program per
+(batch, head).
 
 A winner is chosen per (part, variant, head_dim, causal) and seqlen band (`TUNE_BANDS`): each
 band's winner is tuned on one representative cell (the first dtype of the grid, the seqlen
