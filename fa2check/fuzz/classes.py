@@ -40,9 +40,10 @@ from ..core.problems import Problem
 # short of them (a tile's edges), and any other
 RESIDUES = ((ONE, 1), (0, 3), (1, 2), (SPECIALISED - 1, 2), (None, 2))
 # a GPU campaign's kernel classes (each with --shapes shape classes), measured on the H200 at
-# 4985a2d: ours' 32 classes took 774 CPU-s to compile (up to 67 s a job, a split-K backward at
-# d=256), the chassis's 24 took 175 CPU-s in 19 s and then drew 65.8 examples/s; each class's
-# first example in each worker loads its kernels (0.6 s each there); another seed, other classes
+# 4985a2d: 32 classes each of ours, the chassis's and the Gluon forward's (112 jobs) took 774
+# CPU-s to compile (up to 67 s a job: a split-K backward at d=256); the chassis's 24 took 175
+# CPU-s, 19 s, and then drew 65.8 examples/s; each class's first example in each worker loads
+# its kernels (0.6 s each there); another seed plans other classes
 KERNEL_CLASSES = 12
 SAME_RESIDUE = 0.4  # seqlen_k's residue is seqlen_q's: equal and nearly equal lengths
 
