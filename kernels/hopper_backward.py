@@ -75,7 +75,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from .forward import LOG2E
 from .hopper_forward import HOPPER_DTYPES, HOPPER_HEAD_DIMS, _gl_dtype, _in_partition, mma_layout
 from .plan.fa1_launch import bwd_column_parallel
-from .plan.hopper_backward import BLOCK_M as _BLOCK_M, BLOCK_N as _BLOCK_N, bwd_stages
+from .plan.hopper_backward import BLOCK_M as _BLOCK_M, BLOCK_N as _BLOCK_N, CTAS_PER_SM, bwd_stages
 from .tma import tma_ready
 
 BLOCK_M = gl.constexpr(_BLOCK_M)  # query rows a step: a wgmma's M, and N of S^T and dP^T
@@ -551,15 +551,11 @@ def hopper_attn_bwd(q, k, v, o, stats, do, dlse, causal, softmax_scale, variant,
     return dq.to(q.dtype), dk, dv
 
 
-# CTAs of the backward an SM holds (the sm_90 compile: 12 warps at up to 240 registers)
-BWD_CTAS_PER_SM = 1
-
-
 def _sms_and_ctas(device) -> tuple[int, int]:
     """FA1's backward heuristic's occupancy question, for this kernel on this device."""
     import torch
 
-    return torch.cuda.get_device_properties(device).multi_processor_count, BWD_CTAS_PER_SM
+    return torch.cuda.get_device_properties(device).multi_processor_count, CTAS_PER_SM
 
 
 def sm90_signature(variant, dtype="bfloat16", head_dim=128, causal=False,

@@ -191,17 +191,18 @@ def test_fa1_bwd_column_parallel_is_fa1s_heuristic():
     """fmha_bwd_launch_template.h: the column grid where its wave efficiency, discounted by
     1 + block_n / seqlen_k (half that causal), beats one program per (batch, head); causal from
     10 column blocks always."""
+    H200 = lambda: (132, 1)  # noqa: E731 - 132 SMs, one CTA each
     # the paper grid at d=128 on 132 SMs: 512 (b, h) at 512 keys fill 0.97 of 4 waves, the
     # 2048 column programs 0.97 too, discounted by 1.25: one program a (batch, head)
-    assert not fa1_bwd_column_parallel(512, 132, 1, 512, 128, False)
+    assert not fa1_bwd_column_parallel(512, H200, 512, 128, False)
     # 64 (b, h) at 4k: 0.48 of a wave against 2048 columns' 0.97 / (1 + 1/32)
-    assert fa1_bwd_column_parallel(64, 132, 1, 4096, 128, False)
+    assert fa1_bwd_column_parallel(64, H200, 4096, 128, False)
     # causal at 1k: 8 blocks, 0.97 against 0.97 / (1 + 0.5 / 8); from 10 blocks always
-    assert not fa1_bwd_column_parallel(256, 132, 1, 1024, 128, True)
-    assert fa1_bwd_column_parallel(256, 132, 1, 1280, 128, True)
+    assert not fa1_bwd_column_parallel(256, H200, 1024, 128, True)
+    assert fa1_bwd_column_parallel(256, H200, 1280, 128, True)
     # seqlen_k rounded up to whole blocks: 65 keys are two blocks of 64, one key is one
-    assert fa1_bwd_column_parallel(4, 132, 1, 65, 64, False)
-    assert not fa1_bwd_column_parallel(4, 132, 1, 1, 64, False)
+    assert fa1_bwd_column_parallel(4, H200, 65, 64, False)
+    assert not fa1_bwd_column_parallel(4, H200, 1, 64, False)
     # fa1_bwd_splits: 1 never, more always, seq_parallel always; the occupancy asked lazily
     off, on = Variant(seq_parallel=False), Variant()
     never_asked = lambda: pytest.fail("occupancy asked")  # noqa: E731

@@ -48,18 +48,22 @@ def fa1_num_splits(batch_heads: int, num_sms: int, ctas_per_sm: int, max_splits:
     return next(n for n, e in enumerate(efficiency, 1) if e > 0.95 * best)
 
 
-def fa1_bwd_column_parallel(batch_heads: int, num_sms: int, ctas_per_sm: int, seqlen_k: int,
-                            block_n: int, causal: bool) -> bool:
+def fa1_bwd_column_parallel(batch_heads: int, sms_and_ctas, seqlen_k: int, block_n: int,
+                            causal: bool) -> bool:
     """FA1's num_splits_heuristic_bwd (fmha_bwd_launch_template.h): whether the backward runs one
     program per key column block of block_n keys (True) rather than one per (batch, head).
     The column grid's wave efficiency is discounted by 1 + block_n / seqlen_k (zeroing and
     copying the float32 dQ buffer), by half that when causal; causal with at least 10 column
     blocks always goes parallel (it balances the triangle's load too). FA1 passed seqlen_k
-    rounded up to whole blocks."""
+    rounded up to whole blocks. `sms_and_ctas()`: the GPU's SMs and the kernel's CTAs an SM,
+    asked only where the answer depends on them (the question may compile a kernel)."""
     blocks = -(-seqlen_k // block_n)
+    if blocks == 1:  # nothing to split
+        return False
     if causal and blocks >= 10:
         return True
-    slots = num_sms * ctas_per_sm
+    sms, ctas_per_sm = sms_and_ctas()
+    slots = sms * ctas_per_sm
     discount = 1.0 + (0.5 if causal else 1.0) / blocks
     return wave_efficiency(batch_heads * blocks, slots) / discount > \
         wave_efficiency(batch_heads, slots)
@@ -68,17 +72,12 @@ def fa1_bwd_column_parallel(batch_heads: int, num_sms: int, ctas_per_sm: int, se
 def bwd_column_parallel(variant, fa1_bwd_splits: int, batch_heads: int, seqlen_k: int,
                         block_n: int, causal: bool, sms_and_ctas) -> bool:
     """Whether a backward runs one program per key column block: always with seq_parallel;
-    FA1's schedule with fa1_bwd_splits 0 by FA1's heuristic (`sms_and_ctas()`: this GPU's SMs
-    and the kernel's CTAs an SM, asked only when the heuristic needs them), 1 never, more
-    always (FA1: any count above 1 runs the column-parallel kernel)."""
+    FA1's schedule with fa1_bwd_splits 0 by FA1's heuristic, 1 never, more always (FA1: any
+    count above 1 runs the column-parallel kernel)."""
     if variant.seq_parallel or fa1_bwd_splits > 1:
         return True
-    blocks = -(-seqlen_k // block_n)
-    if fa1_bwd_splits == 1 or blocks == 1:  # one column block: nothing to split
-        return False
-    if causal and blocks >= 10:
-        return True
-    return fa1_bwd_column_parallel(batch_heads, *sms_and_ctas(), seqlen_k, block_n, causal)
+    return fa1_bwd_splits == 0 and fa1_bwd_column_parallel(batch_heads, sms_and_ctas, seqlen_k,
+                                                           block_n, causal)
 
 
 # the grids of FA1's schedule a run can ask for: (fa1_splits, fa1_bwd_splits)

@@ -5,6 +5,9 @@ from .hopper_forward import SHARED_LIMIT
 BLOCK_M = 64  # query rows a step: a wgmma's M, and N of S^T and dP^T
 BLOCK_N = 128  # keys a program's column block: 64 a consumer
 BWD_STAGES = (2, 1)  # the Q/dO ring's slots, the first that fits (`bwd_stages`)
+# CTAs an SM holds, for FA1's launcher's occupancy question (fa1_launch): the two consumer
+# warpgroups' setmaxnreg of 240 alone take 61,440 of an SM's 65,536 registers
+CTAS_PER_SM = 1
 
 
 def shared_bytes(head_dim: int, stages: int, split_q: bool) -> int:
