@@ -25,11 +25,11 @@ from __future__ import annotations
 
 import random
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from multiprocessing import get_context
 
 from properties.strategies import (GROUPS, HEADS_KV, ONE, SPECIALISED, CompiledClass,
-                                   KernelClass, ShapeClass, Space)
+                                   Example, KernelClass, ShapeClass, Space)
 
 from ..core.compiling import Call, compile_cost, compile_job
 from ..core.environment import select_device
@@ -129,17 +129,17 @@ def representative(compiled: CompiledClass, impl: str, space: Space) -> tuple[Co
     problem = Problem(shape.batch, shape.heads_q, shape.heads_kv, length(shape.q_residue),
                       length(shape.k_residue), kernel.head_dim, kernel.dtype, kernel.causal,
                       head_dim_v=kernel.head_dim_v)
-    layout = None if shape.layout == "contiguous" else shape.layout
-    return Column(impl, str(kernel.variant), impl), Call(problem, True, layout)
+    return call_of(Example(kernel.variant, problem, layout=shape.layout), impl)
 
 
+@dataclass
 class Precompiled:
     """What `precompile` did: jobs done of planned, wall and CPU seconds, workers."""
-
-    def __init__(self, done: int, planned: int, seconds: float, cpu_seconds: float,
-                 workers: int):
-        self.done, self.planned, self.seconds = done, planned, seconds
-        self.cpu_seconds, self.workers = cpu_seconds, workers
+    done: int
+    planned: int
+    seconds: float
+    cpu_seconds: float
+    workers: int
 
     def as_dict(self) -> dict:
         return {"jobs_done": self.done, "jobs_planned": self.planned,

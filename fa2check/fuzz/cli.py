@@ -72,8 +72,8 @@ def parse_args(argv=None):
                              "head_dim); lse is (batch, heads, seqlen_q) in both")
     parser.add_argument("--jobs", type=int, default=None,
                         help="worker processes, each with its own seed (default: one per CPU "
-                             "core, up to 16; the ci profile: 1, so that it draws the same "
-                             "examples everywhere)")
+                             "core, up to 16, on a GPU 8; the ci profile: 1, so that it draws "
+                             "the same examples everywhere)")
     space = parser.add_argument_group("what to draw from (repeatable; default: everything)")
     space.add_argument("--variant", action="append", default=None, help="e.g. fa2, fa1, "
                        "--variant=-defer+seqpar+splitq (with '=' when it starts with '-')")
