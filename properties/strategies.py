@@ -306,9 +306,9 @@ class CompiledClass:
 
 @dataclass(frozen=True)
 class Space:
-    """What the fuzzer may draw (the command line narrows it). With `classes`, each example
-    takes its variant, dtype, head dims and mask from one of them, and everything else (batch,
-    heads, lengths, values, layout) is drawn as usual."""
+    """What the fuzzer may draw (the command line narrows it). With `classes`, each example is
+    one of those compiled classes (variant, dtype, head dims, mask, batch, heads, layout and the
+    lengths' residues modulo 16); its lengths' multiples of 16, seed and values are drawn."""
     variants: tuple = field(default_factory=lambda: tuple(Variant.all()))
     dtypes: tuple[str, ...] = tuple(DTYPES)
     # the tile widths first, so that a head_dim shrinks towards 16
@@ -362,7 +362,7 @@ class Space:
         narrowed = [f"{k}={v}" for k, v in names.items()
                     if len(v) != len(getattr(full, k))]
         if self.classes:
-            narrowed.append(f"{len(self.classes)} kernel classes")
+            narrowed.append(f"{len(self.classes)} compiled classes")
         sizes = (f"batch <= {self.max_batch}, heads_q <= {self.max_heads_q}, seqlen <= "
                  f"{self.max_seqlen or '2 tiles + 1'}")
         return ", ".join(narrowed + [sizes]) if narrowed else f"everything; {sizes}"
