@@ -58,31 +58,69 @@ def test_examples_are_drawn_from_the_compiled_classes_only():
     assert space.contains(outside) == (compiled_class(outside) in space.classes)
 
 
+class _Launches:
+    """Records the specialisation of every kernel launch, as Triton takes it: integers'
+    classes (== 1, divisible by 16, other), tensors' dtype and alignment, the constexprs (the
+    grid's size n_blocks aside: it may cross a class; its kernel is then compiled on first use)."""
+
+    def __init__(self, monkeypatch):
+        self.keys = []
+        launch = launch_cache.CachedLaunch.launch
+
+        def record(fn_self, grid, args, kwargs):
+            skip = set(getattr(fn_self.fn, "do_not_specialize", ()) or ())
+            names = fn_self.fn.arg_names
+            self.keys.append((names[0], tuple(
+                "x" if names[i] in skip else
+                ("1" if a == 1 else "16" if a % 16 == 0 else "n") if type(a) is int else
+                (str(a.dtype), a.data_ptr() % 16 == 0) if hasattr(a, "data_ptr") else
+                str(type(a)) for i, a in enumerate(args) if names[i] != "n_blocks"),
+                tuple(sorted((k, str(v)) for k, v in kwargs.items()))))
+            return launch(fn_self, grid, args, kwargs)
+        monkeypatch.setattr(launch_cache.CachedLaunch, "launch", record)
+
+
 def _launch_keys(problem, layout, variant, monkeypatch):
-    """The specialisation of every kernel launch of a call, forward and backward, as Triton
-    takes it: integers' classes (== 1, divisible by 16, other), tensors' dtype and alignment."""
+    """Every launch's specialisation (_Launches) of a call, forward and backward."""
     from properties.strategies import make_inputs
 
-    keys = []
-    launch = launch_cache.CachedLaunch.launch
-
-    def record(self, grid, args, kwargs):
-        skip = set(getattr(self.fn, "do_not_specialize", ()) or ())
-        names = self.fn.arg_names
-        keys.append((names[0], tuple(
-            "x" if names[i] in skip else
-            ("1" if a == 1 else "16" if a % 16 == 0 else "n") if type(a) is int else
-            (str(a.dtype), a.data_ptr() % 16 == 0) if hasattr(a, "data_ptr") else str(type(a))
-            for i, a in enumerate(args) if names[i] != "n_blocks"), tuple(sorted(
-                (k, str(v)) for k, v in kwargs.items()))))
-        return launch(self, grid, args, kwargs)
-    monkeypatch.setattr(launch_cache.CachedLaunch, "launch", record)
+    launches = _Launches(monkeypatch)
     q, k, v, do = (t.detach().requires_grad_(True) for t in make_inputs(problem, "normal",
                                                                          layout))
     o = flash_attention(q, k, v, causal=problem.causal, variant=variant)
     o.backward(do)
     monkeypatch.undo()
-    return keys
+    return launches.keys
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_a_class_jobs_compile_every_kernel_its_examples_launch(dtype, monkeypatch):
+    """The precompile jobs of a class (representatives) launch every specialisation that an
+    example of the class launches, its extreme distributions' forward-only calls and the
+    causal checks' second forward included: without the forward-only call, the forward that
+    stores no residual of o (STORE_O_RES) is compiled by the examples themselves."""
+    from fa2check.core.compiling import compile_job
+    from fa2check.core.problems import Problem
+    from fa2check.fuzz.fuzzer import check_example
+    from properties.strategies import CompiledClass
+
+    space = Space.for_device(False)
+    kernel = KernelClass(Variant(), dtype, 16, 16, True)
+    compiled = CompiledClass(kernel, ShapeClass(1, 2, 1, 3, 3, "contiguous"))
+    jobs = classes.representatives(compiled, OURS, space)
+    assert len(jobs) == (1 if dtype == "float32" else 2)
+    covered = _Launches(monkeypatch)
+    for job in jobs:
+        compile_job(job, "cpu")
+    ran = _Launches(monkeypatch)
+    for distribution in ("normal", "logits-1e5"):
+        check_example(flash_attention, Example(
+            kernel.variant, Problem(1, 2, 1, 19, 35, 16, dtype, True, seed=3), distribution),
+            "cpu")
+    assert ran.keys and set(ran.keys) <= set(covered.keys)
+    without_forward_only = _Launches(monkeypatch)
+    compile_job([pair for pair in jobs[0] if pair[1].backward], "cpu")
+    assert (set(ran.keys) <= set(without_forward_only.keys)) == (dtype == "float32")
 
 
 @pytest.mark.parametrize("shape", [
@@ -146,3 +184,16 @@ def test_workers_end_at_one_deadline():
     outcome = run_fuzz(flash_attention, OURS, space=Space.for_device(False), device="cpu",
                        profile="ci", seconds=600, deadline_at=time.monotonic() - 1)
     assert outcome.stopped == "time" and outcome.tally.examples == 0
+
+
+def test_seconds_alone_bound_a_campaign(tmp_path):
+    """--seconds without --max-examples: the time decides, not the profile's examples (the dev
+    profile's 500 shared by three implementations stopped a 10-minute gpu-check campaign of
+    the chassis at 170 examples)."""
+    report = tmp_path / "fuzz.json"
+    status = fuzz.main(["--profile", "ci", "--seconds", "4", "--no-corpus-first", "--jobs", "1",
+                        "--impl", "sdpa_math", "--causal", "false", "--head-dim", "16",
+                        "--max-seqlen", "16",
+                        "--out", str(tmp_path / "found"), "--json", str(report)])
+    data = json.loads(report.read_text())
+    assert status == 0 and data["stopped"] == "time" and data["examples"] > 0

@@ -116,9 +116,12 @@ def costliest_first(jobs) -> list:
     return sorted(jobs, key=cost, reverse=True)
 
 
-def representative(compiled: CompiledClass, impl: str, space: Space) -> tuple[Column, Call]:
-    """One call of the class, forward and backward (its lengths' middling multiple of 16),
-    which compiles every kernel its examples run."""
+def representatives(compiled: CompiledClass, impl: str, space: Space) -> list[list]:
+    """Compile jobs that build every kernel the class's examples run (its lengths' middling
+    multiple of 16): a call forward and backward, and the forward alone (the extreme
+    distributions' calls and the causal checks' second call), whose kernels store no residual
+    of o for a backward (STORE_O_RES), so that they are other kernels; float32 stores none, so
+    its forward-only call follows the backward's in one job, a cache hit."""
     kernel, shape = compiled.kernel, compiled.shape
     limit = space.seqlen_limit(space.tiles())
 
@@ -129,7 +132,10 @@ def representative(compiled: CompiledClass, impl: str, space: Space) -> tuple[Co
     problem = Problem(shape.batch, shape.heads_q, shape.heads_kv, length(shape.q_residue),
                       length(shape.k_residue), kernel.head_dim, kernel.dtype, kernel.causal,
                       head_dim_v=kernel.head_dim_v)
-    return call_of(Example(kernel.variant, problem, layout=shape.layout), impl)
+    column, both = call_of(Example(kernel.variant, problem, layout=shape.layout), impl)
+    forward = (column, replace(both, backward=False))
+    return ([[(column, both), forward]] if kernel.dtype == "float32"
+            else [[(column, both)], [forward]])
 
 
 @dataclass

@@ -42,6 +42,7 @@ from ..core.interrupts import sigterm_as_interrupt
 from ..core.results import write_json
 
 BOOLS = {"true": True, "false": False}
+UNBOUNDED = 10 ** 9  # examples of a campaign that --seconds alone bounds
 
 
 def parse_args(argv=None):
@@ -63,7 +64,7 @@ def parse_args(argv=None):
                         help="after a counterexample, how long shrinking may run past the time "
                              "budget before the smallest example so far is reported (default 120)")
     parser.add_argument("--max-examples", type=int, default=None,
-                        help="default: the profile's")
+                        help="default: the profile's; with --seconds, none (the time decides)")
     parser.add_argument("--seed", type=int, default=None, help="default: the profile's (ci: 0), "
                         "else random")
     parser.add_argument("--layout", choices=("bhsd", "bshd"), default="bhsd",
@@ -246,11 +247,13 @@ def main(argv=None) -> int:
     budget = args.seconds if args.seconds is not None else PROFILES[args.profile].seconds
     spaces, precompiled = _compiled_classes(console, args, [(c[0], c[2]) for c in campaigns],
                                             device, budget, seed, [c[4] for c in campaigns])
-    left = budget - (time.monotonic() - started) if budget else budget
-    results = [_campaign(console, escape, args, impl_name, space, checks, explicit, corpus_dir,
-                         device, layout, share, seed, left / share if left else left,
-                         precompiled)
-               for (impl_name, layout, _, checks, explicit), space in zip(campaigns, spaces)]
+    results = []
+    for n, ((impl_name, layout, _, checks, explicit), space) in enumerate(zip(campaigns, spaces)):
+        # each campaign its share of what is left, so that one that ends early leaves its time
+        left = max(1.0, (budget - (time.monotonic() - started)) / (share - n)) if budget \
+            else budget
+        results.append(_campaign(console, escape, args, impl_name, space, checks, explicit,
+                                 corpus_dir, device, layout, share, seed, left, precompiled))
     if args.json_path:
         record = results[0][1] if share == 1 else {
             "command": args.command, "environment": results[0][1]["environment"],
@@ -296,11 +299,13 @@ def _campaign(console, escape, args, impl_name, space, checks, explicit, corpus_
     from .fuzzer import PROFILES, Tally, fuzz, fuzz_parallel, merge
 
     profile = PROFILES[args.profile]
-    max_examples = max(1, (args.max_examples or profile.max_examples) // share)
+    timed = args.seconds is not None and args.max_examples is None  # the time alone decides
+    max_examples = UNBOUNDED if timed else max(1, (args.max_examples or profile.max_examples)
+                                                // share)
     started = time.monotonic()
     console.print(f"[bold]fa2check fuzz[/]: {escape(impl_name)} on {device}, profile "
-                  f"{args.profile} ({max_examples} examples"
-                  + (f" or {remaining:.0f} s" if remaining else "") + f"), {args.jobs} job(s)",
+                  f"{args.profile} (" + ("" if timed else f"{max_examples} examples or ")
+                  + (f"{remaining:.0f} s" if remaining else "") + f"), {args.jobs} job(s)",
                   soft_wrap=True)
     console.print(f"checks: {', '.join(checks)}", soft_wrap=True)
     console.print(f"space: {escape(space.describe())}", soft_wrap=True)
@@ -319,7 +324,7 @@ def _campaign(console, escape, args, impl_name, space, checks, explicit, corpus_
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), console=console,
                   transient=True) as progress:
-        bar = progress.add_task("fuzzing", total=max_examples, rate="")
+        bar = progress.add_task("fuzzing", total=None if timed else max_examples, rate="")
 
         def on_tick(tick):
             live.add(tick)
@@ -422,8 +427,8 @@ def _compiled_classes(console, args, impls_and_spaces, device, seconds, seed,
             column, call = classes.call_of(example, impl_name)
             jobs.setdefault(compile_class(column, call), [(column, call)])
         for compiled in space.classes:
-            column, call = classes.representative(compiled, impl_name, space)
-            jobs.setdefault(compile_class(column, call), [(column, call)])
+            for job in classes.representatives(compiled, impl_name, space):
+                jobs.setdefault(compile_class(*job[0]), job)
     n_classes = sum(len(space.classes) for space in spaces)
     with Progress(TextColumn("compiling {task.fields[what]}"), BarColumn(),
                   MofNCompleteColumn(), TimeElapsedColumn(), console=console,
