@@ -38,7 +38,12 @@ Gradients (lse-below-88.7, float32 inputs, whose same-dtype baseline computes sc
 like the kernels, so the pass rule stays meaningful) get the pass rule's allowed error plus the
 first-order effect of the backward pass recomputing the scores (another dot product order) and
 subtracting the stored lse: P_ij carries a relative error up to tau_ij + tau_L_i, with
-tau_L_i = sum_j P_ij tau_ij + eps(float32) |lse_i|, so with G = P (tau + tau_L) |dP - Delta|:
+tau_L_i = sum_j P_ij tau_ij + eps(float32) |lse_i|; and dP_ij = dO_i . v_j and Delta_i =
+dO_i . o_i are float32 sums of head_dim_v terms, off by up to rho_ij = (head_dim_v + 4)
+eps(float32) (|dO_i| . |v_j| + |dO_i| . |o_i|) (the classic bound again), which matters where
+dP - Delta cancels (one visible key: dP = Delta exactly, and dS is all rounding; the H200's
+float32 FA1 backward at head_dim_v 225 was 10x the composition's error there, 1.06x the bound
+without rho). So with G = P ((tau + tau_L) |dP - Delta| + rho):
 dq += scale G |k|, dk += scale G^T |q| (summed over each GQA group), dv += (P (tau + tau_L))^T |dO|.
 Every output must be non-finite exactly where the oracle is (-inf lse for rows without keys).
 """
@@ -174,7 +179,9 @@ def _bounds(case: Case, ref: Reference, s):
         rel = prob * (tau + tau_l[..., None])  # relative error bound of the recomputed P
         do = ref.do.double()
         delta = (do * o).sum(-1) - ref.dlse.double()
-        g = rel * ((do @ v.transpose(-1, -2)) - delta[..., None]).abs()
+        rho = (p.head_dim_v + EXTRA_ULPS) * EPS32 * (
+            do.abs() @ v.abs().transpose(-1, -2) + (do.abs() * o.abs()).sum(-1)[..., None])
+        g = rel * ((do @ v.transpose(-1, -2)) - delta[..., None]).abs() + prob * rho
         group = p.heads_q // p.heads_kv
         per_kv_head = (p.batch, p.heads_kv, group, p.seqlen_k, -1)  # D for dk, Dv for dv
         terms["dq"] = scale * (g @ k.abs())

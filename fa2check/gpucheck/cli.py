@@ -43,6 +43,9 @@ FUZZ_IMPLS = "ours,hopper,gluon"
 FIRST_SHARE = 0.5  # of the budget, at most, for verify and the tests: the full tier took 172-231 s
 # cold on the H200 (211 s alone at a7d156d), the tests 190 s beside a fuzz campaign
 MARGIN_S = 15.0  # for the record and the last summaries
+SHRINK_S = 20  # a counterexample's shrinking, past its campaign's time: the verdict is FAIL
+# anyway, and at 0e8500d 140 s of shrinking (each step compiling) left the chassis's and the
+# Gluon forward's campaigns 12 s
 
 
 @dataclass
@@ -111,6 +114,7 @@ def plan(args, out: str) -> tuple[list[Step], Step]:
                  os.path.join(out, "tests.log"), FIRST_SHARE * args.minutes * 60)
     jobs = args.fuzz_jobs or 8  # fa2check.fuzz.cli.GPU_JOBS
     fuzz = Step("fuzz", [py, "-m", "fa2check.fuzz", "--impl", FUZZ_IMPLS, "--jobs", str(jobs),
+                         "--shrink-seconds", str(SHRINK_S),
                          "--json", os.path.join(out, "fuzz.json"),
                          "--out", os.path.join(out, "counterexamples")],
                 os.path.join(out, "fuzz.log"), 0.0)
