@@ -18,11 +18,12 @@ def _stand_ins(verify, tests, fuzz):
     return plan
 
 
-def _main(monkeypatch, tmp_path, plan, minutes=0.6):
+def _main(monkeypatch, tmp_path, plan, minutes=0.6, min_examples=0):
     monkeypatch.setattr(cli, "plan", plan)
     monkeypatch.setattr(cli, "select_device", lambda: "cuda")
     monkeypatch.setattr(cli, "describe_environment", lambda device, commit=None: {})
-    status = cli.main(["--minutes", str(minutes), "--out", str(tmp_path)])
+    status = cli.main(["--minutes", str(minutes), "--out", str(tmp_path),
+                       "--min-examples", str(min_examples)])
     return status, json.loads((tmp_path / "gpu-check.json").read_text())
 
 
@@ -54,3 +55,25 @@ def test_a_step_past_its_limit_is_stopped_and_fails(monkeypatch, tmp_path):
     steps = {s["name"]: s for s in record["steps"]}
     assert status == 1 and steps["tests"]["returncode"] != 0
     assert steps["tests"]["seconds"] < 8 + 25  # its limit, and the grace
+
+
+def _fuzz_writing(tmp_path, *per_backend):
+    """A stand-in fuzz step that exits 0 and writes a record of its campaigns' examples."""
+    record = {"examples": sum(per_backend), "counterexamples": 0,
+              "campaigns": [{"impl": f"backend{i}", "examples": n, "counterexample": None}
+                            for i, n in enumerate(per_backend)]}
+    return (f"import json; json.dump({record!r}, "
+            f"open({str(tmp_path / 'fuzz.json')!r}, 'w'))")
+
+
+@pytest.mark.parametrize("per_backend, verdict", [
+    ((1200, 1100, 900), "PASS"),
+    ((170, 170, 174), "FAIL"),  # 14328ab's campaign: every step exited 0
+    ((2900, 200, 100), "FAIL"),  # enough in all, one backend barely fuzzed
+])
+def test_a_campaign_with_too_few_examples_fails(monkeypatch, tmp_path, per_backend, verdict):
+    status, record = _main(monkeypatch, tmp_path, _stand_ins(
+        "print(1)", "print(2)", _fuzz_writing(tmp_path, *per_backend)), min_examples=3000)
+    assert record["verdict"] == verdict and status == (verdict == "FAIL")
+    assert all(s["returncode"] == 0 for s in record["steps"])
+    assert (record["shortfall"] is None) == (verdict == "PASS")

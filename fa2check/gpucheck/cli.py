@@ -11,12 +11,14 @@ Steps, each a process of its own with its own time limit, its log and results in
           variant, from classes compiled ahead (fa2check/fuzz/classes.py); counterexamples
           are saved in --out
 verify and the tests run side by side first, then the fuzz campaign alone until the budget
-ends (beside the tests' compiles, the first GPU run's campaign drew 5 examples in 159 s). The verdict is PASS when every
-step exits 0: no failed case, test or counterexample. A JSON record (provenance, each step's
-status, seconds and numbers) is written to --out; docs/correctness.md keeps the runs of record.
+ends (beside the tests' compiles, the first GPU run's campaign drew 5 examples in 159 s). The
+verdict is PASS when every step exits 0 (no failed case, test or counterexample) and the
+campaign drew --min-examples (3,000 by default; each backend a tenth of it). A JSON record
+(provenance, each step's status, seconds and numbers) is written to --out; docs/correctness.md
+keeps the runs of record.
 
   make gpu-check PYTHON=python3               # on the GPU machine, 10 minutes
-  python -m fa2check.gpucheck --minutes 5 --out /tmp/check
+  python -m fa2check.gpucheck --minutes 5 --min-examples 1000 --out /tmp/check
 """
 from __future__ import annotations
 
@@ -43,6 +45,9 @@ FUZZ_IMPLS = "ours,hopper,gluon"
 FIRST_SHARE = 0.5  # of the budget, at most, for verify and the tests: the full tier took 172-231 s
 # cold on the H200 (211 s alone at a7d156d), the tests 190 s beside a fuzz campaign
 MARGIN_S = 15.0  # for the record and the last summaries
+MIN_EXAMPLES = 3000  # a 10-minute check's fuzz examples, all backends together (issue 55): a
+# campaign that spends its time compiling or loading kernels checks nothing (14328ab's passed
+# with 514); each backend's campaign at least a tenth of it
 SHRINK_S = 20  # a counterexample's shrinking, past its campaign's time: the verdict is FAIL
 # anyway, and at 0e8500d 140 s of shrinking (each step compiling) left the chassis's and the
 # Gluon forward's campaigns 12 s
@@ -96,6 +101,9 @@ def parse_args(argv=None):
     p.add_argument("--fuzz-jobs", type=int, default=None,
                    help="fuzz worker processes (default 8: each loads every class's kernels)")
     p.add_argument("--test-workers", type=int, default=4, help="pytest-xdist workers")
+    p.add_argument("--min-examples", type=int, default=MIN_EXAMPLES,
+                   help="fewest fuzz examples for a PASS, all backends together, each backend "
+                        f"at least a tenth of it (default {MIN_EXAMPLES}; 0 for a short run)")
     p.add_argument("--commit", help="git commit to record where the checkout has no .git")
     return p.parse_args(argv)
 
@@ -157,6 +165,19 @@ def details(step: Step, out: str) -> dict:
     return {"last_lines": step.tail()}
 
 
+def shortfall(fuzz: dict, minimum: int) -> str | None:
+    """Why the fuzz step's examples (its details) are too few for a PASS, or None."""
+    if minimum <= 0:
+        return None
+    total = fuzz.get("examples") or 0
+    if total < minimum:
+        return f"the fuzz campaign drew {total} examples, fewer than {minimum} (--min-examples)"
+    few = [f"{c['impl']} {c['examples']}" for c in fuzz.get("campaigns") or []
+           if (c.get("examples") or 0) < minimum / 10]
+    return (f"a backend's campaign drew fewer than {minimum // 10} examples: {', '.join(few)}"
+            if few else None)
+
+
 def _results(path: str) -> dict | None:
     """A step's results file, or None where it wrote none or was stopped while writing it."""
     try:
@@ -179,24 +200,31 @@ def main(argv=None) -> int:
     started = time.monotonic()
     steps = run(args, out, console)
     wall = time.monotonic() - started
-    passed = all(step.returncode == 0 for step in steps)
+    step_records = [{"name": s.name, "command": " ".join(s.command), "returncode": s.returncode,
+                     "seconds": round(s.seconds, 1), "limit_seconds": round(s.limit, 1),
+                     **details(s, out)} for s in steps]
+    short = shortfall(step_records[-1], args.min_examples)
+    passed = all(step.returncode == 0 for step in steps) and short is None
     record = {"environment": describe_environment(device, args.commit),
               "command": " ".join(["python", "-m", "fa2check.gpucheck", *(argv or sys.argv[1:])]),
               "verdict": "PASS" if passed else "FAIL", "seconds": round(wall, 1),
-              "budget_seconds": args.minutes * 60,
-              "steps": [{"name": s.name, "command": " ".join(s.command),
-                         "returncode": s.returncode, "seconds": round(s.seconds, 1),
-                         "limit_seconds": round(s.limit, 1), **details(s, out)} for s in steps]}
+              "budget_seconds": args.minutes * 60, "min_examples": args.min_examples,
+              "shortfall": short, "steps": step_records}
     path = os.path.join(out, "gpu-check.json")
     write_json(path, record)
     table = Table(title=f"gpu-check ({out})")
     for column in ("step", "exit", "seconds", "detail"):
         table.add_column(column)
     for s, r in zip(steps, record["steps"]):
-        detail = (f"{r.get('examples')} examples, {r.get('counterexamples')} counterexamples"
+        per_backend = ", ".join(f"{c['impl'].split(':')[-1]} {c['examples']}"
+                                for c in r.get("campaigns") or [])
+        detail = (f"{r.get('examples')} examples ({per_backend}), "
+                  f"{r.get('counterexamples')} counterexamples"
                   if s.name == "fuzz" else json.dumps(r.get("counts")) if s.name == "verify"
                   else (r.get("last_lines") or [""])[-1])
         table.add_row(s.name, str(s.returncode), f"{s.seconds:.0f}", detail)
     console.print(table)
+    if short:
+        console.print(f"too few examples: {short}")
     console.print(f"{record['verdict']}: {wall:.0f} s of {args.minutes * 60:.0f}; record {path}")
     return 0 if passed else 1
