@@ -13,8 +13,8 @@ divisibility by 16. So a GPU campaign
    own where the space allows; each with `shapes` shape classes (batch, heads, layout, and each
    length's residue modulo 16: 1, 0, 1, 15 or another, equal for q and k in two of five)
    (`plan`);
-2. compiles one problem of each in worker processes within a time budget (`precompile`),
-   which fills Triton's on-disk cache;
+2. compiles one problem of each, forward and backward and forward alone (`representatives`),
+   in worker processes within a time budget (`precompile`), which fills Triton's on-disk cache;
 3. fuzzes with Space.classes set: an example is one of the compiled classes with its lengths
    (16 k + residue, k drawn), seed and value distribution drawn, so every example after the
    first of its class runs compiled kernels.
