@@ -13,6 +13,11 @@ batch, the padding after each row's head_dim, or the elements between strided on
   differently (seen on the H200: with q, k, v, dO strided along head_dim, about 20 of 2M dK and
   dQ elements one bfloat16 ulp apart, o, lse and dV bitwise equal). Reading the wrong memory
   is off by far more.
+- inputs_untouched: after both calls, forward and backward, q, k, v and dO are bitwise what
+  they were, and so is every buffer the views lie in (its NaN padding included): a kernel may
+  neither change its inputs (SageAttention 1.0.6 subtracts k's mean from k in place) nor
+  write outside its outputs. A changed input is put back, so that later columns get the case's
+  own inputs.
 
 Layouts (`Case.kind`):
 - padded: (B, H, S, D) views into a (B+1, H+1, S+2, D+16) buffer, starting one row in.
@@ -30,8 +35,8 @@ from fa2check.core.checks import Reference
 from fa2check.core.memory_layouts import nan_view
 from fa2check.core.problems import Problem
 
-from .base import (OUTPUTS, Call, Case, PropertyResult, allowed_errors, call, dq_may_vary, pass_rule,
-                   within)
+from .base import (OUTPUTS, Call, Case, Check, PropertyResult, allowed_errors, call, dq_may_vary,
+                   pass_rule, within)
 from .determinism import DQ_SPREAD_LIMIT
 from .full_shapes import GQA_BF16_D64, like
 
@@ -66,8 +71,13 @@ def calls(case: Case) -> tuple[Call, ...]:
 
 def run(impl, variant, case: Case, device: str) -> PropertyResult:
     contiguous_ref, view_ref = _references(case, device)
-    on_views = call(impl, variant, view_ref)
-    on_copies = call(impl, variant, contiguous_ref)
+    inputs = input_buffers(view_ref, " (view)") | input_buffers(contiguous_ref, " (contiguous)")
+    before = {name: buffer.clone() for name, buffer in inputs.items()}
+    try:
+        on_views = call(impl, variant, view_ref)
+        on_copies = call(impl, variant, contiguous_ref)
+    finally:
+        unchanged = untouched(inputs, before)
     tolerance = _one_ulp(view_ref)
     if dq_may_vary(impl, variant, case.problem, device) and case.backward:
         spread = DQ_SPREAD_LIMIT * allowed_errors(view_ref, on_views)["dq"]
@@ -75,7 +85,30 @@ def run(impl, variant, case: Case, device: str) -> PropertyResult:
     return PropertyResult.judge(NAME, case, [
         pass_rule("oracle", view_ref, on_views),
         within("same_as_contiguous", on_views, on_copies, tolerance),
+        unchanged,
     ])
+
+
+def input_buffers(ref, suffix: str = "") -> dict[str, torch.Tensor]:
+    """{name: the memory each of the reference's q, k, v and dO lies in}: a view's buffer
+    (nan_view's, padding included), else the tensor itself."""
+    return {name + suffix: t if t._base is None else t._base
+            for name, t in (("q", ref.q), ("k", ref.k), ("v", ref.v), ("do", ref.do))}
+
+
+def untouched(inputs: dict, before: dict) -> Check:
+    """The inputs_untouched check (input_buffers against their clones taken before the calls):
+    the elements of each buffer whose bits changed (compared as integers, so that NaN padding
+    compares too); changed buffers are restored."""
+
+    changed = {}
+    for name, buffer in inputs.items():
+        bits = {2: torch.int16, 4: torch.int32, 8: torch.int64}[buffer.element_size()]
+        n = int((buffer.view(bits) != before[name].view(bits)).sum())
+        if n:
+            changed[name] = n
+            buffer.copy_(before[name])
+    return Check("inputs_untouched", not changed, None, {"changed_elements": changed})
 
 
 def _one_ulp(ref) -> dict[str, float]:

@@ -43,6 +43,10 @@ BUGS = {
     # memory
     "reads_past_end": "reads one key past seqlen_k (the mask forgets the tail)",
     "ignores_strides": "reads q, k, v as if they were contiguous",
+    "mutates_k": "subtracts k's mean over the keys from the caller's k in place after the call "
+                 "(as SageAttention 1.0.6 does; the outputs are right)",
+    "writes_before_k": "writes 0 into the element just before k's first (padding of the "
+                       "caller's buffer, where k is a view that does not start it)",
     # planted for the fuzzer: correct except on a class of shapes that the fixed test shapes
     # (tests/lattice.py, tests/test_lattice.py) do not contain; BLOCK_N is the device's forward
     # key tile, read from kernels.default_config (16 on the interpreter)
@@ -137,6 +141,7 @@ def _attention(q, k, v, causal, softmax_scale, variant, bug):
     batch, heads_q, seqlen_q, _ = q.shape
     heads_kv, seqlen_k = k.shape[1], k.shape[2]
     group = heads_q // heads_kv
+    k_given = k
     if bug == "dq_noise":
         q = _NoisyGrad.apply(q)
     if bug == "planted_padded_column" and q.shape[-1] != block_d(q.shape[-1]):
@@ -192,7 +197,17 @@ def _attention(q, k, v, causal, softmax_scale, variant, bug):
         o = o.double() * (1 + eps)
     if bug == "lse_log2":
         lse = lse / math.log(2)
+    if bug in ("mutates_k", "writes_before_k"):
+        _clobber(k_given, bug)
     return o.to(q.dtype), lse.float()
+
+
+def _clobber(k, bug):
+    """Change the caller's k (its .data: autograd does not see it), or the element before it."""
+    if bug == "mutates_k":
+        k.data.sub_(k.data.mean(dim=2, keepdim=True))
+    elif k.storage_offset() > 0:
+        torch.as_strided(k.data, (1,), (1,), k.storage_offset() - 1).zero_()
 
 
 def _visible_product(p, v, seen):

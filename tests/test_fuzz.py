@@ -196,6 +196,15 @@ def test_hidden_non_finite_values_are_checked_by_default(device):
         "invisible_nan", "invisible_inf_values"]
 
 
+@pytest.mark.parametrize("bug, layout", [("mutates_k", "contiguous"),
+                                         ("writes_before_k", "padded")])
+def test_a_kernel_that_changes_its_inputs_fails_inputs_untouched(bug, layout):
+    example = Example.parse(f"+defer+seqpar+splitq:b1-h2/1-q9-k9-d16-bfloat16-full-s1:normal:"
+                            f"{layout}")
+    assert check_example(double("none"), example, "cpu").passed
+    assert check_example(double(bug), example, "cpu").failed == ["inputs_untouched"]
+
+
 # ----------------------------------------------------------------------------- planted bugs
 
 def test_the_fixed_shapes_miss_the_planted_bugs():

@@ -308,6 +308,26 @@ def test_memory_safety_catch(bug, layout):
     assert {"oracle", "same_as_contiguous"} <= failed_checks(result)
 
 
+@pytest.mark.parametrize("bug", ["mutates_k", "writes_before_k"])
+def test_memory_safety_catches_a_changed_input_and_puts_it_back(bug):
+    """Outputs right, the caller's k (or the padding before it) changed: only inputs_untouched
+    fails, and the case's inputs are restored for the next column."""
+    from properties import memory_safety
+
+    case = MEMORY_CASES["padded"]
+    result = run("memory_safety", double(bug), case)
+    assert failed_checks(result) == {"inputs_untouched"}
+    changed = next(c for c in result.checks if c.name == "inputs_untouched")
+    assert set(changed.numbers["changed_elements"]) == (
+        {"k (view)", "k (contiguous)"} if bug == "mutates_k" else {"k (view)"})
+    from fa2check.core.explain import explain
+
+    assert "k (view): " in explain(changed) and "bitwise unchanged" in explain(changed)
+    assert_passes(run("memory_safety", double("none"), case))
+    contiguous, views = memory_safety._references(case, "cpu")
+    assert torch.equal(views.k, contiguous.k)
+
+
 # ----------------------------------------------------------------------------- registry
 
 def test_every_property_has_cases_with_unique_ids_in_both_tiers():

@@ -220,8 +220,15 @@ def _every_head_written(name, n, ratio):
     return "every dK and dV head written (finite)", "; ".join(got)
 
 
+def _inputs_untouched(name, n, ratio):
+    got = [f"{what}: {count} elements changed" for what, count in n["changed_elements"].items()]
+    return ("q, k, v and dO, and the buffers they lie in, bitwise unchanged by the call",
+            "; ".join(got))
+
+
 _EXPLAINERS = (
     (lambda name, n: name == "bounds", _bounds),
+    (lambda name, n: name == "inputs_untouched", _inputs_untouched),
     (lambda name, n: name == "softmax_rows", _softmax_rows),
     (lambda name, n: name == "lse_mpmath", _mpmath),
     (lambda name, n: name == "natural_log", _natural_log),

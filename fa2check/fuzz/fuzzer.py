@@ -23,6 +23,8 @@ NaN-filled allocations (so a buffer it never writes shows as NaN), and applies t
                          lets 0 * NaN into rows that cannot see the key)
     invisible_inf_values the same with V = +inf, K kept (rows that see the key get +inf, not
                          NaN, where the others would get 0 * inf)
+    inputs_untouched     q, k, v, dO and the buffers they lie in (the layouts' NaN padding) bitwise
+                         unchanged after every call (properties/memory_safety.py)
   not by default (`--check NAME`, or `--check all`):
     gqa_twin             the call against its MHA twin on repeated K/V: o and lse agree, dK/dV
                          are the group sums, every dK/dV head written (properties/gqa_reduction.py;
@@ -80,7 +82,7 @@ from hypothesis import settings, target
 from hypothesis.database import DirectoryBasedExampleDatabase
 
 from properties import (causal_masking, determinism, extreme_logits, gqa_reduction, lse_bounds,
-                        variant_equivalence)
+                        memory_safety, variant_equivalence)
 from properties.base import Case, Check, call, from_output_checks, nan_filled_allocations, scores
 from properties.memory_safety import nan_view
 from properties.strategies import (DISTRIBUTIONS, Example, Space, compiled_class, coverage_keys,
@@ -103,6 +105,7 @@ CHECKS = {
     "invisible_nan": "causal: K = V = NaN at hidden keys leaves those rows bitwise equal",
     "invisible_1e10": "causal: K = V = 1e10 at hidden keys leaves those rows bitwise equal",
     "invisible_inf_values": "causal: V = +inf at hidden keys leaves those rows bitwise equal",
+    "inputs_untouched": "q, k, v, dO and the buffers they lie in bitwise unchanged by the calls",
     "gqa_twin": "GQA call vs its MHA twin: o/lse agree, dK/dV group sums, every head written",
     "determinism": "a second call: bitwise equal (dQ under atomics within a bound)",
     "variant_flips": "each switch flipped: seq_parallel bitwise, defer_norm/split_q within the "
@@ -116,7 +119,8 @@ RESULTS = {
     "variant_flips": variant_equivalence.CHECK_NAMES,
 }
 DEFAULT_CHECKS = ("oracle", "lse_bounds", "rows_without_keys", "invisible_random",
-                  "invisible_nan_keys", "invisible_nan", "invisible_1e10", "invisible_inf_values")
+                  "invisible_nan_keys", "invisible_nan", "invisible_1e10", "invisible_inf_values",
+                  "inputs_untouched")
 
 
 @dataclass(frozen=True)
@@ -256,8 +260,12 @@ def check_example(impl, example: Example, device: str, checks=DEFAULT_CHECKS,
 def _run_checks(impl, example: Example, ref: Reference, device: str, checks) -> list[Check]:
     p, variant = example.problem, example.variant
     dist = DISTRIBUTIONS[example.distribution]
+    inputs = memory_safety.input_buffers(ref)
+    before = {name: buffer.clone() for name, buffer in inputs.items()}
     with nan_filled_allocations():
         out = call(impl, variant, ref)
+    # a changed input is put back at once, so that the checks below judge the example's inputs
+    first_call = memory_safety.untouched(inputs, before)
     ref = ref.for_outputs(out)  # without lse: the gradients of o alone, the oracle's too
     extreme = dist.judge == "extreme"
     case = Case(dist.extreme_kind or example.distribution, p, backward=example.backward)
@@ -304,6 +312,12 @@ def _run_checks(impl, example: Example, ref: Reference, device: str, checks) -> 
         results += variant_equivalence.flip_checks(
             ref, variant, out, lambda other: call(impl, other, ref),
             lambda v: key_tile(impl, v, ref.q, ref.k, ref.v, p.causal))
+    if "inputs_untouched" in checks:  # after the first call, and after the others
+        later = memory_safety.untouched(inputs, before).numbers["changed_elements"]
+        changed = first_call.numbers["changed_elements"] | {
+            f"{name} (a later call)": n for name, n in later.items()}
+        results.append(Check("inputs_untouched", not changed, None,
+                             {"changed_elements": changed}))
     return results
 
 
