@@ -84,7 +84,8 @@ PROPERTY_WORDS = {
     "gqa_reduction": "GQA/MQA read the right K/V head and sum dK/dV over each group",
     "variant_equivalence": "flipping one switch leaves the results equal",
     "determinism": "repeated calls give the same bits",
-    "memory_safety": "strided and padded inputs give the results of contiguous ones",
+    "memory_safety": "strided and padded inputs give the results of contiguous ones and are "
+                     "left unchanged",
 }
 SWITCH_WORDS = ("defer = defer_norm (divide by the softmax sum once, at the end), "
                 "seqpar = seq_parallel (one program per query block), "
