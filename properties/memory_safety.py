@@ -16,7 +16,7 @@ batch, the padding after each row's head_dim, or the elements between strided on
 - inputs_untouched: after both calls, forward and backward, q, k, v and dO are bitwise what
   they were, and so is every buffer the views lie in (its NaN padding included): a kernel may
   neither change its inputs (SageAttention 1.0.6 subtracts k's mean from k in place) nor
-  write outside its outputs. A changed input is put back, so that later columns get the case's
+  write into the memory around them. A changed input is put back, so that later columns get the case's
   own inputs.
 
 Layouts (`Case.kind`):
