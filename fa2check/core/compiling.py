@@ -81,6 +81,19 @@ def compile_cost(column: Column, head_dim: int, dtype: str) -> float:
     return 100 * split_k + 100 * float32 + head_dim / 4
 
 
+def job_cost(job: list[tuple[Column, Call]]) -> float:
+    """A compile job's compile_cost, then its backward (one kernel more)."""
+    column, call = job[0]
+    p = call.problem
+    return compile_cost(column, p.head_dim, p.dtype) + 10 * call.backward
+
+
+def costliest_first(jobs) -> list:
+    """Compile jobs (lists of (column, call)), the slowest first, so that the longest compiles
+    do not start last."""
+    return sorted(jobs, key=job_cost, reverse=True)
+
+
 def inputs(call: Call, device: str):
     """Zero-filled q, k, v and dO of the call's problem, laid out as the call's layout."""
     p = call.problem

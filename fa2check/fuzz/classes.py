@@ -31,7 +31,7 @@ from multiprocessing import get_context
 from properties.strategies import (GROUPS, HEADS_KV, ONE, SPECIALISED, CompiledClass,
                                    Example, KernelClass, ShapeClass, Space)
 
-from ..core.compiling import Call, compile_cost, compile_job
+from ..core.compiling import Call, compile_job
 from ..core.environment import select_device
 from ..core.implementations import Column
 from ..core.problems import Problem
@@ -104,16 +104,6 @@ def call_of(example, impl: str) -> tuple[Column, Call]:
     """The call an example makes (its other checks call the forward on the same inputs)."""
     layout = None if example.layout == "contiguous" else example.layout
     return Column(impl, str(example.variant), impl), Call(example.problem, True, layout)
-
-
-def costliest_first(jobs) -> list:
-    """Compile jobs (lists of (column, call)), the slowest to compile first (Triton's split-K
-    and float32 kernels, then wide heads: fa2check.core.compiling.compile_cost), so that the
-    longest do not start last."""
-    def cost(job):
-        column, call = job[0]
-        return compile_cost(column, call.problem.head_dim, call.problem.dtype)
-    return sorted(jobs, key=cost, reverse=True)
 
 
 def representatives(compiled: CompiledClass, impl: str, space: Space) -> list[list]:

@@ -34,7 +34,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from ..core.compiling import compile_class
+from ..core.compiling import compile_class, costliest_first
 from ..core.environment import describe_environment, select_device
 from ..core.hints import fix_for
 from ..core.implementations import Column, builtin, expand, takes_variant
@@ -434,7 +434,7 @@ def _compiled_classes(console, args, impls_and_spaces, device, seconds, seed,
                   MofNCompleteColumn(), TimeElapsedColumn(), console=console,
                   transient=True) as progress:
         bar = progress.add_task("", total=len(jobs), what=f"{n_classes} classes")
-        done = classes.precompile(classes.costliest_first(jobs.values()), device,
+        done = classes.precompile(costliest_first(jobs.values()), device,
                                   classes.workers(), budget,
                                   lambda n, total: progress.update(bar, completed=n))
     console.print(f"compiled classes: {n_classes} ({args.shapes} shapes for each kernel class); "

@@ -99,7 +99,8 @@ def parse_args(argv=None):
     p.add_argument("--out", default=None, help="directory for the logs, results and record "
                    "(default out/gpu-check/<date>)")
     p.add_argument("--fuzz-jobs", type=int, default=None,
-                   help="fuzz worker processes (default 8: each loads every class's kernels)")
+                   help="fuzz worker processes (default: the fuzzer's on a GPU, 8: each loads "
+                        "every class's kernels)")
     p.add_argument("--test-workers", type=int, default=4, help="pytest-xdist workers")
     p.add_argument("--min-examples", type=int, default=MIN_EXAMPLES,
                    help="fewest fuzz examples for a PASS, all backends together, each backend "
@@ -120,8 +121,9 @@ def plan(args, out: str) -> tuple[list[Step], Step]:
     tests = Step("tests", [py, "-m", "pytest", "-m", "gpu", "-q", "-rfE", "-p",
                            "no:cacheprovider", *xdist, *GPU_TESTS],
                  os.path.join(out, "tests.log"), FIRST_SHARE * args.minutes * 60)
-    jobs = args.fuzz_jobs or 8  # fa2check.fuzz.cli.GPU_JOBS
-    fuzz = Step("fuzz", [py, "-m", "fa2check.fuzz", "--impl", FUZZ_IMPLS, "--jobs", str(jobs),
+    # without --fuzz-jobs, the fuzzer's own default on a GPU
+    jobs = ["--jobs", str(args.fuzz_jobs)] if args.fuzz_jobs else []
+    fuzz = Step("fuzz", [py, "-m", "fa2check.fuzz", "--impl", FUZZ_IMPLS, *jobs,
                          "--shrink-seconds", str(SHRINK_S),
                          "--json", os.path.join(out, "fuzz.json"),
                          "--out", os.path.join(out, "counterexamples")],

@@ -18,15 +18,8 @@ from __future__ import annotations
 from properties import PROPERTIES
 from properties.base import calls
 
-from ..core.compiling import Call, compile_class, compile_cost
+from ..core.compiling import Call, compile_class, costliest_first
 from ..core.implementations import OURS, Column
-
-
-def _cost(job: list[tuple[Column, Call]]) -> float:
-    """compile_cost, then the backward (one kernel more)."""
-    column, call = job[0]
-    p = call.problem
-    return compile_cost(column, p.head_dim, p.dtype) + 10 * call.backward
 
 
 def jobs(tasks) -> list[list[tuple[Column, Call]]]:
@@ -39,6 +32,6 @@ def jobs(tasks) -> list[list[tuple[Column, Call]]]:
         for call in calls(PROPERTIES[task.property], task.case):
             merged.setdefault(compile_class(task.column, call), {})[(task.column, call)] = None
     ours_first = (sorted(job, key=lambda pair: pair[0].impl != OURS) for job in merged.values())
-    return sorted(ours_first, key=_cost, reverse=True)
+    return costliest_first(ours_first)
 
 
