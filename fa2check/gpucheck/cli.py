@@ -42,8 +42,8 @@ GPU_TESTS = ("tests/test_regressions.py", "tests/test_hopper_backward.py",
              "tests/test_hopper_switches.py", "tests/test_hopper_splits.py",
              "tests/test_fastest.py", "tests/test_launch_cache.py")
 FUZZ_IMPLS = "ours,hopper,gluon"
-FIRST_SHARE = 0.5  # of the budget, at most, for verify and the tests: the full tier took 172-231 s
-# cold on the H200 (211 s alone at a7d156d), the tests 190 s beside a fuzz campaign
+FIRST_SHARE = 0.5  # of the budget, at most, for verify and the tests: the full tier took 165-238 s
+# cold on the H200 beside the tests (167 s alone at e5fd722), the tests 169-208 s
 MARGIN_S = 15.0  # for the record and the last summaries
 MIN_EXAMPLES = 3000  # a 10-minute check's fuzz examples, all backends together (issue 55): a
 # campaign that spends its time compiling or loading kernels checks nothing (14328ab's passed
