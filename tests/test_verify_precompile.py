@@ -1,6 +1,7 @@
 """fa2check.verify.precompile: the calls each property declares are the calls it makes, and the
 compile jobs cover each (column, call) of the full tier once, costliest first; a job reports
 its compile class and seconds."""
+import dataclasses
 import time
 
 import pytest
@@ -64,6 +65,8 @@ def test_full_tier_jobs_cover_each_call_once_costliest_first():
         assert len({column.variant for column, _ in job}) == 1
         impls = [column.impl for column, _ in job]
         assert impls == sorted(impls, key=lambda impl: impl != OURS)
+        ours_backward = [call.backward for column, call in job if column.impl == OURS]
+        assert ours_backward == sorted(ours_backward, reverse=True)  # the forward alone: a hit
     # a layout of its own is a class of its own; a group of 1 (gqa_reduction's MHA twin) is
     # one for the Hopper chassis only: our Triton kernels do not specialise the group (D70)
     ours, hopper = columns(["ours", "hopper"], None)[0], columns(["hopper"], None)[0]
@@ -73,6 +76,17 @@ def test_full_tier_jobs_cover_each_call_once_costliest_first():
                                 (hopper, twins, True)):
         classes = [compiling.compile_class(column, call) for call in pair]
         assert (classes[0] != classes[1]) == apart, (column.label, pair)
+    # a forward alone compiles nothing its call with the backward does not in our float32
+    # Triton kernels (no residual of o); elsewhere the residual is compiled in (STORE_O_RES)
+    with_backward = layouts[0]
+    assert with_backward.backward
+    for column, dtype, apart in ((ours, "float32", False), (ours, "bfloat16", True),
+                                 (hopper, "float32", True)):
+        both = dataclasses.replace(with_backward, problem=dataclasses.replace(
+            with_backward.problem, dtype=dtype))
+        alone = dataclasses.replace(both, backward=False)
+        classes = [compiling.compile_class(column, call) for call in (both, alone)]
+        assert (classes[0] != classes[1]) == apart, (column.label, dtype)
 
 
 def test_a_job_calls_the_implementation_with_each_call(monkeypatch):

@@ -50,9 +50,19 @@ def compile_class(column: Column, call: Call) -> tuple:
     layout = tuple((tuple(map(_int_class, _heads_kept(t.shape, n, grouped) + t.stride())),
                     t.storage_offset() * t.element_size() % 16 == 0)
                    for n, t in enumerate(inputs(call, "meta")))
-    return (column.variant, p.dtype, p.head_dim, p.head_dim_v, p.causal, call.backward,
+    return (column.variant, p.dtype, p.head_dim, p.head_dim_v, p.causal, _backward(column, call),
             _int_class(p.heads_q // p.heads_kv) if grouped else None, layout,
             _tiles(column, p))
+
+
+def _backward(column: Column, call: Call) -> bool | None:
+    """Whether the call's backward is part of its class: not for our Triton kernels in float32,
+    whose forward stores no residual of o for a backward, so that a forward alone compiles
+    nothing the same call with its backward does not. Elsewhere the forward of a call that
+    will be differentiated compiles the residual in (STORE_O_RES, D06, D91): another kernel
+    (as a runtime flag it cost registers and spills, D94)."""
+    float32 = column.impl == OURS and call.problem.dtype == "float32"
+    return None if float32 else call.backward
 
 
 def _heads_kept(shape, index: int, grouped: bool) -> tuple:
@@ -85,7 +95,7 @@ def job_cost(job: list[tuple[Column, Call]]) -> float:
     """A compile job's compile_cost, then its backward (one kernel more)."""
     column, call = job[0]
     p = call.problem
-    return compile_cost(column, p.head_dim, p.dtype) + 10 * call.backward
+    return compile_cost(column, p.head_dim, p.dtype) + 10 * any(c.backward for _, c in job)
 
 
 def costliest_first(jobs) -> list:

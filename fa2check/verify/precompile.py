@@ -6,12 +6,13 @@ group run in one worker, so one group's compiles queue behind each other. A job 
 call of an implementation (fa2check.core.compiling.Call) on zero-filled inputs of the call's shapes and
 layout; Triton's on-disk cache then hands its kernels to whichever worker runs the cases.
 
-Jobs are merged where they would compile the same kernels: the same variant (ours and the Gluon
-forward share the Triton backward: ours runs first in a job, so Gluon's backward is a cache
-hit; the Hopper chassis has a backward of its own, D61) and the same compile class of the call (what Triton specialises on: integers equal to 1 or
-divisible by 16, the layout, the mask, dtype and head dims, the tiles the call gets). A class
-too coarse only puts two compiles in one job; too fine, two workers compile the same kernel.
-Costliest jobs first, so that the longest compiles do not start last.
+Jobs are merged where they would compile the same kernels: the same variant and the same
+compile class of the call (what Triton specialises on: integers equal to 1 or divisible by 16,
+the layout, the mask, dtype and head dims, the tiles the call gets, whether the backward runs;
+for our float32 Triton kernels not that, their forward storing no residual of o). In a job ours
+run first (the Gluon forward shares the Triton backward), and calls with the backward before
+those without (the forward alone is then a cache hit). A class too coarse only puts two compiles in one job; too fine, two workers compile the
+same kernel. Costliest jobs first, so that the longest compiles do not start last.
 """
 from __future__ import annotations
 
@@ -31,7 +32,8 @@ def jobs(tasks) -> list[list[tuple[Column, Call]]]:
             continue
         for call in calls(PROPERTIES[task.property], task.case):
             merged.setdefault(compile_class(task.column, call), {})[(task.column, call)] = None
-    ours_first = (sorted(job, key=lambda pair: pair[0].impl != OURS) for job in merged.values())
-    return costliest_first(ours_first)
+    ordered = (sorted(job, key=lambda pair: (pair[0].impl != OURS, not pair[1].backward))
+               for job in merged.values())
+    return costliest_first(ordered)
 
 
