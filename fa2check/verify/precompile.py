@@ -11,8 +11,9 @@ compile class of the call (what Triton specialises on: integers equal to 1 or di
 the layout, the mask, dtype and head dims, the tiles the call gets, whether the backward runs;
 for our float32 Triton kernels not that, their forward storing no residual of o). In a job ours
 run first (the Gluon forward shares the Triton backward), and calls with the backward before
-those without (the forward alone is then a cache hit). A class too coarse only puts two compiles in one job; too fine, two workers compile the
-same kernel. Costliest jobs first, so that the longest compiles do not start last.
+those without (the forward alone is then a cache hit). A class too coarse only puts two
+compiles in one job; too fine, two workers compile the same kernel. Costliest jobs first, so
+that the longest compiles do not start last.
 """
 from __future__ import annotations
 
