@@ -75,7 +75,7 @@ class _Launches:
             fn = fn_self.fn  # a JITFunction, or under the interpreter its kwargs keep the list
             skip = set(getattr(fn, "do_not_specialize", None)
                        or getattr(fn, "kwargs", {}).get("do_not_specialize") or ())
-            names = fn_self.fn.arg_names
+            names = fn.arg_names
             self.keys.append((names[0], tuple(
                 "x" if names[i] in skip else
                 ("1" if a == 1 else "16" if a % 16 == 0 else "n") if type(a) is int else
