@@ -30,6 +30,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import mma_v2
 
 from .forward import LN2 as _LN2, LOG2E
+from .launch_cache import CachedLaunch
 from .plan.outputs import empty_outputs
 
 LN2 = gl.constexpr(_LN2)
@@ -269,6 +270,9 @@ def check_gluon_call(dtype, head_dim: int, variant, config, head_dim_v: int | No
         raise ValueError(why)
 
 
+_GLUON_ATTN_FWD = CachedLaunch(_gluon_attn_fwd)  # host time: kernels/launch_cache.py
+
+
 def gluon_attn_fwd(q, k, v, causal, softmax_scale, variant, config, o_residual=False):
     """`kernels.forward.attn_fwd`'s contract, (o, stats, o_res), computed by the Gluon kernel
     (CUDA only; o_res: o's rounding residual with o_residual, else None; D91).
@@ -283,7 +287,7 @@ def gluon_attn_fwd(q, k, v, causal, softmax_scale, variant, config, o_residual=F
     o_res = torch.empty_like(o) if o_residual and q.dtype != torch.float32 else None
     row_blocks = triton.cdiv(seqlen_q, config.block_m)
     grid = (row_blocks, batch * heads_q) if variant.seq_parallel else (batch * heads_q,)
-    _gluon_attn_fwd[grid](
+    _GLUON_ATTN_FWD[grid](
         q, k, v, o, o if o_res is None else o_res, stats[0], m, l,
         q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
         v.stride(0), v.stride(1), v.stride(2), o.stride(0), o.stride(1), o.stride(2),

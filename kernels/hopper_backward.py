@@ -73,7 +73,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
 
 from .forward import LOG2E
-from .hopper_forward import HOPPER_DTYPES, HOPPER_HEAD_DIMS, _gl_dtype, _in_partition, mma_layout
+from .hopper_forward import HOPPER_DTYPES, HOPPER_HEAD_DIMS, _in_partition, default_layout, mma_layout
+from .launch_cache import CachedLaunch
 from .plan.fa1_launch import bwd_column_parallel
 from .plan.hopper_backward import BLOCK_M as _BLOCK_M, BLOCK_N as _BLOCK_N, CTAS_PER_SM, bwd_stages
 from .tma import tma_ready
@@ -474,6 +475,9 @@ def _hopper_attn_bwd(q_desc, k_desc, v_desc, do_desc, DQ, DK, DV, STAT2, INV_L, 
                            [4], [CONSUMER_REGS])
 
 
+_HOPPER_ATTN_BWD = CachedLaunch(_hopper_attn_bwd)  # host time: kernels/launch_cache.py
+
+
 def block_shapes(head_dim: int):
     """TMA boxes over (B, H, S, D): Q and dO rows of a step, K and V of a column block."""
     return ([1, 1, BLOCK_M.value, head_dim], [1, 1, BLOCK_N.value, head_dim],
@@ -484,8 +488,7 @@ def block_layouts(head_dim: int, dtype):
     """Shared layouts of the boxes. K's swizzle spans D/2 columns (head_dim bytes of 16-bit
     values), so that a consumer's column half of K is whole swizzle atoms: the dQ products read
     K_j[:, cols c] as their B operand."""
-    ty = _gl_dtype(dtype)
-    q, k, v, do = (gl.NVMMASharedLayout.get_default_for(box, ty) for box in block_shapes(head_dim))
+    q, k, v, do = (default_layout(box, dtype) for box in block_shapes(head_dim))
     k = gl.NVMMASharedLayout(swizzle_byte_width=head_dim, element_bitwidth=16, rank=4)
     return q, k, v, do
 
@@ -541,7 +544,7 @@ def hopper_attn_bwd(q, k, v, o, stats, do, dlse, causal, softmax_scale, variant,
     columns = bwd_column_parallel(variant, config.fa1_bwd_splits, batch * heads_kv, seqlen_k,
                                   BLOCK_N.value, causal, lambda: _sms_and_ctas(q.device))
     grid = (n_blocks if columns else 1, batch * heads_kv)
-    _hopper_attn_bwd[grid](
+    _HOPPER_ATTN_BWD[grid](
         *_descriptors(q, k, v, do), dq, dk, dv, stat2, inv_l, delta, seqlen_q, seqlen_k,
         heads_q, heads_kv, padded_q, softmax_scale * LOG2E, softmax_scale,
         SPLIT_Q=variant.split_q, SEQ_PARALLEL=columns,

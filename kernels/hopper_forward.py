@@ -71,6 +71,8 @@ Domain (an ablation chassis, not a general backend): CUDA sm_90, float16/bfloat1
 or 128, unit stride along head_dim and 16-byte aligned strides; `check_hopper_call` states
 the domain.
 """
+import functools
+
 import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
@@ -78,6 +80,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
 
 from .forward import LN2 as _LN2, LOG2E
+from .launch_cache import CachedLaunch
 from .plan.hopper_forward import ROWS_PER_WARPGROUP as _ROWS_PER_WARPGROUP
 from .plan.hopper_forward import (SHARED_LIMIT, STAGES, block_ns, consumer_registers, fa1_splits,
                                   q_buffers, shared_bytes, state_slots)
@@ -1068,8 +1071,23 @@ def _hopper_attn_fwd(q_desc, k_desc, v_desc, O, O_RES, LSE, M, L, o_tmp_desc, st
                            [4], [CONSUMER_REGS])
 
 
+_HOPPER_ATTN_FWD = CachedLaunch(_hopper_attn_fwd)  # host time: kernels/launch_cache.py
+
+
 def _gl_dtype(dtype):
-    return {"float16": gl.float16, "bfloat16": gl.bfloat16}[str(dtype).removeprefix("torch.")]
+    return {"float16": gl.float16, "bfloat16": gl.bfloat16, "float32": gl.float32}[
+        str(dtype).removeprefix("torch.")]
+
+
+@functools.lru_cache(maxsize=None)
+def _default_layout(box: tuple, dtype: str):
+    return gl.NVMMASharedLayout.get_default_for(list(box), _gl_dtype(dtype))
+
+
+def default_layout(box, dtype):
+    """gl.NVMMASharedLayout.get_default_for(box, dtype), computed once a (box, dtype): a few
+    microseconds of host time a call each (D95)."""
+    return _default_layout(tuple(box), str(dtype).removeprefix("torch."))
 
 
 def block_shapes(head_dim: int, block_n: int, split_q: bool):
@@ -1092,9 +1110,8 @@ def state_block_shapes(head_dim: int, split_q: bool):
 def state_layouts(head_dim: int, split_q: bool, dtype):
     """The boxes' shared layouts (fp32 state; O's and its residual's boxes in O's dtype, staged
     in a state buffer)."""
-    ty = _gl_dtype(dtype)
-    return [gl.NVMMASharedLayout.get_default_for(box, t) for box, t in
-            zip(state_block_shapes(head_dim, split_q), (gl.float32, gl.float32, ty, ty))]
+    return [default_layout(box, t) for box, t in
+            zip(state_block_shapes(head_dim, split_q), ("float32", "float32", dtype, dtype))]
 
 
 def unsupported(dtype, head_dim: int, head_dim_v: int | None = None) -> str | None:
@@ -1150,8 +1167,8 @@ def hopper_attn_fwd(q, k, v, causal, softmax_scale, variant, config, o_residual=
     o_res = torch.empty_like(o) if o_residual else None
     descs = []
     for t, box in zip((q, k, v), block_shapes(head_dim, config.block_n, variant.split_q)):
-        layout = gl.NVMMASharedLayout.get_default_for(box, _gl_dtype(t.dtype))
-        descs.append(TensorDescriptor(t, list(t.shape), list(t.stride()), box, layout))
+        descs.append(TensorDescriptor(t, list(t.shape), list(t.stride()), box,
+                                      default_layout(box, t.dtype)))
     rows = ROWS_PER_WARPGROUP.value * (2 if variant.split_q else 1)
     if variant.seq_parallel:
         grid = (triton.cdiv(seqlen_q, rows), batch * heads_q)
@@ -1173,7 +1190,7 @@ def hopper_attn_fwd(q, k, v, causal, softmax_scale, variant, config, o_residual=
     residual = o if o_res is None else o_res  # aliased to o (and its descriptor) unless stored
     descs.append(descs[-1] if o_res is None else TensorDescriptor(
         o_res, list(o_res.shape), list(o_res.stride()), descs[-1].block_shape, descs[-1].layout))
-    _hopper_attn_fwd[grid](
+    _HOPPER_ATTN_FWD[grid](
         *descs[:3], o, residual, stats[0], m, l, *descs[3:], seqlen_q, seqlen_k, heads_q,
         heads_q // heads_kv, softmax_scale * LOG2E, o.stride(0), o.stride(1), o.stride(2),
         stats[0].stride(0), stats[0].stride(1),
@@ -1197,7 +1214,7 @@ def sm90_signature(variant, dtype="bfloat16", head_dim=128, block_n=128, stages=
     short = {"float16": "fp16", "bfloat16": "bf16"}[dtype]
     signature, boxes = {}, block_shapes(head_dim, block_n, variant.split_q)
     for name, box in zip(("q_desc", "k_desc", "v_desc"), boxes):
-        layout = gl.NVMMASharedLayout.get_default_for(box, _gl_dtype(dtype))
+        layout = default_layout(box, dtype)
         signature[name] = f"tensordesc<{short}[{','.join(map(str, box))}],{layout!r}>"
     signature.update(O=f"*{short}", O_RES=f"*{short}", LSE="*fp32", M="*fp32", L="*fp32")
     for name, box, layout, ty in zip(("o_tmp_desc", "stats_desc", "o_desc", "o_res_desc"),

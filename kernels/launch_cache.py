@@ -14,7 +14,8 @@ own specialization function):
 - tensors: dtype and whether data_ptr is 16-byte aligned;
 - ints: the value (Triton specializes on == 1, divisibility by 16 and the width);
 - floats: only that they are floats; None, bools and constexprs: the value;
-- tensor descriptors: the dtype, the block shape and the padding;
+- tensor descriptors: the dtype, the block shape and the padding; Gluon's also the shared
+  layout;
 - the launch options (num_warps, num_stages, maxnreg), the device, and the order of the
   keyword arguments (another order is only a miss).
 Launch hooks (profilers set them) and the interpreter always take Triton's path. Triton's check
@@ -28,6 +29,7 @@ import os
 import triton
 from triton import knobs
 from triton.runtime import driver
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor as GluonDescriptor
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 MAX_ENTRIES = 1024  # kernels kept per jit function; the cache starts over when full
@@ -53,6 +55,8 @@ def _argument_key(a):
         return float
     if cls is TensorDescriptor:
         return cls, a.base.dtype, tuple(a.block_shape), a.padding
+    if cls is GluonDescriptor:
+        return cls, a.base.dtype, tuple(a.block_shape), a.layout, a.padding
     return cls, a  # bool (True == 1, but Triton specializes them apart), str, ...
 
 

@@ -7,6 +7,8 @@ import torch
 from triton.backends.compiler import GPUTarget
 from triton.compiler import make_backend
 from triton.runtime.jit import native_specialize_impl
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor as GluonDescriptor
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from fa2check.core.problems import Problem
@@ -26,6 +28,10 @@ def _values():
     k = torch.zeros(1, 2, 64, 64, dtype=torch.bfloat16)
     descriptors = [TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 1, rows, 64])
                    for t in (k, k.half()) for rows in (32, 64)]
+    layouts = [gl.NVMMASharedLayout(swizzle_byte_width=width, element_bitwidth=16, rank=4)
+               for width in (64, 128)]  # the Hopper chassis's boxes (kernels/hopper_*.py)
+    descriptors += [GluonDescriptor(t, list(t.shape), list(t.stride()), [1, 1, rows, 64], layout)
+                    for t in (k, k.half()) for rows in (32, 64) for layout in layouts]
     return ints + [True, False, 0.5, 1.0, -2.0, None] + tensors + descriptors
 
 
@@ -42,7 +48,8 @@ def test_the_key_tells_apart_whatever_triton_specializes_on():
     assert unsound_pairs(_argument_key) == []
 
 
-@pytest.mark.parametrize("broken", ["ignores alignment", "bool as int", "ignores block shape"])
+@pytest.mark.parametrize("broken", ["ignores alignment", "bool as int", "ignores block shape",
+                                    "ignores the shared layout"])
 def test_a_coarser_key_is_caught(broken):
     def key(a):
         if broken == "ignores alignment" and isinstance(a, torch.Tensor):
@@ -51,6 +58,8 @@ def test_a_coarser_key_is_caught(broken):
             return a
         if broken == "ignores block shape" and isinstance(a, TensorDescriptor):
             return a.base.dtype
+        if broken == "ignores the shared layout" and isinstance(a, GluonDescriptor):
+            return a.base.dtype, tuple(a.block_shape)
         return _argument_key(a)
 
     assert unsound_pairs(key)

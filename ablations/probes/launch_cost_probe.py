@@ -286,12 +286,69 @@ def cycle_breakdown(config) -> dict:
     return times
 
 
+def hopper_breakdown() -> dict:
+    """Host microseconds of the Hopper chassis's FA2 forward call on the tiny problem: the
+    whole call (with and without kernels/launch_cache.py), its Python with the launch
+    stubbed, the launch alone through Triton's path and through CachedLaunch, one TMA
+    descriptor's encoding at launch (make_tensordesc_arg, in either path), and one shared
+    layout's `get_default_for` (D95)."""
+    from triton.backends.nvidia.driver import make_tensordesc_arg
+    from triton.experimental.gluon import language as gl
+
+    import kernels.hopper_forward as chassis
+    import kernels.launch_cache
+    from kernels import TileConfig, Variant
+
+    q, k, v = _tiny_inputs()
+    config, fa2 = TileConfig(block_m=128, block_n=128, num_stages=2), Variant()
+    cached, jit = chassis._HOPPER_ATTN_FWD, chassis._hopper_attn_fwd
+    recorded = {}
+
+    class Stub:  # records the launch's grid and arguments, launches nothing
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                recorded.update(grid=grid, args=args, kwargs=kwargs)
+            return launch
+
+    def call(causal):
+        return chassis.hopper_attn_fwd(q, k, v, causal, 0.1, fa2, config)
+
+    times = {}
+    for causal in (False, True):
+        name = "causal" if causal else "full"
+        times[f"hopper_attn_fwd, {name}"] = best_host_us(lambda: call(causal))
+        kernels.launch_cache.enabled = False
+        try:
+            times[f"hopper_attn_fwd, launch cache off, {name}"] = best_host_us(
+                lambda: call(causal))
+        finally:
+            kernels.launch_cache.enabled = True
+        chassis._HOPPER_ATTN_FWD = Stub()
+        try:
+            times[f"hopper_attn_fwd, launch stubbed, {name}"] = best_host_us(lambda: call(causal))
+        finally:
+            chassis._HOPPER_ATTN_FWD = cached
+        grid, args, kwargs = recorded["grid"], recorded["args"], recorded["kwargs"]
+        times[f"launch through Triton's path, {name}"] = best_host_us(
+            lambda: jit[grid](*args, **kwargs))
+        times[f"launch through CachedLaunch, {name}"] = best_host_us(
+            lambda: cached[grid](*args, **kwargs))
+    meta = jit[grid](*args, **kwargs).metadata.tensordesc_meta
+    times["one descriptor encoded (make_tensordesc_arg)"] = best_host_us(
+        lambda: make_tensordesc_arg(args[0], meta[0] if meta else None))
+    times["one get_default_for"] = best_host_us(
+        lambda: gl.NVMMASharedLayout.get_default_for([1, 1, 64, 128], gl.bfloat16))
+    return times
+
+
 def main():
     global CALLS  # --calls sets the rounds' length for every measurement below
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("cases", nargs="*")
     parser.add_argument("--mode", choices=("fwd", "fwd+bwd"), default="fwd")
     parser.add_argument("--breakdown", action="store_true")
+    parser.add_argument("--hopper-breakdown", action="store_true",
+                        help="the Hopper chassis forward's host pieces (tiny problem)")
     parser.add_argument("--cycle", action="store_true",
                         help="with --breakdown: the fresh fwd+bwd call with parts stubbed out")
     parser.add_argument("--no-launch-cache", action="store_true",
@@ -313,6 +370,8 @@ def main():
 
         kernels.launch_cache.enabled = False
     pieces, profiles = breakdown(args.cycle) if args.breakdown else ({}, {})
+    if args.hopper_breakdown:
+        pieces.update(hopper_breakdown())
     rows = []
     for spec in args.cases:
         call, backend = make_case(spec, args.mode)
