@@ -1151,6 +1151,35 @@ def check_hopper_call(q, k, v, variant, config, causal: bool = True):
         raise ValueError(why)
 
 
+def _state_descriptors(o_tmp, stats_tmp, o, o_res, head_dim: int, split_q: bool):
+    """FA1's schedule's descriptors of the partial state (o_tmp, stats_tmp), of O and of O's
+    residual (o_res, or o's descriptor where there is none)."""
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    descs = [TensorDescriptor(t, list(t.shape), list(t.stride()), box, layout)
+             for t, box, layout in zip((o_tmp, stats_tmp, o),
+                                       state_block_shapes(head_dim, split_q),
+                                       state_layouts(head_dim, split_q, o.dtype))]
+    return descs + [descs[-1] if o_res is None else TensorDescriptor(
+        o_res, list(o_res.shape), list(o_res.stride()), descs[-1].block_shape,
+        descs[-1].layout)]
+
+
+@functools.lru_cache(maxsize=None)
+def _unused_state_descriptors(device, head_dim: int, split_q: bool, dtype: str):
+    """seq_parallel reads and writes none of FA1's state descriptors, and stores O through
+    pointers: one set over placeholders of one box each, made once a (device, head_dim,
+    split_q, dtype) (host time: D95)."""
+    import torch
+
+    rows = ROWS_PER_WARPGROUP.value
+    cols = head_dim if split_q else head_dim // 2
+    o = torch.empty((1, 1, rows, cols), device=device, dtype=getattr(torch, dtype[6:]))
+    return _state_descriptors(torch.empty((1, rows, cols), device=device, dtype=torch.float32),
+                              torch.empty((1, 2, rows), device=device, dtype=torch.float32),
+                              o, None, head_dim, split_q)
+
+
 def hopper_attn_fwd(q, k, v, causal, softmax_scale, variant, config, o_residual=False):
     """`kernels.forward.attn_fwd`'s contract, (o, stats, o_res), computed by the Hopper chassis
     (o_res: o's rounding residual with o_residual, else None; D91). config: block_n (`block_ns`) and num_stages are used; a row block is 128
@@ -1172,9 +1201,7 @@ def hopper_attn_fwd(q, k, v, causal, softmax_scale, variant, config, o_residual=
     rows = ROWS_PER_WARPGROUP.value * (2 if variant.split_q else 1)
     if variant.seq_parallel:
         grid = (triton.cdiv(seqlen_q, rows), batch * heads_q)
-        rows_tmp = ROWS_PER_WARPGROUP.value  # placeholders, not read
-        o_tmp = torch.empty((1, rows_tmp, head_dim), device=q.device, dtype=torch.float32)
-        stats_tmp = torch.empty((1, 4, rows_tmp), device=q.device, dtype=torch.float32)
+        descs += _unused_state_descriptors(q.device, head_dim, variant.split_q, str(o.dtype))
     else:  # FA1's o_tmp, and m, l of each consumer
         grid = (fa1_splits(config, batch * heads_q, triton.cdiv(seqlen_q, rows), q.device),
                 batch * heads_q)
@@ -1183,13 +1210,8 @@ def hopper_attn_fwd(q, k, v, causal, softmax_scale, variant, config, o_residual=
                             dtype=torch.float32)
         stats_tmp = torch.empty((batch * heads_q, 4, rows_tmp), device=q.device,
                                 dtype=torch.float32)
-    for t, box, layout in zip((o_tmp, stats_tmp, o),
-                              state_block_shapes(head_dim, variant.split_q),
-                              state_layouts(head_dim, variant.split_q, o.dtype)):
-        descs.append(TensorDescriptor(t, list(t.shape), list(t.stride()), box, layout))
-    residual = o if o_res is None else o_res  # aliased to o (and its descriptor) unless stored
-    descs.append(descs[-1] if o_res is None else TensorDescriptor(
-        o_res, list(o_res.shape), list(o_res.stride()), descs[-1].block_shape, descs[-1].layout))
+        descs += _state_descriptors(o_tmp, stats_tmp, o, o_res, head_dim, variant.split_q)
+    residual = o if o_res is None else o_res  # aliased to o unless stored
     _HOPPER_ATTN_FWD[grid](
         *descs[:3], o, residual, stats[0], m, l, *descs[3:], seqlen_q, seqlen_k, heads_q,
         heads_q // heads_kv, softmax_scale * LOG2E, o.stride(0), o.stride(1), o.stride(2),
