@@ -148,15 +148,18 @@ def test_launch_hooks_and_the_switch_take_tritons_path(fake, monkeypatch):
                                      Problem(1, 2, 2, 256, 256, 128, "bfloat16", False, seed=3),
                                      Problem(1, 3, 1, 200, 64, 64, "bfloat16", True, seed=3)],
                          ids=str)
-def test_gpu_cached_launches_give_the_bits_of_tritons_path(problem, device, monkeypatch):
-    from kernels import flash_attention
+@pytest.mark.parametrize("backend", [None, "hopper", "gluon"])  # None: the call's default
+def test_gpu_cached_launches_give_the_bits_of_tritons_path(problem, backend, device,
+                                                           monkeypatch):
+    from kernels import Variant, flash_attention
 
     q, k, v, do = problem.inputs(device)
     causal = problem.causal
+    chosen = {} if backend is None else dict(backend=backend, variant=Variant())
 
     def outputs():
         leaves = [t.detach().requires_grad_(True) for t in (q, k, v)]
-        o, lse = flash_attention(*leaves, causal=causal, return_lse=True)
+        o, lse = flash_attention(*leaves, causal=causal, return_lse=True, **chosen)
         return (o, lse, *torch.autograd.grad(o, leaves, do))
 
     first, cached = outputs(), outputs()  # the second call's launches hit the cache
