@@ -23,6 +23,9 @@ descriptors, the launches; the backward's launch and autograd's part in a fwd+bw
 empty Triton kernels with 1 and with 34 arguments (what a launch costs on this host, and how
 much of it the arguments are), each the best of ROUNDS rounds of CALLS calls, on a problem
 small enough that the GPU never holds the host back.
+--hopper-breakdown: the same for the Hopper chassis's FA2 forward (D95): the call with and
+without the launch cache, its Python alone, its launch through Triton's path and through
+CachedLaunch, one descriptor's encoding and one shared layout.
 """
 import argparse
 import contextlib
