@@ -25,10 +25,13 @@ GIB = gpu_budget.GIB
 
 # Run one property on the CPU in a fresh process with a stand-in implementation whose memory
 # is linear in the sizes (so what is measured is the property's own: oracle, baseline, bounds)
-# and print the peak resident bytes above those before the run.
+# and print the peak of the bytes its tensors hold at once, from the profiler's allocation
+# events: the same on every machine, unlike resident pages (torch's CPU code, numpy, mpmath),
+# which one CI machine counted 0.5 GB higher than ours.
 MEASURE = """
-import resource, sys
+import sys
 import torch
+from torch.profiler import ProfilerActivity, profile
 torch.set_num_threads(1)
 from kernels import Variant
 from properties import PROPERTIES
@@ -40,9 +43,15 @@ def linear(q, k, v, *, causal, softmax_scale, variant, return_lse):
 
 name, kind, backward, s = sys.argv[1], sys.argv[2], sys.argv[3] == "1", int(sys.argv[4])
 case = Case(kind, Problem(1, 8, 2, s, s, 16, "float16", causal=False, seed=1), backward)
-before = int(open("/proc/self/statm").read().split()[1]) * resource.getpagesize()
-PROPERTIES[name].run(linear, Variant(), case, "cpu")
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before)
+with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    PROPERTIES[name].run(linear, Variant(), case, "cpu")
+events = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events()
+                if e.name() == "[memory]")
+held = peak = 0
+for _, nbytes in events:  # + allocated, - freed
+    held += nbytes
+    peak = max(peak, held)
+print(peak)
 """
 
 
