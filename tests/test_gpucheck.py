@@ -22,6 +22,7 @@ def _main(monkeypatch, tmp_path, plan, minutes=0.6, min_examples=0):
     monkeypatch.setattr(cli, "plan", plan)
     monkeypatch.setattr(cli, "select_device", lambda: "cuda")
     monkeypatch.setattr(cli, "describe_environment", lambda device, commit=None: {})
+    monkeypatch.setattr(cli, "triton_cache_entries", lambda: cli.WARM_ENTRIES)
     status = cli.main(["--minutes", str(minutes), "--out", str(tmp_path),
                        "--min-examples", str(min_examples)])
     return status, json.loads((tmp_path / "gpu-check.json").read_text())
@@ -77,3 +78,17 @@ def test_a_campaign_with_too_few_examples_fails(monkeypatch, tmp_path, per_backe
     assert record["verdict"] == verdict and status == (verdict == "FAIL")
     assert all(s["returncode"] == 0 for s in record["steps"])
     assert (record["shortfall"] is None) == (verdict == "PASS")
+
+
+def test_a_budget_too_short_for_a_cold_cache_is_refused_before_any_step(monkeypatch, tmp_path):
+    def no_plan(args, out):
+        raise AssertionError("a step was planned")
+    monkeypatch.setattr(cli, "plan", no_plan)
+    monkeypatch.setattr(cli, "select_device", lambda: "cuda")
+    monkeypatch.setattr(cli, "triton_cache_entries", lambda: 0)
+    with pytest.raises(SystemExit, match="cold"):
+        cli.main(["--minutes", "4.7", "--out", str(tmp_path)])
+    assert cli.too_short_when_cold(cli.COLD_MINUTES, 0) is None
+    assert cli.too_short_when_cold(4.7, cli.WARM_ENTRIES) is None
+    with pytest.raises(AssertionError, match="planned"):  # --cold-ok goes on to the steps
+        cli.main(["--minutes", "4.7", "--out", str(tmp_path), "--cold-ok"])

@@ -48,6 +48,11 @@ MARGIN_S = 15.0  # for the record and the last summaries
 MIN_EXAMPLES = 3000  # a 10-minute check's fuzz examples, all backends together (issue 55): a
 # campaign that spends its time compiling or loading kernels checks nothing (14328ab's passed
 # with 514); each backend's campaign at least a tenth of it
+COLD_MINUTES = 9.0  # the least budget a fresh machine's gate needs: 4ed5158's PASS took 518 s
+# with Triton's cache cold; at 4.7 minutes verify's share (141 s) ended inside its compiles
+# (137 s of precompiling) and the run gave no verdict on any kernel
+WARM_ENTRIES = 300  # Triton cache entries that say an earlier run compiled the gate's kernels
+# (the full tier alone is 374 compile jobs)
 SHRINK_S = 20  # a counterexample's shrinking, past its campaign's time: the verdict is FAIL
 # anyway, and at 0e8500d 140 s of shrinking (each step compiling) left the chassis's and the
 # Gluon forward's campaigns 12 s
@@ -106,7 +111,28 @@ def parse_args(argv=None):
                    help="fewest fuzz examples for a PASS, all backends together, each backend "
                         f"at least a tenth of it (default {MIN_EXAMPLES}; 0 for a short run)")
     p.add_argument("--commit", help="git commit to record where the checkout has no .git")
+    p.add_argument("--cold-ok", action="store_true",
+                   help=f"run even where Triton's cache is cold and --minutes is below "
+                        f"{COLD_MINUTES} (the steps will stop inside their compiles)")
     return p.parse_args(argv)
+
+
+def too_short_when_cold(minutes: float, cache_entries: int) -> str | None:
+    """Why a budget cannot reach a verdict on a machine whose Triton cache is cold, or None."""
+    if minutes >= COLD_MINUTES or cache_entries >= WARM_ENTRIES:
+        return None
+    return (f"Triton's cache holds {cache_entries} entries (cold): the gate compiles its "
+            f"kernels first and needs about {COLD_MINUTES} minutes; --minutes {minutes:g} "
+            f"would stop inside the compiles and say nothing of the kernels (--cold-ok runs "
+            f"it anyway)")
+
+
+def triton_cache_entries() -> int:
+    from triton import knobs
+    try:
+        return len(os.listdir(knobs.cache.dir))
+    except OSError:
+        return 0
 
 
 def plan(args, out: str) -> tuple[list[Step], Step]:
@@ -196,6 +222,10 @@ def main(argv=None) -> int:
     if device != "cuda":
         raise SystemExit("make gpu-check needs a CUDA GPU (make test and make verify run on "
                          "the CPU)")
+    short_budget = None if args.cold_ok else too_short_when_cold(args.minutes,
+                                                                  triton_cache_entries())
+    if short_budget:
+        raise SystemExit(f"gpu-check not started: {short_budget}")
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
     out = args.out or os.path.join(ROOT, "out", "gpu-check", stamp)
     os.makedirs(out, exist_ok=True)
