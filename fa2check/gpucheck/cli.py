@@ -18,7 +18,7 @@ campaign drew --min-examples (3,000 by default; each backend a tenth of it). A J
 keeps the runs of record.
 
   make gpu-check PYTHON=python3               # on the GPU machine, 10 minutes
-  python -m fa2check.gpucheck --minutes 5 --min-examples 1000 --out /tmp/check
+  python -m fa2check.gpucheck --minutes 5 --min-examples 1000 --out /tmp/check  # cache warm
 """
 from __future__ import annotations
 
