@@ -13,7 +13,10 @@ config for the variant, fields on top) or an SDPA backend name (`sdpa-flash`, ..
 Cells are the paper grid's (bf16, 16k tokens, 2048 = heads * head_dim). For each case:
 - bench_ms: median of do_bench, as `fa2check.ablate` times the call (L2 flushed first); the
   call is the forward, or with --mode fwd+bwd the forward and torch.autograd.grad of q, k, v;
-- host_us: host time a call, CALLS calls enqueued back to back (the GPU catches up after);
+- host_us: host time a call, the median of CALLS calls each made with the GPU idle (enqueued
+  back to back, calls whose kernels outlast their host time can make the host wait for a full
+  launch queue: at 6d2ac0d, so measured, the chassis's d=64 cells read 109 us and its d=128
+  cells 207-223 us for the same host code);
 - gpu_us: CUDA kernel time a call by kernel name (torch.profiler);
 - the host functions with most own time (cProfile) over CALLS calls.
 When host_us exceeds what do_bench's L2 flush hides, bench_ms is host-bound.
@@ -33,6 +36,7 @@ import cProfile
 import io
 import json
 import pstats
+import statistics
 import sys
 import time
 from dataclasses import replace
@@ -95,6 +99,18 @@ def host_us(call) -> float:
     elapsed = time.perf_counter() - start
     torch.cuda.synchronize()
     return elapsed / CALLS * 1e6
+
+
+def host_us_alone(call) -> float:
+    """The median host time of one call, the GPU idle before each (see the module docstring)."""
+    times = []
+    for _ in range(CALLS):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - start)
+    torch.cuda.synchronize()
+    return statistics.median(times) * 1e6
 
 
 def gpu_us(call) -> dict:
@@ -383,7 +399,8 @@ def main():
             torch.cuda.synchronize()
             bench = summary(do_bench(call, return_mode="all"))
             row = dict(case=spec, mode=args.mode, bench_ms=bench["median"],
-                       bench_q25=bench["q25"], bench_q75=bench["q75"], host_us=host_us(call),
+                       bench_q25=bench["q25"], bench_q75=bench["q75"],
+                       host_us=host_us_alone(call),
                        gpu_us=gpu_us(call), host_profile=top_host_functions(call))
         rows.append(row)
         print(row["host_profile"], flush=True)
