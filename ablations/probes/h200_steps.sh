@@ -41,7 +41,8 @@
 #   gpu-tests      pytest -m gpu over GPU_TESTS (files and options, e.g. "tests/a.py -k float32")
 #   gpu-check      make gpu-check (python -m fa2check.gpucheck, GPU_CHECK_MINUTES, default 9.5):
 #                  verify's full tier, the backends' GPU tests and a fuzz campaign, one verdict
-#   fuzz-hopper    python -m fa2check.fuzz --impl hopper for FUZZ_SECONDS (default 300)
+#   fuzz           python -m fa2check.fuzz --impl FUZZ_IMPL (default hopper; e.g. ours,hopper,gluon)
+#                  for FUZZ_SECONDS (default 300), its compiled classes' precompile included
 #   fa1-dram       ablations/probes/fa1_dram.py under Nsight Compute: the FA1-style chassis
 #                  forward's DRAM bytes at 2k, 8k and 16k against D48's model (issue 56)
 #   flex           torch's compiled flex_attention (D63): fa2check.verify --impl flex (every
@@ -120,8 +121,8 @@ for s in "$@"; do case $s in
              step gpu-tests 240 python3 -m pytest -q -m gpu -rf $XDIST ${GPU_TESTS:-tests} ;;
   gpu-check) M=${GPU_CHECK_MINUTES:-9.5}
              step gpu-check $(python3 -c "print(int($M * 60 + 30))") python3 -m fa2check.gpucheck --minutes $M --out "$W/gpu-check" $C ;;
-  fuzz-hopper) F=${FUZZ_SECONDS:-300}
-               step fuzz-hopper $((F + 60)) python3 -m fa2check.fuzz --impl hopper --seconds $F --json "$W/fuzz-hopper.json" --out "$W/fuzz-hopper-found" ;;
+  fuzz) F=${FUZZ_SECONDS:-300}
+        step fuzz $((F + 60)) python3 -m fa2check.fuzz --impl ${FUZZ_IMPL:-hopper} --seconds $F --json "$W/fuzz.json" --out "$W/fuzz-found" ;;
   fa1-dram) step fa1-dram 150 ncu --clock-control none --profile-from-start off --csv --page raw --print-units base \
               --metrics dram__bytes_read.sum,dram__bytes_write.sum \
               python3 ablations/probes/fa1_dram.py --model "$W/fa1-dram-model.json"

@@ -461,6 +461,12 @@ def _summary(console, escape, outcome, elapsed):
                       "kernels)" + (f"; steady state {steady:.1f} examples/s (the later half "
                                     "of the run)" if steady is not None else ""),
                       soft_wrap=True)
+    compiles = tally.compiles
+    if compiles.examples:
+        top = "; ".join(f"{n}x {escape(kernel)}" for kernel, n in compiles.kernels.most_common(3))
+        console.print(f"{compiles.examples} examples compiled kernels the precompile did not "
+                      f"({sum(compiles.kernels.values())} compiles, {compiles.seconds:.0f} s): "
+                      f"{top}", soft_wrap=True)
     table = Table(title="coverage (examples per class)", show_lines=False)
     table.add_column("dimension")
     table.add_column("class: examples")

@@ -95,6 +95,7 @@ from ..core.calling import adapt
 from ..core.hints import fix_for
 from ..core.implementations import Column, Unsupported, key_tile
 from ..core.passrule import FORWARD_OUTPUTS, GRADIENT_OUTPUTS, rounding_floor
+from .compile_watch import CompileTally, CompileWatch
 
 CHECKS = {
     "oracle": "o, lse, dq, dk, dv against the float64 oracle (pass rule, extreme_logits' bound)",
@@ -363,6 +364,7 @@ class Tick:
     # (or loading from Triton's cache) the kernels it runs
     first_of_class: bool = False
     at: float = 0.0  # time.monotonic() when it finished
+    compiled: tuple = ()  # the kernels it compiled, not loaded (compile_watch.Compiled)
 
 
 def coverage_label(key: str, value: str) -> str:
@@ -392,6 +394,7 @@ class Tally:
     first_seconds: float = 0.0
     coverage: dict = field(default_factory=dict)  # dimension -> Counter
     closest: tuple | None = None  # (ratio, example id)
+    compiles: CompileTally = field(default_factory=CompileTally)  # examples that compiled
     finished_at: list = field(default_factory=list)  # each example's Tick.at
 
     def add(self, tick: Tick):
@@ -404,6 +407,7 @@ class Tally:
         if tick.first_of_class:
             self.first_examples += 1
             self.first_seconds += tick.seconds
+        self.compiles.add(tick.compiled)
         for key, value in coverage_keys(tick.example, self.on_gpu).items():
             self.coverage.setdefault(key, Counter())[coverage_label(key, value)] += 1
         if tick.passed and tick.ratio is not None and math.isfinite(tick.ratio):
@@ -418,6 +422,7 @@ class Tally:
         self.first_examples += other.first_examples
         self.first_seconds += other.first_seconds
         self.finished_at = sorted(self.finished_at + other.finished_at)
+        self.compiles.merge(other.compiles)
         for key, counter in other.coverage.items():
             self.coverage.setdefault(key, Counter()).update(counter)
         if other.closest and (self.closest is None or other.closest[0] > self.closest[0]):
@@ -440,6 +445,7 @@ class Tally:
                 "first_of_class_examples": self.first_examples,
                 "first_of_class_seconds": round(self.first_seconds, 3),
                 "steady_examples_per_second": None if steady is None else round(steady, 2),
+                "compiled_in_examples": self.compiles.as_dict(),
                 "coverage": {k: dict(v.most_common()) for k, v in self.coverage.items()},
                 "closest_call": ({"ratio": self.closest[0], "example": self.closest[1]}
                                  if self.closest else None)}
@@ -488,6 +494,8 @@ def fuzz(impl, impl_name: str, *, space: Space, device: str, profile: str = "dev
     tally = Tally(on_gpu=space.on_gpu)
     state = {"failure": None, "stopped": "done", "lse_missing": None}
     seen = set()  # the compiled classes this process has run (properties.strategies)
+    watch = CompileWatch().install() if device == "cuda" else None  # the interpreter compiles
+    # nothing
     started = time.monotonic()
     deadline = deadline_at or (started + seconds if seconds else math.inf)
 
@@ -503,6 +511,8 @@ def fuzz(impl, impl_name: str, *, space: Space, device: str, profile: str = "dev
         elif now > max(deadline, state["failed_at"]) + shrink_seconds:
             state["stopped"] = "counterexample"  # shrinking cut short: report the best so far
             raise _Stop
+        if watch is not None:
+            watch.take()  # what compiled between examples is not this example's
         try:
             report = check_example(impl, example, device, checks, layout)
         except Unsupported:
@@ -512,7 +522,8 @@ def fuzz(impl, impl_name: str, *, space: Space, device: str, profile: str = "dev
         compiled = compiled_class(example)
         tick = Tick(example, report.passed, report.ratio, report.seconds,
                     "shrink" if state["failure"] is not None else "generate",
-                    first_of_class=compiled not in seen, at=time.monotonic())
+                    first_of_class=compiled not in seen, at=time.monotonic(),
+                    compiled=watch.take() if watch is not None else ())
         seen.add(compiled)
         tally.add(tick)
         if on_tick is not None:
@@ -538,6 +549,9 @@ def fuzz(impl, impl_name: str, *, space: Space, device: str, profile: str = "dev
     except Exception:  # CounterExample, or hypothesis's report that it did not reproduce
         if state["failure"] is None:
             raise  # not the implementation's failure: a fault of the harness
+    finally:
+        if watch is not None:
+            watch.uninstall()
     if state["failure"] is not None:
         state["stopped"] = "counterexample"
     return Outcome(impl_name, tally, time.monotonic() - started, state["stopped"],

@@ -187,7 +187,8 @@ def details(step: Step, out: str) -> dict:
                 "campaigns": [{k: c.get(k) for k in (
                     "impl", "examples", "seconds", "examples_per_second",
                     "steady_examples_per_second", "first_of_class_examples",
-                    "first_of_class_seconds", "compiled_classes", "stopped", "closest_call")}
+                    "first_of_class_seconds", "compiled_in_examples", "compiled_classes",
+                    "stopped", "closest_call")}
                     | {"counterexample": (c["counterexample"] or {}).get("example")}
                     for c in data.get("campaigns", [data])]}
     return {"last_lines": step.tail()}
