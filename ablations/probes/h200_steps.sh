@@ -42,7 +42,8 @@
 #   gpu-check      make gpu-check (python -m fa2check.gpucheck, GPU_CHECK_MINUTES, default 9.5):
 #                  verify's full tier, the backends' GPU tests and a fuzz campaign, one verdict
 #   fuzz           python -m fa2check.fuzz --impl FUZZ_IMPL (default hopper; e.g. ours,hopper,gluon)
-#                  for FUZZ_SECONDS (default 300), its compiled classes' precompile included
+#                  for FUZZ_SECONDS (default 300), its compiled classes' precompile included;
+#                  FUZZ_ARGS more options (e.g. --seed 2908803484)
 #   fa1-dram       ablations/probes/fa1_dram.py under Nsight Compute: the FA1-style chassis
 #                  forward's DRAM bytes at 2k, 8k and 16k against D48's model (issue 56)
 #   flex           torch's compiled flex_attention (D63): fa2check.verify --impl flex (every
@@ -122,7 +123,7 @@ for s in "$@"; do case $s in
   gpu-check) M=${GPU_CHECK_MINUTES:-9.5}
              step gpu-check $(python3 -c "print(int($M * 60 + 30))") python3 -m fa2check.gpucheck --minutes $M --out "$W/gpu-check" $C ;;
   fuzz) F=${FUZZ_SECONDS:-300}
-        step fuzz $((F + 60)) python3 -m fa2check.fuzz --impl ${FUZZ_IMPL:-hopper} --seconds $F --json "$W/fuzz.json" --out "$W/fuzz-found" ;;
+        step fuzz $((F + 60)) python3 -m fa2check.fuzz --impl ${FUZZ_IMPL:-hopper} --seconds $F ${FUZZ_ARGS:-} --json "$W/fuzz.json" --out "$W/fuzz-found" ;;
   fa1-dram) step fa1-dram 150 ncu --clock-control none --profile-from-start off --csv --page raw --print-units base \
               --metrics dram__bytes_read.sum,dram__bytes_write.sum \
               python3 ablations/probes/fa1_dram.py --model "$W/fa1-dram-model.json"
