@@ -781,8 +781,9 @@ def _needs_repair(O, FLAGS, blocks, row_blocks, heads_q, n_blocks, stride_ob, st
 
 
 # group_size is not specialised: MHA (group_size == 1) and GQA calls share one compile, at the
-# cost of one integer division a program (D70)
-@triton.jit(do_not_specialize=["group_size"])
+# cost of one integer division a program (D70); nor n_blocks, which only the REPAIR launch reads:
+# specialised, it split one kernel into compiles by batch x heads x row blocks (D96)
+@triton.jit(do_not_specialize=["group_size", "n_blocks"])
 def _attn_fwd(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, KD1, VD1, ACC_TMP, M_TMP, L_TMP,
               stride_qb, stride_qh, stride_qm, stride_qd,
               stride_kb, stride_kh, stride_kn, stride_kd,

@@ -64,8 +64,7 @@ _LAUNCH = launch_cache.CachedLaunch.launch  # before any test patches it
 class _Launches:
     """Records the specialisation of every kernel launch from now on (until another _Launches
     records them), as Triton takes it: integers' classes (== 1, divisible by 16, other),
-    tensors' dtype and alignment, the constexprs (the grid's size n_blocks aside: it may cross a
-    class; its kernel is then compiled on first use)."""
+    tensors' dtype and alignment, the constexprs."""
 
     def __init__(self, monkeypatch):
         self.keys = []
@@ -80,7 +79,7 @@ class _Launches:
                 "x" if names[i] in skip else
                 ("1" if a == 1 else "16" if a % 16 == 0 else "n") if type(a) is int else
                 (str(a.dtype), a.data_ptr() % 16 == 0) if hasattr(a, "data_ptr") else
-                str(type(a)) for i, a in enumerate(args) if names[i] != "n_blocks"),
+                str(type(a)) for i, a in enumerate(args)),
                 tuple(sorted((k, str(v)) for k, v in kwargs.items()))))
             return launch(fn_self, grid, args, kwargs)
         monkeypatch.setattr(launch_cache.CachedLaunch, "launch", record)
@@ -144,11 +143,12 @@ def test_a_class_jobs_compile_every_kernel_its_examples_launch(dtype, monkeypatc
     ShapeClass(1, 4, 2, 1, 1, "contiguous"),
     ShapeClass(2, 3, 1, 15, 0, "padded"),
     ShapeClass(1, 2, 2, 7, 7, "padded-bshd-strided"),
+    ShapeClass(2, 4, 2, 15, 15, "contiguous"),  # n_blocks 2 x 4 x 1 and 2 x 4 x 2 row blocks
 ], ids=str)
 def test_two_problems_of_a_class_launch_the_same_kernels(shape, monkeypatch):
-    """Lengths 16 k + residue for two k: every launch's specialisation is the same (n_blocks
-    aside: a grid's size, which may cross a class; its kernel is then compiled on first use).
-    A residue dropped from the class (lengths 17 and 32 drawn as one) is caught."""
+    """Lengths 16 k + residue for two k: every launch's specialisation is the same (the
+    forward's n_blocks, batch x heads x row blocks, crossed classes with k until D96). A
+    residue dropped from the class (lengths 17 and 32 drawn as one) is caught."""
     from fa2check.core.problems import Problem
 
     kernel = KernelClass(Variant(False, True, False), "float16", 40, 40, True)
