@@ -10,7 +10,7 @@ module records the misses, so that a campaign's report names the kernels and the
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -77,10 +77,7 @@ class CompileTally:
     """The campaign's examples that compiled kernels, and which kernels, summed over workers."""
     examples: int = 0  # examples that compiled at least one kernel
     seconds: float = 0.0
-    kernels: Counter = None  # "kernel [spec]" -> times compiled
-
-    def __post_init__(self):
-        self.kernels = Counter() if self.kernels is None else self.kernels
+    kernels: Counter = field(default_factory=Counter)  # "kernel [spec]" -> times compiled
 
     def add(self, compiled: tuple[Compiled, ...]):
         if not compiled:
