@@ -12,13 +12,13 @@ raw scores S = Q K^T and c = softmax_scale * log2(e) (so exp2 replaces exp):
     acc    = alpha * acc + P_ij V_j                  # unnormalised
     after the loop: O_i = acc / l_i once, and L_i = m_i * softmax_scale + log(l_i) is stored
     for the backward.
-  not DEFER_NORM (FA1, Algorithm 1 of the FA1 paper):
-    acc    = (l_i * alpha * acc + P_ij V_j) / l_new  # normalised at every tile
-           = (P_ij / l_new) V_j + acc * (l_i * alpha / l_new)
-      (P is scaled before the product, so the rescaled acc is the dot's accumulator and wgmma
-      accumulates in place, as in FA2; scaling after the product took 236-243 registers at d=128
-      where this takes 170-172: bf16, 128 x 64 tiles, sm_90 compile gate.)
-    after the loop: O_i = acc, and m_i * softmax_scale and l_i are stored separately.
+  not DEFER_NORM (FA1, Algorithm 1 of the FA1 paper: O normalised at every tile):
+    O_i    = acc / l_i                               # the last tile's normalisation
+    acc    = (l_i * alpha) * O_i + P_ij V_j
+    after the loop: O_i = acc / l_i, and m_i * softmax_scale and l_i are stored separately.
+      (Each tile's division is done at the start of the next, so the product's output is
+      carried as it is; l_i * alpha * O_i is the dot's accumulator, so wgmma accumulates in
+      place; P enters the product unscaled, its largest entry exactly 1. D47, D97.)
 
 SPLIT_Q off (split-K): each K/V tile is cut into KEY_SLICES slices of keys. Every slice computes
 its own max m_s, sum l_s and partial output O_s = exp2((S_s - m_s) c) V_s independently; the
@@ -37,8 +37,8 @@ The K/V tiles are the outer loop; K_j and V_j are loaded once and folded into ev
 block that sees them, one row block after another (FA1 stepped 16 rows at a time; here
 BLOCK_M). Between tiles a row block's state waits in HBM: its float32 acc, m_i and l_i are read
 from a scratch (FA1's o_tmp) at every tile after its first and written back at every tile
-before its last, and the last tile it sees finalizes it (DEFER_NORM: the one division by l_i,
-L_i stored; not DEFER_NORM: acc is O already, m_i and l_i stored). FA1 kept O normalised and
+before its last, and the last tile it sees finalizes it (O = acc / l_i; DEFER_NORM: L_i
+stored; not DEFER_NORM: m_i and l_i stored). FA1 kept O normalised and
 one lse a row between tiles; the scratch holds the variant's own (acc, m_i, l_i) instead, so
 every row's arithmetic is the same as with SEQ_PARALLEL and o and L are bitwise equal. Causal:
 a tile visits only the row blocks that see some of its keys; row blocks that see no key at all
@@ -302,37 +302,34 @@ def _fold_tile(m_i, l_i, acc, acc1, s, v, v1, start_n, offs_m, offs_n, seqlen_q,
         m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
         w = tl.math.exp2((m_s - m_use[:, None]) * qk_scale)  # (BLOCK_M, KEY_SLICES)
         l_tile = tl.sum(w * l_s, 1)
-        if DEFER_NORM:
-            pv = _merge_slices(o_s, w)
-            if BLOCK_DV1 > 0:
-                pv1 = _merge_slices(o_s1, w)
+        pv = _merge_slices(o_s, w)
+        if BLOCK_DV1 > 0:
+            pv1 = _merge_slices(o_s1, w)
 
     alpha = tl.math.exp2((m_i - m_use) * qk_scale)
     l_new = alpha * l_i + l_tile
-    if DEFER_NORM:
-        acc = acc * alpha[:, None] + pv
+    keep = alpha
+    if not DEFER_NORM:
+        # FA1's per-tile normalisation, O_i = acc / l_i, one tile late: acc is the sum the last
+        # tile left (l_i O_i); O_i is formed here and taken back by l_i alpha, then the tile
+        # adds P_ij V_j (the last tile's division is the epilogue's). So FA1 passes over acc
+        # twice a tile where FA2 does once, the product's output is carried as it is (divided
+        # right after the product, it spilled on sm_90) and P enters the product unscaled, its
+        # largest entry exactly 1 (D97). A row with l_i == 0 has seen nothing: acc is 0.
+        inv_l = 1.0 / tl.where(l_i == 0.0, 1.0, l_i)
+        acc = acc * inv_l[:, None]
         if BLOCK_DV1 > 0:
-            acc1 = acc1 * alpha[:, None] + pv1
-    else:
-        # acc = (l_i * alpha * acc + P_ij V_j) / l_new, with 1/l_new applied to P (split-K: to
-        # the slice weights) before the product, so that the rescaled acc is the dot's
-        # accumulator (wgmma accumulates in place) rather than a second tile added to it.
-        # A row with l_new == 0 has seen nothing: its P is 0 and acc stays 0.
-        inv_l_new = 1.0 / tl.where(l_new == 0.0, 1.0, l_new)
-        rescale = l_i * alpha * inv_l_new
-        acc = acc * rescale[:, None]
+            acc1 = acc1 * inv_l[:, None]
+        keep = l_i * alpha
+    if DEFER_NORM or not SPLIT_Q:
+        acc = acc * keep[:, None] + pv
         if BLOCK_DV1 > 0:
-            acc1 = acc1 * rescale[:, None]
-        if SPLIT_Q:
-            p_n = p * inv_l_new[:, None]  # P_ij / l_new, in [0, 1]
-            acc = tl.dot(p_n.to(v.dtype), v, acc, input_precision=INPUT_PRECISION)
-            if BLOCK_DV1 > 0:
-                acc1 = tl.dot(p_n.to(v.dtype), v1, acc1, input_precision=INPUT_PRECISION)
-        else:
-            w_n = w * inv_l_new[:, None]  # the slice weights over l_new
-            acc += _merge_slices(o_s, w_n)
-            if BLOCK_DV1 > 0:
-                acc1 += _merge_slices(o_s1, w_n)
+            acc1 = acc1 * keep[:, None] + pv1
+    else:  # the product accumulates onto the rescaled acc (D47)
+        acc = tl.dot(p.to(v.dtype), v, acc * keep[:, None], input_precision=INPUT_PRECISION)
+        if BLOCK_DV1 > 0:
+            acc1 = tl.dot(p.to(v.dtype), v1, acc1 * keep[:, None],
+                          input_precision=INPUT_PRECISION)
     if SANITIZE_V:
         # after the update, so the product and its accumulation are the main launch's own
         # code and a row that sees no non-finite V gets the same bits as there
@@ -391,14 +388,15 @@ def _store_row_block(O, O_RES, LSE, M, L, FLAGS, acc, acc1, m_i, l_i, block_inde
                      DEFER_NORM: tl.constexpr, HEAD_DIM_V: tl.constexpr,
                      BLOCK_DV: tl.constexpr, BLOCK_DV1: tl.constexpr, REPAIR: tl.constexpr,
                      STORE_O_RES: tl.constexpr, NAN_FLAGS: tl.constexpr):
-    """A row block's epilogue, after its last K/V tile: O (DEFER_NORM: acc / l_i) and L_i, or
-    (not DEFER_NORM) O = acc, m_i and l_i; its NaN flag; O's rounding residual. O has V's
-    head dimension, its columns from BLOCK_DV on in acc1 where BLOCK_DV1 > 0."""
+    """A row block's epilogue, after its last K/V tile: O = acc / l_i (DEFER_NORM: the one
+    deferred division; not: the last tile's) and L_i, or (not DEFER_NORM) m_i and l_i; its NaN
+    flag; O's rounding residual. O has V's head dimension, its columns from BLOCK_DV on in acc1
+    where BLOCK_DV1 > 0."""
     sees_a_key = l_i > 0.0
+    acc = acc / tl.where(sees_a_key, l_i, 1.0)[:, None]
+    if BLOCK_DV1 > 0:
+        acc1 = acc1 / tl.where(sees_a_key, l_i, 1.0)[:, None]
     if DEFER_NORM:
-        acc = acc / tl.where(sees_a_key, l_i, 1.0)[:, None]  # the one deferred division
-        if BLOCK_DV1 > 0:
-            acc1 = acc1 / tl.where(sees_a_key, l_i, 1.0)[:, None]
         log2_l = tl.math.log2(tl.where(sees_a_key, l_i, 1.0))
         lse = tl.where(sees_a_key, (m_i * qk_scale + log2_l) * 0.6931471805599453,  # ln 2
                        float("-inf"))
@@ -911,12 +909,15 @@ def attn_fwd(q, k, v, causal, softmax_scale, variant, config, o_residual=False):
     flags = torch.empty(n_blocks if repair_launch and config.nan_flags else 1, device=q.device,
                         dtype=torch.int32)
     # FA1's o_tmp (seq_parallel off): each row block's float32 (acc, m_i, l_i) between K/V
-    # tiles, laid out as o and the stats; not touched when one tile holds every key
-    acc_tmp, m_tmp, l_tmp = o, stats[0], stats[0]
+    # tiles, laid out as o and the stats; not touched when one tile holds every key, where a
+    # float32 stand-in keeps the pointer's dtype, so one and several tiles are one compile
+    acc_tmp = o if variant.seq_parallel else stats[0]
+    m_tmp, l_tmp = stats[0], stats[0]
     if not variant.seq_parallel and seqlen_k > config.block_n:
         acc_tmp = torch.empty(o.shape, device=q.device, dtype=torch.float32)
-        m_tmp, l_tmp = torch.empty((2,) + stat_shape, device=q.device,
-                                   dtype=torch.float32).unbind(0)
+        # apart, so each is aligned as the stand-in is
+        m_tmp, l_tmp = (torch.empty(stat_shape, device=q.device, dtype=torch.float32)
+                        for _ in range(2))
     repair_grid = (triton.cdiv(n_blocks, REPAIR_CHUNK),)
     chunks = chunk_constexprs(head_dim, head_dim_v)
     kd, kd1 = chunk_descriptors(k, config.block_n, chunks["BLOCK_D"], chunks["BLOCK_D1"]) \

@@ -47,8 +47,9 @@ per (batch, head)) a reference grid (D90).
 
 DEFER_NORM, as in kernels/forward.py: O is rescaled by alpha only and divided by l once after
 the loop, L = m c + log2 l (in natural log) stored; off, FA1's recurrence: O is kept normalised
-at every tile (split-Q: P scaled by 1/l_new before the product, so wgmma still accumulates in
-place), and m, l are stored.
+at every tile (each tile's division done at the start of the next, so the product's output is
+carried as it is, and l_i alpha O_i is its accumulator: wgmma accumulates in place; D97), and
+m, l are stored.
 
 Causal masking is bottom-right aligned (query i sees key j iff j <= i + Sk - Sq); only tiles
 that cross a row's diagonal or the end of the keys are masked; masked scores are -inf; a row
@@ -427,6 +428,20 @@ def _exp_scores(s, m_i, m_tile, qk_scale):
 
 
 @gluon.jit
+def _running_scale(acc, l_i, alpha, orow_layout: gl.constexpr, DEFER_NORM: gl.constexpr):
+    """acc and the factor it is taken by before a tile adds P V (kernels/forward.py's
+    _fold_tile): alpha (FA2); FA1: acc / l_i first, the last tile's normalisation done one tile
+    late, then l_i alpha (D97)."""
+    if DEFER_NORM:
+        keep = alpha
+    else:
+        inv_l = gl.convert_layout(1.0 / gl.where(l_i == 0.0, 1.0, l_i), orow_layout)
+        acc = acc * inv_l[:, None]
+        keep = l_i * alpha
+    return acc, gl.convert_layout(keep, orow_layout)
+
+
+@gluon.jit
 def _fold_tile(m_i, l_i, acc, q, k_smem, v_smem, slot, j, t, row0, seqlen_q, seqlen_k,
                causal: gl.constexpr, qk_scale, q_empty, x_max, x_sum, x_out, bar_max, bar_out,
                x_bad, sanitised, n_sanitised,
@@ -469,17 +484,10 @@ def _fold_tile(m_i, l_i, acc, q, k_smem, v_smem, slot, j, t, row0, seqlen_q, seq
         acc = _running_output(acc, j, o_layout)
     if SPLIT_Q:
         l_new = alpha * l_i + l_tile
-        alpha_o = gl.convert_layout(alpha, orow_layout)
+        acc, keep = _running_scale(acc, l_i, alpha, orow_layout, DEFER_NORM)
         v_tile = v_smem.index(slot).reshape([BLOCK_N, HEAD_DIM])
-        if DEFER_NORM:
-            acc = warpgroup_mma(gl.convert_layout(p.to(dtype), p_layout), v_tile,
-                                acc * alpha_o[:, None])
-        else:  # FA1: normalised at every tile; 1/l_new goes into P, acc stays in place
-            inv_l_new = 1.0 / gl.where(l_new == 0.0, 1.0, l_new)
-            p_n = p * inv_l_new[:, None]
-            keep = gl.convert_layout(l_i * alpha * inv_l_new, orow_layout)
-            acc = warpgroup_mma(gl.convert_layout(p_n.to(dtype), p_layout), v_tile,
-                                acc * keep[:, None])
+        acc = warpgroup_mma(gl.convert_layout(p.to(dtype), p_layout), v_tile,
+                            acc * keep[:, None])
     else:
         o_zero = gl.zeros([BM, COLS], gl.float32, o_layout)
         p_op = gl.convert_layout(p.to(dtype), p_layout)
@@ -497,13 +505,8 @@ def _fold_tile(m_i, l_i, acc, q, k_smem, v_smem, slot, j, t, row0, seqlen_q, seq
         pv = pv + x_out.index(1 - CONSUMER).load(o_layout)
         l_tile = l_tile + x_sum.index(1 - CONSUMER).load(row_layout)
         l_new = alpha * l_i + l_tile
-        alpha_o = gl.convert_layout(alpha, orow_layout)
-        if DEFER_NORM:
-            acc = acc * alpha_o[:, None] + pv
-        else:
-            inv_l_new = 1.0 / gl.where(l_new == 0.0, 1.0, l_new)
-            keep = gl.convert_layout(l_i * alpha * inv_l_new, orow_layout)
-            acc = acc * keep[:, None] + pv * gl.convert_layout(inv_l_new, orow_layout)[:, None]
+        acc, keep = _running_scale(acc, l_i, alpha, orow_layout, DEFER_NORM)
+        acc = acc * keep[:, None] + pv
     if causal:
         if sanitised:  # after the update: the product and its accumulation are untouched
             acc = _nan_where_seen(acc, x_bad, n_sanitised, row0, diag, SPLIT_Q, CONSUMER)
@@ -681,7 +684,7 @@ def _store_outputs(m_i, l_i, acc, O, O_RES, LSE, M, L, off_b, off_h, row0, seqle
     o_layout: gl.constexpr = acc.type.layout
     orow_layout: gl.constexpr = gl.SliceLayout(1, o_layout)
     COLS: gl.constexpr = acc.type.shape[1]
-    acc = _final_output(l_i, acc, DEFER_NORM)
+    acc = _final_output(l_i, acc)
     o_rows = row0 + gl.arange(0, BM, layout=orow_layout)
     cols = (0 if SPLIT_Q else CONSUMER * COLS) + gl.arange(0, COLS,
                                                           layout=gl.SliceLayout(0, o_layout))
@@ -698,12 +701,11 @@ def _store_outputs(m_i, l_i, acc, O, O_RES, LSE, M, L, off_b, off_h, row0, seqle
 
 
 @gluon.jit
-def _final_output(l_i, acc, DEFER_NORM: gl.constexpr):
-    """O of my rows from the running output: divided by l once (defer_norm) or as it is."""
-    if DEFER_NORM:  # the one deferred division
-        l_safe = gl.where(l_i > 0.0, l_i, 1.0)
-        acc = acc / gl.convert_layout(l_safe, gl.SliceLayout(1, acc.type.layout))[:, None]
-    return acc
+def _final_output(l_i, acc):
+    """O of my rows from the running output: divided by l (defer_norm: the one deferred
+    division; off: the last tile's normalisation, D97)."""
+    l_safe = gl.where(l_i > 0.0, l_i, 1.0)
+    return acc / gl.convert_layout(l_safe, gl.SliceLayout(1, acc.type.layout))[:, None]
 
 
 @gluon.jit
@@ -739,7 +741,7 @@ def _store_outputs_tma(m_i, l_i, acc, o_desc, o_res_desc, staging, LSE, M, L, of
     COLS: gl.constexpr = acc.type.shape[1]
     col0: gl.constexpr = 0 if SPLIT_Q else CONSUMER * COLS
     out = staging._reinterpret(o_desc.dtype, o_desc.block_type.shape, o_desc.layout)
-    acc = _final_output(l_i, acc, DEFER_NORM)
+    acc = _final_output(l_i, acc)
     o = acc.to(o_desc.dtype)
     out.reshape([BM, COLS]).store(o)
     fence_async_shared()  # my writes (generic proxy) before the TMA engine reads them

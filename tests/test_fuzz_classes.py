@@ -165,6 +165,20 @@ def test_two_problems_of_a_class_launch_the_same_kernels(shape, monkeypatch):
     assert moved[0] != moved[1]
 
 
+def test_fa1_schedule_launches_one_kernel_for_one_key_tile_and_several(monkeypatch):
+    """FA1's schedule (seq_parallel off) passes float32 partial-state buffers where the keys span
+    several tiles; with one tile its stand-in must be float32 too, or a class's examples
+    compile a forward of their own (o's dtype in the pointer: 31 of 3,214 GPU examples at
+    5d1b7ff), as did its m and l buffers' alignment. Lengths 5 and 5 + 16 k fall in one class.
+    (The backward's grid is FA1's launcher's choice by the shape, D90: its kernels may differ.)"""
+    from fa2check.core.problems import Problem
+
+    forwards = [_launch_keys(Problem(1, 2, 1, 5, seqlen_k, 16, "bfloat16", False, seed=1),
+                             "contiguous", Variant(True, False, True), monkeypatch)[0]
+                for seqlen_k in (5, 5 + SPECIALISED * 8)]  # a call's first launch: the forward
+    assert forwards[0] == forwards[1]
+
+
 def test_cli_draws_from_compiled_classes(tmp_path):
     report = tmp_path / "fuzz.json"
     status = fuzz.main(["--profile", "ci", "--max-examples", "6", "--no-corpus-first",
