@@ -84,7 +84,7 @@ from .forward import LN2 as _LN2, LOG2E
 from .launch_cache import CachedLaunch
 from .plan.hopper_forward import ROWS_PER_WARPGROUP as _ROWS_PER_WARPGROUP
 from .plan.hopper_forward import (SHARED_LIMIT, STAGES, block_ns, consumer_registers, fa1_splits,
-                                  q_buffers, shared_bytes, state_slots)
+                                  persistent_programs, q_buffers, shared_bytes, state_slots)
 from .plan.outputs import empty_outputs
 from .tma import tma_ready
 
@@ -103,19 +103,26 @@ def mma_layout(n):
 
 
 @gluon.jit
-def _heads(heads_q, group_size):
-    """This program's batch, query head and kv head (grid axis 1)."""
-    bh = gl.program_id(1)
+def _heads(bh, heads_q, group_size):
+    """The batch, query head and kv head of (batch, head) index bh (grid axis 1, or a
+    persistent program's work item)."""
     off_h = bh % heads_q
     return bh // heads_q, off_h, off_h // group_size
 
 
 @gluon.jit
-def _row_block_span(seqlen_q, seqlen_k, causal: gl.constexpr,
+def _num_programs():
+    """gl.num_programs(0), read in the partition (see _in_partition)."""
+    return gl.inline_asm_elementwise("mov.u32 $0, %nctaid.x;", "=r,r", [gl.to_tensor(0)],
+                                     dtype=gl.int32, is_pure=False, pack=1)
+
+
+@gluon.jit
+def _row_block_span(block, seqlen_q, seqlen_k, causal: gl.constexpr,
                     ROWS: gl.constexpr, BLOCK_N: gl.constexpr):
-    """seq_parallel: this program's row block (causal: longest first) and its K/V tile count."""
+    """seq_parallel: row block number `block` of a head (causal: counted from the last, so
+    the longest go first) and its K/V tile count."""
     row_blocks = gl.cdiv(seqlen_q, ROWS)
-    block = gl.program_id(0)
     if causal:
         block = row_blocks - 1 - block
     return block * ROWS, _tiles_seen(block * ROWS, seqlen_q, seqlen_k, causal, ROWS, BLOCK_N)
@@ -149,9 +156,7 @@ def _fa1_split(row_blocks, causal: gl.constexpr):
     row block and every splits-th before it, so that the programs launched first see the most
     tiles (longest first); otherwise program s takes row blocks s, s + splits, ... as in FA1.
     Returns (r, splits, my last row block)."""
-    # gl.num_programs(0), read in the partition (see _in_partition)
-    splits = gl.inline_asm_elementwise("mov.u32 $0, %nctaid.x;", "=r,r", [gl.to_tensor(0)],
-                                       dtype=gl.int32, is_pure=False, pack=1)
+    splits = _num_programs()
     r = gl.program_id(0)
     if causal:
         r = (row_blocks - 1 - r) % splits
@@ -206,12 +211,13 @@ def _sanitise_values(v_smem, slot, j, seqlen_k, x_bad, bar_v, n, V_PARTS: gl.con
 
 
 @gluon.jit
-def _sanitise_if_masked(v_smem, slot, j, start_m, seqlen_q, seqlen_k, x_bad, bar_v,
+def _sanitise_if_masked(v_smem, slot, j, start_m, seqlen_q, seqlen_k, x_bad, bar_v, n_before,
                         causal: gl.constexpr, V_PARTS: gl.constexpr, CONSUMER: gl.constexpr):
     """Causal: whether K/V tile j hides a key from row start_m and has therefore been
-    sanitised, and how many tiles were sanitised before it (those from the first that hides
-    a key from row start_m: a row sees a prefix of the keys). seq_parallel: start_m is the
-    program's first row. FA1's schedule: 0, since tile j hides a key from the first row of
+    sanitised, and how many tiles were sanitised before it (n_before, those of a persistent
+    program's earlier row blocks, and those from the first that hides a key from row start_m:
+    a row sees a prefix of the keys). seq_parallel: start_m is the row block's first row.
+    FA1's schedule: 0, since tile j hides a key from the first row of
     the first row block that sees it iff it hides one from row 0 (with num_splits, a tile may
     then be sanitised where my row blocks see all of it: redundant, not wrong). Both consumers
     decide alike, so they meet alike."""
@@ -221,7 +227,7 @@ def _sanitise_if_masked(v_smem, slot, j, start_m, seqlen_q, seqlen_k, x_bad, bar
         BLOCK_N: gl.constexpr = v_smem.type.shape[3]
         full_tiles = _full_tiles(start_m, seqlen_k - seqlen_q, seqlen_k, BLOCK_N)
         sanitised = j >= full_tiles
-        n = j - full_tiles
+        n = n_before + j - full_tiles
         if sanitised:
             _sanitise_values(v_smem, slot, j, seqlen_k, x_bad, bar_v, n, V_PARTS, CONSUMER)
     return sanitised, n
@@ -248,57 +254,79 @@ def _nan_where_seen(acc, x_bad, n, row0, diag, SPLIT_Q: gl.constexpr, CONSUMER: 
 def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, kv_ready,
               kv_empty, x_max, x_sum, x_out, bar_max, bar_out, x_bad, bar_v, O, O_RES, LSE, M,
               L, o_tmp_desc, stats_desc,
-              seqlen_q, seqlen_k, heads_q, group_size, qk_scale, stride_ob, stride_oh,
-              stride_om, stride_lb, stride_lh, state,
+              seqlen_q, seqlen_k, heads_q, group_size, batch_heads, qk_scale, stride_ob,
+              stride_oh, stride_om, stride_lb, stride_lh, state,
               DEFER_NORM: gl.constexpr, SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr,
-              causal: gl.constexpr, CONSUMER: gl.constexpr):
-    """One warp. seq_parallel: Q once, then K_j and V_j into the ring. FA1's schedule: for each
-    K/V tile j my row blocks see, K_j and V_j into the ring, then for every row block i of mine
-    (`_fa1_split`) that sees it Q_i into
-    the Q ring (Q is read again for every K/V tile, as FA1 read it) and, from the second tile
+              causal: gl.constexpr, CONSUMER: gl.constexpr, PERSISTENT: gl.constexpr):
+    """One warp. seq_parallel: Q once, then K_j and V_j into the ring; PERSISTENT: so for each
+    of the program's row blocks in turn, the next one's Q and first tiles loaded while the
+    consumers finish this one (into the other Q buffer where there are two). FA1's schedule:
+    for each K/V tile j my row blocks see, K_j and V_j into the ring, then for every row block
+    i of mine (`_fa1_split`) that sees it Q_i into the Q ring (Q is read again for every K/V
+    tile, as FA1 read it) and, from the second tile
     on, the row block's partial state (fp32 output, m, l) from HBM into the state ring, so
     that the consumers find step t + 1's state in shared memory while they compute step t.
     Under split-K V arrives in column halves, one a consumer."""
-    if not SEQ_PARALLEL:
+    if PERSISTENT or not SEQ_PARALLEL:
         seqlen_q, seqlen_k = _in_partition(seqlen_q), _in_partition(seqlen_k)
     BM: gl.constexpr = ROWS_PER_WARPGROUP
     Q_BOXES: gl.constexpr = 2 if SPLIT_Q else 1
     ROWS: gl.constexpr = Q_BOXES * BM
     BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
-    off_b, off_h, off_hkv = _heads(heads_q, group_size)
-    if SEQ_PARALLEL:
-        start_m, n_tiles = _row_block_span(seqlen_q, seqlen_k, causal, ROWS, BLOCK_N)
-        _load_q(q_desc, q_smem, q_ready, q_empty, 0, off_b, off_h, start_m, Q_BOXES, 2)
-    else:
-        Q_SLOTS: gl.constexpr = q_smem.type.shape[0] // Q_BOXES
+    if PERSISTENT:
+        Q_BUFS: gl.constexpr = q_smem.type.shape[0] // Q_BOXES
         row_blocks = gl.cdiv(seqlen_q, ROWS)
-        r, splits, last = _fa1_split(row_blocks, causal)
-        n_tiles = _tiles_seen(last * ROWS, seqlen_q, seqlen_k, causal, ROWS, BLOCK_N)
-    t = 0  # (row block, K/V tile) steps so far: the Q ring's position
-    for j in range(n_tiles):
-        _load_kv(k_desc, v_desc, k_smem, v_smem, kv_ready, kv_empty, j, off_b, off_hkv)
-        if not SEQ_PARALLEL:
-            first = _my_first_row_block(j, r, splits, seqlen_q, seqlen_k, causal, ROWS, BLOCK_N)
-            for i in range(first, row_blocks, splits):
-                _load_q(q_desc, q_smem, q_ready, q_empty, t, off_b, off_h, i * ROWS, Q_BOXES,
-                        Q_SLOTS)
-                # the step before (i, j) was (i, j - 1) iff tile j's only row block of mine is
-                # my last
-                _load_partial_state(o_tmp_desc, stats_desc, state, t, j, i, first == last,
-                                    gl.program_id(1), ROWS, SPLIT_Q)
-                t += 1
+        g = 0  # K/V tiles loaded so far: the ring's position
+        it = 0  # row blocks so far: the Q ring's position
+        for w in range(gl.program_id(0), row_blocks * batch_heads, _num_programs()):
+            off_b, off_h, off_hkv = _heads(w // row_blocks, heads_q, group_size)
+            start_m, n_tiles = _row_block_span(w % row_blocks, seqlen_q, seqlen_k, causal, ROWS,
+                                               BLOCK_N)
+            _load_q(q_desc, q_smem, q_ready, q_empty, it, off_b, off_h, start_m, Q_BOXES, Q_BUFS)
+            for j in range(n_tiles):
+                _load_kv(k_desc, v_desc, k_smem, v_smem, kv_ready, kv_empty, g + j, j, off_b,
+                         off_hkv)
+            g += n_tiles
+            it += 1
+    else:
+        off_b, off_h, off_hkv = _heads(gl.program_id(1), heads_q, group_size)
+        if SEQ_PARALLEL:
+            start_m, n_tiles = _row_block_span(gl.program_id(0), seqlen_q, seqlen_k, causal,
+                                               ROWS, BLOCK_N)
+            _load_q(q_desc, q_smem, q_ready, q_empty, 0, off_b, off_h, start_m, Q_BOXES, 2)
+        else:
+            Q_SLOTS: gl.constexpr = q_smem.type.shape[0] // Q_BOXES
+            row_blocks = gl.cdiv(seqlen_q, ROWS)
+            r, splits, last = _fa1_split(row_blocks, causal)
+            n_tiles = _tiles_seen(last * ROWS, seqlen_q, seqlen_k, causal, ROWS, BLOCK_N)
+        t = 0  # (row block, K/V tile) steps so far: the Q ring's position
+        for j in range(n_tiles):
+            _load_kv(k_desc, v_desc, k_smem, v_smem, kv_ready, kv_empty, j, j, off_b, off_hkv)
+            if not SEQ_PARALLEL:
+                first = _my_first_row_block(j, r, splits, seqlen_q, seqlen_k, causal, ROWS,
+                                            BLOCK_N)
+                for i in range(first, row_blocks, splits):
+                    _load_q(q_desc, q_smem, q_ready, q_empty, t, off_b, off_h, i * ROWS,
+                            Q_BOXES, Q_SLOTS)
+                    # the step before (i, j) was (i, j - 1) iff tile j's only row block of mine
+                    # is my last
+                    _load_partial_state(o_tmp_desc, stats_desc, state, t, j, i, first == last,
+                                        gl.program_id(1), ROWS, SPLIT_Q)
+                    t += 1
 
 
 @gluon.jit
-def _load_kv(k_desc, v_desc, k_smem, v_smem, kv_ready, kv_empty, j, off_b, off_hkv):
-    """K_j and V_j (split-K: V in column halves) into ring slot j % STAGES, once both consumers
-    released what it held (mbarriers start with the phase before the first one complete)."""
+def _load_kv(k_desc, v_desc, k_smem, v_smem, kv_ready, kv_empty, g, j, off_b, off_hkv):
+    """K_j and V_j (split-K: V in column halves) as the ring's g-th tile (g = j but in a
+    persistent program, whose earlier row blocks' tiles count too) into slot g % STAGES, once
+    both consumers released what it held (mbarriers start with the phase before the first one
+    complete)."""
     STAGES: gl.constexpr = k_smem.type.shape[0]
     V_PARTS: gl.constexpr = v_smem.type.shape[0] // STAGES
     BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
     V_COLS: gl.constexpr = v_desc.block_type.shape[3]
-    slot = j % STAGES
-    mbarrier.wait(kv_empty.index(slot), ((j // STAGES) & 1) ^ 1)
+    slot = g % STAGES
+    mbarrier.wait(kv_empty.index(slot), ((g // STAGES) & 1) ^ 1)
     ready = kv_ready.index(slot)
     mbarrier.expect(ready, k_desc.block_type.nbytes + V_PARTS * v_desc.block_type.nbytes)
     tma.async_copy_global_to_shared(k_desc, [off_b, off_hkv, j * BLOCK_N, 0], ready,
@@ -316,7 +344,7 @@ def _refill(loads, k_smem, v_smem, kv_ready, kv_empty, j, LOADS: gl.constexpr):
     if LOADS:
         k_desc, v_desc, off_b, off_hkv, n_tiles = loads
         if j < n_tiles:
-            _load_kv(k_desc, v_desc, k_smem, v_smem, kv_ready, kv_empty, j, off_b, off_hkv)
+            _load_kv(k_desc, v_desc, k_smem, v_smem, kv_ready, kv_empty, j, j, off_b, off_hkv)
 
 
 @gluon.jit
@@ -549,11 +577,14 @@ def _pass_turn(PINGPONG: gl.constexpr, CONSUMER: gl.constexpr):
 @gluon.jit
 def _pipelined_section(j, m_i, l_i, acc, p, q, k_smem, v_smem, kv_ready, kv_empty, x_bad,
                        bar_v, start_m, row0, seqlen_q, seqlen_k, causal: gl.constexpr,
-                       qk_scale, loads, PINGPONG: gl.constexpr, OVERLAP: gl.constexpr,
-                       FIRST: gl.constexpr, LOADS: gl.constexpr, CONSUMER: gl.constexpr):
+                       qk_scale, loads, g0, n_before, PINGPONG: gl.constexpr,
+                       OVERLAP: gl.constexpr, FIRST: gl.constexpr, LOADS: gl.constexpr,
+                       CONSUMER: gl.constexpr):
     """Section j < n_tiles of _fold_tiles_pipelined: issue S_j = Q K_j^T and (unless FIRST,
     j = 0) P_{j-1} V_{j-1} onto acc, then the softmax of tile j. Returns m_i, l_i, acc (with
-    P_{j-1} V_{j-1} folded in and taken to tile j's max) and P_j as the next product's operand."""
+    P_{j-1} V_{j-1} folded in and taken to tile j's max) and P_j as the next product's operand.
+    g0, n_before: the ring's tiles and the sanitised tiles before this row block's (a
+    persistent program's earlier row blocks; else 0)."""
     BM: gl.constexpr = ROWS_PER_WARPGROUP
     STAGES: gl.constexpr = k_smem.type.shape[0]
     BLOCK_N: gl.constexpr = k_smem.type.shape[3]
@@ -561,11 +592,12 @@ def _pipelined_section(j, m_i, l_i, acc, p, q, k_smem, v_smem, kv_ready, kv_empt
     s_layout: gl.constexpr = mma_layout(BLOCK_N)
     o_layout: gl.constexpr = acc.type.layout
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
-    slot = j % STAGES
-    prev = (j + STAGES - 1) % STAGES
-    mbarrier.wait(kv_ready.index(slot), (j // STAGES) & 1)
+    g = g0 + j  # the ring's position
+    slot = g % STAGES
+    prev = (g + STAGES - 1) % STAGES
+    mbarrier.wait(kv_ready.index(slot), (g // STAGES) & 1)
     sanitised, n_sanitised = _sanitise_if_masked(v_smem, slot, j, start_m, seqlen_q, seqlen_k,
-                                                 x_bad, bar_v, causal, 1, CONSUMER)
+                                                 x_bad, bar_v, n_before, causal, 1, CONSUMER)
     if causal:
         if sanitised:  # before P_{j-1} V_{j-1} and P_j V_j are added (see the caller)
             acc = _nan_where_seen(acc, x_bad, n_sanitised, row0, seqlen_k - seqlen_q, True,
@@ -604,7 +636,7 @@ def _pipelined_section(j, m_i, l_i, acc, p, q, k_smem, v_smem, kv_ready, kv_empt
 @gluon.jit
 def _fold_tiles_pipelined(q, k_smem, v_smem, kv_ready, kv_empty, x_bad, bar_v, n_tiles,
                           start_m, row0, seqlen_q, seqlen_k, causal: gl.constexpr, qk_scale,
-                          loads, PINGPONG: gl.constexpr, OVERLAP: gl.constexpr,
+                          loads, g0, n_before, PINGPONG: gl.constexpr, OVERLAP: gl.constexpr,
                           LOADS: gl.constexpr, CONSUMER: gl.constexpr):
     """FA2 (defer_norm, seq_parallel, split-Q) over the program's n_tiles K/V tiles with
     FlashAttention-3's schedules (docs/decisions.md D59); returns my rows' (m_i, l_i, acc).
@@ -641,14 +673,14 @@ def _fold_tiles_pipelined(q, k_smem, v_smem, kv_ready, kv_empty, x_bad, bar_v, n
             _pass_turn(PINGPONG, CONSUMER)
         m_i, l_i, acc, p = _pipelined_section(
             0, m_i, l_i, acc, acc, q, k_smem, v_smem, kv_ready, kv_empty, x_bad, bar_v,
-            start_m, row0, seqlen_q, seqlen_k, causal, qk_scale, loads, PINGPONG, OVERLAP, True,
-            LOADS, CONSUMER)
+            start_m, row0, seqlen_q, seqlen_k, causal, qk_scale, loads, g0, n_before, PINGPONG,
+            OVERLAP, True, LOADS, CONSUMER)
         for j in range(1, n_tiles):
             m_i, l_i, acc, p = _pipelined_section(
                 j, m_i, l_i, acc, p, q, k_smem, v_smem, kv_ready, kv_empty, x_bad, bar_v,
-                start_m, row0, seqlen_q, seqlen_k, causal, qk_scale, loads, PINGPONG, OVERLAP,
-                False, LOADS, CONSUMER)
-        last = (n_tiles - 1) % STAGES  # section n_tiles: P_{n-1} V_{n-1}
+                start_m, row0, seqlen_q, seqlen_k, causal, qk_scale, loads, g0, n_before,
+                PINGPONG, OVERLAP, False, LOADS, CONSUMER)
+        last = (g0 + n_tiles - 1) % STAGES  # section n_tiles: P_{n-1} V_{n-1}
         _take_turn(PINGPONG, CONSUMER)
         acc = warpgroup_mma(p, v_smem.index(last).reshape([BLOCK_N, HEAD_DIM]), acc,
                             is_async=True)
@@ -829,16 +861,87 @@ def _in_partition(x):
 
 
 @gluon.jit
+def _fa2_row_block(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, kv_ready,
+                   kv_empty, x_max, x_sum, x_out, bar_max, bar_out, x_bad, bar_v, O, O_RES, LSE,
+                   M, L, seqlen_q, seqlen_k, heads_q, group_size, qk_scale, stride_ob, stride_oh,
+                   stride_om, stride_lb, stride_lh, block, bh, it, g0, n_before,
+                   DEFER_NORM: gl.constexpr, SPLIT_Q: gl.constexpr, causal: gl.constexpr,
+                   CONSUMER: gl.constexpr, PINGPONG: gl.constexpr, OVERLAP: gl.constexpr,
+                   WARP_SPECIALIZE: gl.constexpr, STORE_O_RES: gl.constexpr,
+                   PERSISTENT: gl.constexpr):
+    """seq_parallel: my rows of row block `block` of (batch, head) bh, over every K/V tile
+    they see, and their epilogue. it, g0, n_before: the row blocks, K/V tiles and sanitised
+    tiles that came before in this program (a persistent one's; else 0): the Q ring's, the
+    K/V ring's and x_bad's positions. Returns g0 and n_before past this row block's."""
+    BM: gl.constexpr = ROWS_PER_WARPGROUP
+    Q_BOXES: gl.constexpr = 2 if SPLIT_Q else 1
+    ROWS: gl.constexpr = Q_BOXES * BM
+    MY_BOX: gl.constexpr = CONSUMER if SPLIT_Q else 0
+    Q_BUFS: gl.constexpr = q_smem.type.shape[0] // Q_BOXES
+    STAGES: gl.constexpr = k_smem.type.shape[0]
+    V_PARTS: gl.constexpr = v_smem.type.shape[0] // STAGES
+    BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
+    HEAD_DIM: gl.constexpr = k_desc.block_type.shape[3]
+    KEYS: gl.constexpr = BLOCK_N if SPLIT_Q else BLOCK_N // 2
+    COLS: gl.constexpr = HEAD_DIM if SPLIT_Q else HEAD_DIM // 2
+    row_layout: gl.constexpr = gl.SliceLayout(1, mma_layout(KEYS))
+    off_b, off_h, off_hkv = _heads(bh, heads_q, group_size)
+    start_m, n_tiles = _row_block_span(block, seqlen_q, seqlen_k, causal, ROWS, BLOCK_N)
+    row0 = start_m + CONSUMER * BM if SPLIT_Q else start_m
+    q = q_smem.index((it % Q_BUFS) * Q_BOXES + MY_BOX).reshape([BM, HEAD_DIM])
+    m_i = gl.full([BM], float("-inf"), gl.float32, row_layout)
+    l_i = gl.zeros([BM], gl.float32, row_layout)
+    acc = gl.zeros([BM, COLS], gl.float32, mma_layout(COLS))
+    # no producer warp (WARP_SPECIALIZE off, D85): consumer 1, second at the tensor cores
+    # under PINGPONG, issues Q and the ring's first STAGES tiles, then each tile into the
+    # slot it has just released, once consumer 0 has released it too
+    LOADS: gl.constexpr = not WARP_SPECIALIZE and CONSUMER == 1
+    loads = (k_desc, v_desc, off_b, off_hkv, n_tiles)
+    if LOADS:
+        _load_q(q_desc, q_smem, q_ready, q_empty, 0, off_b, off_h, start_m, Q_BOXES, 2)
+        for j in gl.static_range(STAGES):
+            _refill(loads, k_smem, v_smem, kv_ready, kv_empty, j, LOADS)
+    mbarrier.wait(q_ready.index(it % 2), (it // 2) & 1)
+    if PINGPONG or OVERLAP:  # FA3's schedules on FA2 (D59)
+        m_i, l_i, acc = _fold_tiles_pipelined(q, k_smem, v_smem, kv_ready, kv_empty, x_bad,
+                                              bar_v, n_tiles, start_m, row0, seqlen_q,
+                                              seqlen_k, causal, qk_scale, loads, g0, n_before,
+                                              PINGPONG, OVERLAP, LOADS, CONSUMER)
+    else:
+        for j in range(n_tiles):
+            g = g0 + j  # the ring's position (and split-K's rendezvous')
+            slot = g % STAGES
+            mbarrier.wait(kv_ready.index(slot), (g // STAGES) & 1)
+            sanitised, n_sanitised = _sanitise_if_masked(
+                v_smem, slot, j, start_m, seqlen_q, seqlen_k, x_bad, bar_v, n_before, causal,
+                V_PARTS, CONSUMER)
+            m_i, l_i, acc = _fold_tile(m_i, l_i, acc, q, k_smem, v_smem, slot, j, g, row0,
+                                       seqlen_q, seqlen_k, causal, qk_scale, q_empty, x_max,
+                                       x_sum, x_out, bar_max, bar_out, x_bad, sanitised,
+                                       n_sanitised, DEFER_NORM, SPLIT_Q, True, CONSUMER)
+            mbarrier.arrive(kv_empty.index(slot), count=1)
+            _refill(loads, k_smem, v_smem, kv_ready, kv_empty, j + STAGES, LOADS)
+    if PERSISTENT:  # my products are done with Q: the producer may load a later row block's
+        mbarrier.arrive(q_empty.index(it % 2), count=1)
+    _store_outputs(m_i, l_i, acc, O, O_RES, LSE, M, L, off_b, off_h, row0, seqlen_q,
+                   qk_scale, stride_ob, stride_oh, stride_om, stride_lb, stride_lh,
+                   DEFER_NORM, SPLIT_Q, CONSUMER, STORE_O_RES)
+    if causal:
+        n_before += n_tiles - _full_tiles(start_m, seqlen_k - seqlen_q, seqlen_k, BLOCK_N)
+    return g0 + n_tiles, n_before
+
+
+@gluon.jit
 def _consumer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, kv_ready,
               kv_empty, x_max, x_sum, x_out, bar_max, bar_out, x_bad, bar_v, O, O_RES, LSE, M,
               L, o_tmp_desc, stats_desc,
-              seqlen_q, seqlen_k, heads_q, group_size, qk_scale, stride_ob, stride_oh,
-              stride_om, stride_lb, stride_lh, state,
+              seqlen_q, seqlen_k, heads_q, group_size, batch_heads, qk_scale, stride_ob,
+              stride_oh, stride_om, stride_lb, stride_lh, state,
               DEFER_NORM: gl.constexpr, SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr,
               causal: gl.constexpr, CONSUMER: gl.constexpr, PINGPONG: gl.constexpr = False,
               OVERLAP: gl.constexpr = False, WARP_SPECIALIZE: gl.constexpr = True,
-              STORE_O_RES: gl.constexpr = False):
-    if not SEQ_PARALLEL:
+              STORE_O_RES: gl.constexpr = False, PERSISTENT: gl.constexpr = False):
+    if PERSISTENT or not SEQ_PARALLEL:
         seqlen_q, seqlen_k = _in_partition(seqlen_q), _in_partition(seqlen_k)
     BM: gl.constexpr = ROWS_PER_WARPGROUP
     Q_BOXES: gl.constexpr = 2 if SPLIT_Q else 1
@@ -852,47 +955,34 @@ def _consumer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
     V_PARTS: gl.constexpr = v_smem.type.shape[0] // STAGES
     o_layout: gl.constexpr = mma_layout(COLS)
     row_layout: gl.constexpr = gl.SliceLayout(1, mma_layout(KEYS))
-    off_b, off_h, off_hkv = _heads(heads_q, group_size)
+    off_b, off_h, off_hkv = _heads(gl.program_id(1), heads_q, group_size)
     m_0 = gl.full([BM], float("-inf"), gl.float32, row_layout)
     l_0 = gl.zeros([BM], gl.float32, row_layout)
     acc_0 = gl.zeros([BM, COLS], gl.float32, o_layout)
 
-    if SEQ_PARALLEL:  # FA2: one row block, its state in registers for every K/V tile
-        start_m, n_tiles = _row_block_span(seqlen_q, seqlen_k, causal, ROWS, BLOCK_N)
-        row0 = start_m + CONSUMER * BM if SPLIT_Q else start_m
-        q = q_smem.index(MY_BOX).reshape([BM, HEAD_DIM])
-        m_i, l_i, acc = m_0, l_0, acc_0
-        # no producer warp (WARP_SPECIALIZE off, D85): consumer 1, second at the tensor cores
-        # under PINGPONG, issues Q and the ring's first STAGES tiles, then each tile into the
-        # slot it has just released, once consumer 0 has released it too
-        LOADS: gl.constexpr = not WARP_SPECIALIZE and CONSUMER == 1
-        loads = (k_desc, v_desc, off_b, off_hkv, n_tiles)
-        if LOADS:
-            _load_q(q_desc, q_smem, q_ready, q_empty, 0, off_b, off_h, start_m, Q_BOXES, 2)
-            for j in gl.static_range(STAGES):
-                _refill(loads, k_smem, v_smem, kv_ready, kv_empty, j, LOADS)
-        mbarrier.wait(q_ready.index(0), 0)
-        if PINGPONG or OVERLAP:  # FA3's schedules on FA2 (D59)
-            m_i, l_i, acc = _fold_tiles_pipelined(q, k_smem, v_smem, kv_ready, kv_empty, x_bad,
-                                                  bar_v, n_tiles, start_m, row0, seqlen_q,
-                                                  seqlen_k, causal, qk_scale, loads, PINGPONG,
-                                                  OVERLAP, LOADS, CONSUMER)
-        else:
-            for j in range(n_tiles):
-                slot = j % STAGES
-                mbarrier.wait(kv_ready.index(slot), (j // STAGES) & 1)
-                sanitised, n_sanitised = _sanitise_if_masked(
-                    v_smem, slot, j, start_m, seqlen_q, seqlen_k, x_bad, bar_v, causal, V_PARTS,
-                    CONSUMER)
-                m_i, l_i, acc = _fold_tile(m_i, l_i, acc, q, k_smem, v_smem, slot, j, j, row0,
-                                           seqlen_q, seqlen_k, causal, qk_scale, q_empty, x_max,
-                                           x_sum, x_out, bar_max, bar_out, x_bad, sanitised,
-                                           n_sanitised, DEFER_NORM, SPLIT_Q, SEQ_PARALLEL, CONSUMER)
-                mbarrier.arrive(kv_empty.index(slot), count=1)
-                _refill(loads, k_smem, v_smem, kv_ready, kv_empty, j + STAGES, LOADS)
-        _store_outputs(m_i, l_i, acc, O, O_RES, LSE, M, L, off_b, off_h, row0, seqlen_q,
-                       qk_scale, stride_ob, stride_oh, stride_om, stride_lb, stride_lh,
-                       DEFER_NORM, SPLIT_Q, CONSUMER, STORE_O_RES)
+    if SEQ_PARALLEL:  # FA2: a row block's state in registers for every K/V tile
+        if PERSISTENT:  # the program's row blocks one after another, as the producer loads them
+            row_blocks = gl.cdiv(seqlen_q, ROWS)
+            g = 0
+            n_sanitised = 0
+            it = 0
+            for w in range(gl.program_id(0), row_blocks * batch_heads, _num_programs()):
+                g, n_sanitised = _fa2_row_block(
+                    q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, kv_ready,
+                    kv_empty, x_max, x_sum, x_out, bar_max, bar_out, x_bad, bar_v, O, O_RES,
+                    LSE, M, L, seqlen_q, seqlen_k, heads_q, group_size, qk_scale, stride_ob,
+                    stride_oh, stride_om, stride_lb, stride_lh, w % row_blocks, w // row_blocks,
+                    it, g, n_sanitised, DEFER_NORM, SPLIT_Q, causal, CONSUMER, PINGPONG, OVERLAP,
+                    WARP_SPECIALIZE, STORE_O_RES, PERSISTENT)
+                it += 1
+        else:  # one row block: grid (row blocks, B * Hq)
+            _fa2_row_block(
+                q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, kv_ready,
+                kv_empty, x_max, x_sum, x_out, bar_max, bar_out, x_bad, bar_v, O, O_RES, LSE, M,
+                L, seqlen_q, seqlen_k, heads_q, group_size, qk_scale, stride_ob, stride_oh,
+                stride_om, stride_lb, stride_lh, gl.program_id(0), gl.program_id(1), 0, 0, 0,
+                DEFER_NORM, SPLIT_Q, causal, CONSUMER, PINGPONG, OVERLAP, WARP_SPECIALIZE,
+                STORE_O_RES, PERSISTENT)
     else:  # FA1: K/V tiles outer, row blocks inner, each row block's state through HBM
         bh = gl.program_id(1)
         row_blocks = gl.cdiv(seqlen_q, ROWS)
@@ -912,7 +1002,7 @@ def _consumer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
             slot = j % STAGES
             mbarrier.wait(kv_ready.index(slot), (j // STAGES) & 1)
             sanitised, n_sanitised = _sanitise_if_masked(
-                v_smem, slot, j, 0, seqlen_q, seqlen_k, x_bad, bar_v, causal, V_PARTS,
+                v_smem, slot, j, 0, seqlen_q, seqlen_k, x_bad, bar_v, 0, causal, V_PARTS,
                 CONSUMER)
             for i in range(_my_first_row_block(j, r, splits, seqlen_q, seqlen_k, causal, ROWS,
                                                BLOCK_N), row_blocks, splits):
@@ -961,31 +1051,36 @@ def _consumer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
 def _consumer_partition(args, DEFER_NORM: gl.constexpr, SPLIT_Q: gl.constexpr,
                         SEQ_PARALLEL: gl.constexpr, IS_CAUSAL: gl.constexpr,
                         CONSUMER: gl.constexpr, PINGPONG: gl.constexpr, OVERLAP: gl.constexpr,
-                        WARP_SPECIALIZE: gl.constexpr, STORE_O_RES: gl.constexpr):
+                        WARP_SPECIALIZE: gl.constexpr, STORE_O_RES: gl.constexpr,
+                        PERSISTENT: gl.constexpr):
     _consumer(*args, DEFER_NORM=DEFER_NORM, SPLIT_Q=SPLIT_Q, SEQ_PARALLEL=SEQ_PARALLEL,
               causal=IS_CAUSAL, CONSUMER=CONSUMER, PINGPONG=PINGPONG, OVERLAP=OVERLAP,
-              WARP_SPECIALIZE=WARP_SPECIALIZE, STORE_O_RES=STORE_O_RES)
+              WARP_SPECIALIZE=WARP_SPECIALIZE, STORE_O_RES=STORE_O_RES, PERSISTENT=PERSISTENT)
 
 
 @gluon.jit
 def _load_warp(args, DEFER_NORM: gl.constexpr, SPLIT_Q: gl.constexpr,
-               SEQ_PARALLEL: gl.constexpr, IS_CAUSAL: gl.constexpr):
+               SEQ_PARALLEL: gl.constexpr, IS_CAUSAL: gl.constexpr, PERSISTENT: gl.constexpr):
     _producer(*args, DEFER_NORM=DEFER_NORM, SPLIT_Q=SPLIT_Q, SEQ_PARALLEL=SEQ_PARALLEL,
-              causal=IS_CAUSAL, CONSUMER=0)
+              causal=IS_CAUSAL, CONSUMER=0, PERSISTENT=PERSISTENT)
 
 
 @gluon.jit
 def _hopper_attn_fwd(q_desc, k_desc, v_desc, O, O_RES, LSE, M, L, o_tmp_desc, stats_desc,
-                     o_desc, o_res_desc, seqlen_q, seqlen_k, heads_q, group_size, qk_scale, stride_ob, stride_oh,
-                     stride_om,
-                     stride_lb, stride_lh, DEFER_NORM: gl.constexpr,
+                     o_desc, o_res_desc, seqlen_q, seqlen_k, heads_q, group_size, batch_heads,
+                     qk_scale, stride_ob, stride_oh, stride_om, stride_lb, stride_lh,
+                     DEFER_NORM: gl.constexpr,
                      SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr, IS_CAUSAL: gl.constexpr,
                      STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, Q_SLOTS: gl.constexpr,
                      STATE_SLOTS: gl.constexpr = 2, PINGPONG: gl.constexpr = False,
                      OVERLAP: gl.constexpr = False, WARP_SPECIALIZE: gl.constexpr = True,
-                     STORE_O_RES: gl.constexpr = False):
-    """Grid (row blocks, B * Hq) with seq_parallel, (splits, B * Hq) without. Q_SLOTS: Q buffers
-    (1 with seq_parallel; FA1's schedule reloads Q every step: 2, or 1 where 2 do not fit).
+                     STORE_O_RES: gl.constexpr = False, PERSISTENT: gl.constexpr = False):
+    """Grid (row blocks, B * Hq) with seq_parallel, (splits, B * Hq) without; PERSISTENT
+    (seq_parallel with a producer warp): grid (programs, 1), program p taking work items
+    p, p + programs, ... of the row blocks x batch_heads (B * Hq) there are, in the order the
+    other grid launches them (a head's row blocks together, causal longest first; D98).
+    Q_SLOTS: Q buffers (seq_parallel: 1, a persistent program 2 where they fit; FA1's
+    schedule reloads Q every step: 2, or 1 where 2 do not fit).
     STATE_SLOTS: FA1's schedule's state buffers (state_slots).
     PINGPONG, OVERLAP, WARP_SPECIALIZE (off: no producer warp): FlashAttention-3's schedules,
     on FA2 all on only (D59, D85). STORE_O_RES: O_RES (through o_res_desc in FA1's schedule)
@@ -993,6 +1088,8 @@ def _hopper_attn_fwd(q_desc, k_desc, v_desc, O, O_RES, LSE, M, L, o_tmp_desc, st
     gl.static_assert(not (PINGPONG or OVERLAP or not WARP_SPECIALIZE)
                      or (DEFER_NORM and SPLIT_Q and SEQ_PARALLEL),
                      "the Hopper-era switches are built on FA2 (DEFER_NORM, SPLIT_Q, SEQ_PARALLEL)")
+    gl.static_assert(not PERSISTENT or (SEQ_PARALLEL and WARP_SPECIALIZE),
+                     "a persistent grid needs seq_parallel and the producer warp")
     BM: gl.constexpr = ROWS_PER_WARPGROUP
     Q_BOXES: gl.constexpr = 2 if SPLIT_Q else 1
     V_PARTS: gl.constexpr = 1 if SPLIT_Q else 2
@@ -1051,25 +1148,26 @@ def _hopper_attn_fwd(q_desc, k_desc, v_desc, O, O_RES, LSE, M, L, o_tmp_desc, st
     args = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, kv_ready,
             kv_empty, x_max, x_sum, x_out, bar_max, bar_out, x_bad, bar_v, O, O_RES, LSE, M, L,
             o_tmp_desc, stats_desc,
-            seqlen_q, seqlen_k, heads_q, group_size, qk_scale, stride_ob, stride_oh,
+            seqlen_q, seqlen_k, heads_q, group_size, batch_heads, qk_scale, stride_ob, stride_oh,
             stride_om, stride_lb, stride_lh,
             (st_acc, st_stats, st_ready, st_free, o_desc, o_res_desc))
     if WARP_SPECIALIZE:  # a producer warp loads, the consumers only compute
         gl.warp_specialize([(_consumer_partition, (args, DEFER_NORM, SPLIT_Q, SEQ_PARALLEL,
                                                    IS_CAUSAL, 0, PINGPONG, OVERLAP, True,
-                                                   STORE_O_RES)),
+                                                   STORE_O_RES, PERSISTENT)),
                             (_consumer_partition, (args, DEFER_NORM, SPLIT_Q, SEQ_PARALLEL,
                                                    IS_CAUSAL, 1, PINGPONG, OVERLAP, True,
-                                                   STORE_O_RES)),
-                            (_load_warp, (args, DEFER_NORM, SPLIT_Q, SEQ_PARALLEL, IS_CAUSAL))],
+                                                   STORE_O_RES, PERSISTENT)),
+                            (_load_warp, (args, DEFER_NORM, SPLIT_Q, SEQ_PARALLEL, IS_CAUSAL,
+                                          PERSISTENT))],
                            [4, 1], [CONSUMER_REGS, 56])
     else:  # consumer 1 loads as well (_refill)
         gl.warp_specialize([(_consumer_partition, (args, DEFER_NORM, SPLIT_Q, SEQ_PARALLEL,
                                                    IS_CAUSAL, 0, PINGPONG, OVERLAP, False,
-                                                   STORE_O_RES)),
+                                                   STORE_O_RES, False)),
                             (_consumer_partition, (args, DEFER_NORM, SPLIT_Q, SEQ_PARALLEL,
                                                    IS_CAUSAL, 1, PINGPONG, OVERLAP, False,
-                                                   STORE_O_RES))],
+                                                   STORE_O_RES, False))],
                            [4], [CONSUMER_REGS])
 
 
@@ -1201,13 +1299,14 @@ def hopper_attn_fwd(q, k, v, causal, softmax_scale, variant, config, o_residual=
         descs.append(TensorDescriptor(t, list(t.shape), list(t.stride()), box,
                                       default_layout(box, t.dtype)))
     rows = ROWS_PER_WARPGROUP.value * (2 if variant.split_q else 1)
+    row_blocks = triton.cdiv(seqlen_q, rows)
+    programs = persistent_programs(config, variant, row_blocks * batch * heads_q, q.device)
     if variant.seq_parallel:
-        grid = (triton.cdiv(seqlen_q, rows), batch * heads_q)
+        grid = (programs, 1) if programs else (row_blocks, batch * heads_q)
         descs += _unused_state_descriptors(q.device, head_dim, variant.split_q, str(o.dtype))
     else:  # FA1's o_tmp, and m, l of each consumer
-        grid = (fa1_splits(config, batch * heads_q, triton.cdiv(seqlen_q, rows), q.device),
-                batch * heads_q)
-        rows_tmp = triton.cdiv(seqlen_q, rows) * rows  # whole row blocks: no masks
+        grid = (fa1_splits(config, batch * heads_q, row_blocks, q.device), batch * heads_q)
+        rows_tmp = row_blocks * rows  # whole row blocks: no masks
         o_tmp = torch.empty((batch * heads_q, rows_tmp, head_dim), device=q.device,
                             dtype=torch.float32)
         stats_tmp = torch.empty((batch * heads_q, 4, rows_tmp), device=q.device,
@@ -1216,7 +1315,8 @@ def hopper_attn_fwd(q, k, v, causal, softmax_scale, variant, config, o_residual=
     residual = o if o_res is None else o_res  # aliased to o unless stored
     _HOPPER_ATTN_FWD[grid](
         *descs[:3], o, residual, stats[0], m, l, *descs[3:], seqlen_q, seqlen_k, heads_q,
-        heads_q // heads_kv, softmax_scale * LOG2E, o.stride(0), o.stride(1), o.stride(2),
+        heads_q // heads_kv, batch * heads_q, softmax_scale * LOG2E, o.stride(0), o.stride(1),
+        o.stride(2),
         stats[0].stride(0), stats[0].stride(1),
         DEFER_NORM=variant.defer_norm, SPLIT_Q=variant.split_q,
         SEQ_PARALLEL=variant.seq_parallel, IS_CAUSAL=bool(causal), STAGES=config.num_stages,
@@ -1224,18 +1324,19 @@ def hopper_attn_fwd(q, k, v, causal, softmax_scale, variant, config, o_residual=
         WARP_SPECIALIZE=variant.warp_specialize,
         CONSUMER_REGS=consumer_registers(variant.split_q, variant.seq_parallel),
         Q_SLOTS=q_buffers(head_dim, config.block_n, config.num_stages, variant.split_q,
-                          variant.seq_parallel, bool(causal)),
+                          variant.seq_parallel, bool(causal), persistent=bool(programs)),
         STATE_SLOTS=state_slots(head_dim, config.block_n, config.num_stages, variant.split_q,
                                 variant.seq_parallel, bool(causal)),
-        STORE_O_RES=o_res is not None, num_warps=4)
+        STORE_O_RES=o_res is not None, PERSISTENT=bool(programs), num_warps=4)
     return o, stats, o_res
 
 
 def sm90_signature(variant, dtype="bfloat16", head_dim=128, block_n=128, stages=2,
-                   causal=False, o_residual=False):
+                   causal=False, o_residual=False, persistent=False):
     """(signature, constexprs) of `_hopper_attn_fwd` as hopper_attn_fwd launches it, for
     triton.compile through GluonASTSource (this module's compile_for_sm90, the compile gate)."""
     short = {"float16": "fp16", "bfloat16": "bf16"}[dtype]
+    persistent = persistent and variant.seq_parallel and variant.warp_specialize  # as launched
     signature, boxes = {}, block_shapes(head_dim, block_n, variant.split_q)
     for name, box in zip(("q_desc", "k_desc", "v_desc"), boxes):
         layout = default_layout(box, dtype)
@@ -1247,7 +1348,8 @@ def sm90_signature(variant, dtype="bfloat16", head_dim=128, block_n=128, stages=
                                      ("fp32", "fp32", short, short)):
         signature[name] = f"tensordesc<{ty}[{','.join(map(str, box))}],{layout!r}>"
     signature.update(seqlen_q="i32", seqlen_k="i32", heads_q="i32",
-                     group_size="i32", qk_scale="fp32", stride_ob="i64", stride_oh="i64",
+                     group_size="i32", batch_heads="i32", qk_scale="fp32", stride_ob="i64",
+                     stride_oh="i64",
                      stride_om="i64", stride_lb="i32", stride_lh="i32")
     constexprs = {"DEFER_NORM": variant.defer_norm, "SPLIT_Q": variant.split_q,
                   "SEQ_PARALLEL": variant.seq_parallel, "IS_CAUSAL": causal, "STAGES": stages,
@@ -1255,21 +1357,21 @@ def sm90_signature(variant, dtype="bfloat16", head_dim=128, block_n=128, stages=
                   "WARP_SPECIALIZE": variant.warp_specialize,
                   "CONSUMER_REGS": consumer_registers(variant.split_q, variant.seq_parallel),
                   "Q_SLOTS": q_buffers(head_dim, block_n, stages, variant.split_q,
-                                       variant.seq_parallel, causal),
+                                       variant.seq_parallel, causal, persistent=persistent),
                   "STATE_SLOTS": state_slots(head_dim, block_n, stages, variant.split_q,
                                              variant.seq_parallel, causal),
-                  "STORE_O_RES": o_residual}
+                  "STORE_O_RES": o_residual, "PERSISTENT": persistent}
     signature.update({name: "constexpr" for name in constexprs})
     return signature, constexprs
 
 
 def compile_for_sm90(variant, dtype="bfloat16", head_dim=128, block_n=128, stages=2,
-                     causal=False, o_residual=False):
+                     causal=False, o_residual=False, persistent=False):
     """triton.compile of the Hopper chassis for sm_90 without a GPU; returns the CompiledKernel."""
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
 
     signature, constexprs = sm90_signature(variant, dtype, head_dim, block_n, stages, causal,
-                                           o_residual)
+                                           o_residual, persistent)
     source = GluonASTSource(_hopper_attn_fwd, signature, constexprs, {})
     return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))

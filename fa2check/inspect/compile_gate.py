@@ -249,7 +249,8 @@ def _hopper_forward_specialization(fn, case: Case):
     from kernels.hopper_forward import sm90_signature
     cfg = case.config
     signature, constexprs = sm90_signature(case.variant, case.dtype, case.head_dim, cfg.block_n,
-                                           cfg.num_stages, case.causal)
+                                           cfg.num_stages, case.causal,
+                                           persistent=cfg.persistent)
     return signature, constexprs, {}
 
 

@@ -64,15 +64,32 @@ def state_slots(head_dim: int, block_n: int, stages: int, split_q: bool,
 
 
 def q_buffers(head_dim: int, block_n: int, stages: int, split_q: bool,
-              seq_parallel: bool, causal: bool = True) -> int:
-    """Q buffers: 1 with seq_parallel (Q is loaded once); FA1's schedule loads Q every step
-    into 2 (the next step's Q arrives while this one computes), or 1 where 2 do not fit
-    beside `state_slots`'s state buffers (split-Q at head_dim 128: then the next Q is loaded
-    once both consumers' S = Q K^T is done, under their softmax and P V)."""
-    if seq_parallel:
+              seq_parallel: bool, causal: bool = True, persistent: bool = False) -> int:
+    """Q buffers: 1 with seq_parallel (Q is loaded once); a persistent grid's program and FA1's
+    schedule load Q again (a row block's, a step's) into 2 (the next one's Q arrives while this
+    one computes), or 1 where 2 do not fit beside the K/V ring (a persistent program's
+    three stages at head_dim 128: then the next row block's Q is loaded once this one's
+    products are done) or `state_slots`'s state buffers (FA1's split-Q at head_dim 128: then
+    the next Q is loaded once both consumers' S = Q K^T is done, under their softmax and
+    P V)."""
+    if seq_parallel and not persistent:
         return 1
-    two = shared_bytes(head_dim, block_n, stages, split_q, False, q_slots=2, causal=causal)
+    two = shared_bytes(head_dim, block_n, stages, split_q, seq_parallel, q_slots=2,
+                       causal=causal)
     return 2 if two <= SHARED_LIMIT else 1
+
+
+def persistent_programs(config, variant, work_items: int, device) -> int:
+    """Programs of a persistent forward grid (config.persistent, seq_parallel with the
+    producer warp): one an SM (CTAS_PER_SM), no more than there are row blocks; 0 where the
+    grid is not persistent."""
+    import torch
+
+    if not (config.persistent and variant.seq_parallel and variant.warp_specialize):
+        return 0
+    sms = (torch.cuda.get_device_properties(device).multi_processor_count
+           if device.type == "cuda" else INTERPRETER_SMS)
+    return min(sms * CTAS_PER_SM, work_items)
 
 
 def block_ns(variant) -> tuple[int, ...]:

@@ -74,6 +74,10 @@ class TileConfig:
     # FA1's launcher's heuristic, the FA1 of record; 1 is one program per (batch, head), a
     # reference grid (kernels/plan/fa1_launch.py, D90)
     fa1_splits: int = 0
+    # the Hopper chassis's forward, seq_parallel with its producer warp: a persistent grid, one
+    # program an SM walking row blocks, the next one's loads under this one's last tiles
+    # and epilogue (kernels/hopper_forward.py, D98); other kernels and variants ignore it
+    persistent: bool = False
     # backward, seq_parallel off: 0 is FA1's launcher's heuristic (one program per (batch, kv
     # head) or one per key column block), 1 always the former, more always the latter
     fa1_bwd_splits: int = 0
