@@ -118,6 +118,19 @@ def _num_programs():
 
 
 @gluon.jit
+def _work_item(wave, programs, causal: gl.constexpr):
+    """A persistent program's work item in wave `wave` (waves of `programs` items, in the order
+    of the grid of one program a row block: a head's row blocks together, causal longest
+    first). Causal: odd waves are taken in reverse, so that a program that took one of a
+    head's long row blocks takes a short one next (a row block's length repeats with the
+    program number when the programs are a multiple of the row blocks: D98)."""
+    p = gl.program_id(0)
+    if causal:
+        p += (wave % 2) * (programs - 1 - 2 * p)
+    return wave * programs + p
+
+
+@gluon.jit
 def _row_block_span(block, seqlen_q, seqlen_k, causal: gl.constexpr,
                     ROWS: gl.constexpr, BLOCK_N: gl.constexpr):
     """seq_parallel: row block number `block` of a head (causal: counted from the last, so
@@ -278,16 +291,21 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
         row_blocks = gl.cdiv(seqlen_q, ROWS)
         g = 0  # K/V tiles loaded so far: the ring's position
         it = 0  # row blocks so far: the Q ring's position
-        for w in range(gl.program_id(0), row_blocks * batch_heads, _num_programs()):
-            off_b, off_h, off_hkv = _heads(w // row_blocks, heads_q, group_size)
-            start_m, n_tiles = _row_block_span(w % row_blocks, seqlen_q, seqlen_k, causal, ROWS,
-                                               BLOCK_N)
-            _load_q(q_desc, q_smem, q_ready, q_empty, it, off_b, off_h, start_m, Q_BOXES, Q_BUFS)
-            for j in range(n_tiles):
-                _load_kv(k_desc, v_desc, k_smem, v_smem, kv_ready, kv_empty, g + j, j, off_b,
-                         off_hkv)
-            g += n_tiles
-            it += 1
+        n_items = row_blocks * batch_heads
+        programs = _num_programs()
+        for wave in range(gl.cdiv(n_items, programs)):
+            w = _work_item(wave, programs, causal)
+            if w < n_items:
+                off_b, off_h, off_hkv = _heads(w // row_blocks, heads_q, group_size)
+                start_m, n_tiles = _row_block_span(w % row_blocks, seqlen_q, seqlen_k, causal,
+                                                   ROWS, BLOCK_N)
+                _load_q(q_desc, q_smem, q_ready, q_empty, it, off_b, off_h, start_m, Q_BOXES,
+                        Q_BUFS)
+                for j in range(n_tiles):
+                    _load_kv(k_desc, v_desc, k_smem, v_smem, kv_ready, kv_empty, g + j, j,
+                             off_b, off_hkv)
+                g += n_tiles
+                it += 1
     else:
         off_b, off_h, off_hkv = _heads(gl.program_id(1), heads_q, group_size)
         if SEQ_PARALLEL:
@@ -966,15 +984,19 @@ def _consumer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
             g = 0
             n_sanitised = 0
             it = 0
-            for w in range(gl.program_id(0), row_blocks * batch_heads, _num_programs()):
-                g, n_sanitised = _fa2_row_block(
-                    q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, kv_ready,
-                    kv_empty, x_max, x_sum, x_out, bar_max, bar_out, x_bad, bar_v, O, O_RES,
-                    LSE, M, L, seqlen_q, seqlen_k, heads_q, group_size, qk_scale, stride_ob,
-                    stride_oh, stride_om, stride_lb, stride_lh, w % row_blocks, w // row_blocks,
-                    it, g, n_sanitised, DEFER_NORM, SPLIT_Q, causal, CONSUMER, PINGPONG, OVERLAP,
-                    WARP_SPECIALIZE, STORE_O_RES, PERSISTENT)
-                it += 1
+            n_items = row_blocks * batch_heads
+            programs = _num_programs()
+            for wave in range(gl.cdiv(n_items, programs)):
+                w = _work_item(wave, programs, causal)
+                if w < n_items:
+                    g, n_sanitised = _fa2_row_block(
+                        q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty,
+                        kv_ready, kv_empty, x_max, x_sum, x_out, bar_max, bar_out, x_bad, bar_v,
+                        O, O_RES, LSE, M, L, seqlen_q, seqlen_k, heads_q, group_size, qk_scale,
+                        stride_ob, stride_oh, stride_om, stride_lb, stride_lh, w % row_blocks,
+                        w // row_blocks, it, g, n_sanitised, DEFER_NORM, SPLIT_Q, causal,
+                        CONSUMER, PINGPONG, OVERLAP, WARP_SPECIALIZE, STORE_O_RES, PERSISTENT)
+                    it += 1
         else:  # one row block: grid (row blocks, B * Hq)
             _fa2_row_block(
                 q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, kv_ready,
