@@ -45,6 +45,13 @@ splits-th row block of its (batch, head) and walks the K/V tiles they see (D58);
 heuristic (kernels/plan/fa1_launch.py) is the default and the FA1 of record, one split (one program
 per (batch, head)) a reference grid (D90).
 
+Persistent grid (TileConfig.persistent, on by default; seq_parallel with the producer warp,
+D98): one program an SM walks row blocks in waves of `programs`, in the order the grid
+above launches them (causal: odd waves reversed, so that long and short row blocks
+alternate); the K/V ring, two Q buffers and the sanitising count run on from one row block to
+the next, so the next row block's Q and first tiles load under this one's last tiles and
+epilogue. Each row's arithmetic is the same: o and L are bitwise those of the grid.
+
 DEFER_NORM, as in kernels/forward.py: O is rescaled by alpha only and divided by l once after
 the loop, L = m c + log2 l (in natural log) stored; off, FA1's recurrence: O is kept normalised
 at every tile (each tile's division done at the start of the next, so the product's output is

@@ -4,7 +4,8 @@ Steps, each a process of its own with its own time limit, its log and results in
   verify  python -m fa2check.verify --tier full (ours and, on sm_90, the Hopper chassis's
           variants and switches): every property, the pass rule, on the full tier's shapes
   tests   pytest -m gpu over GPU_TESTS: the regression corpus through every backend, the
-          chassis's backward, switches and FA1 splits, the default call's kernel table, the
+          chassis's backward, switches, FA1 splits and persistent grid, the default call's
+          kernel table, the
           launch cache (the other GPU tests, larger shapes of what verify covers, run with
           make test-gpu)
   fuzz    python -m fa2check.fuzz over ours, the Hopper chassis and the Gluon forward, every
@@ -40,7 +41,8 @@ from ..core.results import write_json
 
 GPU_TESTS = ("tests/test_regressions.py", "tests/test_hopper_backward.py",
              "tests/test_hopper_switches.py", "tests/test_hopper_splits.py",
-             "tests/test_fastest.py", "tests/test_launch_cache.py")
+             "tests/test_hopper_persistent.py", "tests/test_fastest.py",
+             "tests/test_launch_cache.py")
 FUZZ_IMPLS = "ours,hopper,gluon"
 FIRST_SHARE = 0.5  # of the budget, at most, for verify and the tests: the full tier took 165-238 s
 # cold on the H200 beside the tests (167 s alone at e5fd722), the tests 169-208 s
