@@ -1329,7 +1329,8 @@ def hopper_attn_fwd(q, k, v, causal, softmax_scale, variant, config, o_residual=
                                       default_layout(box, t.dtype)))
     rows = ROWS_PER_WARPGROUP.value * (2 if variant.split_q else 1)
     row_blocks = triton.cdiv(seqlen_q, rows)
-    programs = persistent_programs(config, variant, row_blocks * batch * heads_q, q.device)
+    programs = persistent_programs(config, variant, batch * heads_q, seqlen_q, seqlen_k,
+                                   bool(causal), q.device)
     if variant.seq_parallel:
         grid = (programs, 1) if programs else (row_blocks, batch * heads_q)
         descs += _unused_state_descriptors(q.device, head_dim, variant.split_q, str(o.dtype))

@@ -15,7 +15,7 @@ from fa2check.core.checks import Reference
 from fa2check.core.problems import Problem
 from kernels import TileConfig, Variant, default_config, flash_attention
 from kernels.plan.fa1_launch import INTERPRETER_SMS
-from kernels.plan.hopper_forward import persistent_programs
+from kernels.plan.hopper_forward import persistent_programs, static_order_balanced
 
 # more row blocks than the H100's or H200's 132 SMs in all but the second: programs take
 # several, causal ones of different lengths
@@ -37,11 +37,32 @@ def test_persistent_programs_one_an_sm_where_the_schedule_allows():
     unless asked for, nor for FA1's schedule or without the producer warp."""
     on = TileConfig(block_m=128, block_n=128, persistent=True)
     cpu = torch.device("cpu")
-    assert persistent_programs(on, Variant(), 10_000, cpu) == INTERPRETER_SMS
-    assert persistent_programs(on, Variant(pingpong=True), 7, cpu) == 7
-    assert persistent_programs(replace(on, persistent=False), Variant(), 10_000, cpu) == 0
-    assert persistent_programs(on, Variant(seq_parallel=False), 10_000, cpu) == 0
-    assert persistent_programs(on, Variant(warp_specialize=False), 10_000, cpu) == 0
+    assert persistent_programs(on, Variant(), 64, 4096, 4096, False, cpu) == INTERPRETER_SMS
+    assert persistent_programs(on, Variant(pingpong=True), 7, 128, 128, True, cpu) == 7
+    assert persistent_programs(on, Variant(split_q=False), 2, 192, 192, False, cpu) == 6
+    for off, variant in ((replace(on, persistent=False), Variant()),
+                         (on, Variant(seq_parallel=False)), (on, Variant(warp_specialize=False))):
+        assert persistent_programs(off, variant, 64, 4096, 4096, False, cpu) == 0
+
+
+@pytest.mark.parametrize("seqlen, heads, balanced", [
+    (512, 512, True), (2048, 128, True), (8192, 32, True), (16384, 32, True),
+    (16384, 16, False),  # 128 row blocks a head on 132 programs: measured 0.72x the grid
+    (1000, 24, True)])  # seqlen_q > seqlen_k below: the first row blocks see no key
+def test_causal_grids_stay_persistent_only_where_the_static_order_balances(seqlen, heads,
+                                                                          balanced):
+    """The paper grid's causal cells (batch x heads = 16k / seqlen x 16 at d=128, x 32 at
+    d=64) on 132 programs: only 16k at d=128, a wave about one head, gives the static order's
+    busiest program 1.5x the work of the grid's busiest SM and takes the hardware's grid."""
+    seqlen_k = 300 if seqlen == 1000 else seqlen
+    assert static_order_balanced(seqlen, seqlen_k, 128, 128, heads, 132) == balanced
+    on = TileConfig(block_m=128, block_n=128, persistent=True)
+    programs = persistent_programs(on, Variant(), heads, seqlen, seqlen_k, True,
+                                   torch.device("cpu"))
+    assert programs == (132 if balanced else 0)
+    # a full mask is balanced by any order: every row block has the same work
+    assert persistent_programs(on, Variant(), heads, seqlen, seqlen_k, False,
+                               torch.device("cpu")) == 132
 
 
 def _bits(t):
@@ -73,6 +94,9 @@ def test_gpu_persistent_grid_matches_one_program_a_row_block_and_passes_the_orac
         for v in (ref.v, poisoned):
             _, one = _run(ref.q, ref.k, v, problem, variant, False)
             config, (o, lse) = _run(ref.q, ref.k, v, problem, variant, True)
+            assert persistent_programs(config, variant, problem.batch * problem.heads_q,
+                                       problem.seqlen_q, problem.seqlen_k, problem.causal,
+                                       ref.q.device) > 0, "the grid is not persistent here"
             assert torch.equal(_bits(o), _bits(one[0])), (
                 f"{variant}: {int((_bits(o) != _bits(one[0])).sum())} elements of o differ")
             assert torch.equal(_bits(lse), _bits(one[1])), f"{variant}: lse differs"
