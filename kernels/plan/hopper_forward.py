@@ -1,7 +1,8 @@
 """The Hopper chassis forward's host planning (kernels/hopper_forward.py runs it): the shared
 memory of its buffers against sm_90's limit, the K/V ring's stages, the K/V tile widths, the Q
-and partial-state buffers of FA1's schedule, the consumer's registers, and FA1's num_splits
-grid on the chassis. Plain Python: the tile choice (kernels/plan/config.py) reads it without
+and partial-state buffers of FA1's schedule, the consumer's registers, FA1's num_splits
+grid on the chassis, and the persistent grid's programs and whether its static order balances
+(D98). Plain Python: the tile choice (kernels/plan/config.py) reads it without
 compiling anything."""
 import dataclasses
 import functools
