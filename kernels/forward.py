@@ -393,11 +393,12 @@ def _store_row_block(O, O_RES, LSE, M, L, FLAGS, acc, acc1, m_i, l_i, block_inde
     flag; O's rounding residual. O has V's head dimension, its columns from BLOCK_DV on in acc1
     where BLOCK_DV1 > 0."""
     sees_a_key = l_i > 0.0
-    acc = acc / tl.where(sees_a_key, l_i, 1.0)[:, None]
+    l_safe = tl.where(sees_a_key, l_i, 1.0)  # a row that sees no key: acc is 0
+    acc = acc / l_safe[:, None]
     if BLOCK_DV1 > 0:
-        acc1 = acc1 / tl.where(sees_a_key, l_i, 1.0)[:, None]
+        acc1 = acc1 / l_safe[:, None]
     if DEFER_NORM:
-        log2_l = tl.math.log2(tl.where(sees_a_key, l_i, 1.0))
+        log2_l = tl.math.log2(l_safe)
         lse = tl.where(sees_a_key, (m_i * qk_scale + log2_l) * 0.6931471805599453,  # ln 2
                        float("-inf"))
         tl.store(LSE + off_b * stride_lb + off_h * stride_lh + offs_m, lse, mask=row_ok)

@@ -980,10 +980,6 @@ def _consumer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
     V_PARTS: gl.constexpr = v_smem.type.shape[0] // STAGES
     o_layout: gl.constexpr = mma_layout(COLS)
     row_layout: gl.constexpr = gl.SliceLayout(1, mma_layout(KEYS))
-    off_b, off_h, off_hkv = _heads(gl.program_id(1), heads_q, group_size)
-    m_0 = gl.full([BM], float("-inf"), gl.float32, row_layout)
-    l_0 = gl.zeros([BM], gl.float32, row_layout)
-    acc_0 = gl.zeros([BM, COLS], gl.float32, o_layout)
 
     if SEQ_PARALLEL:  # FA2: a row block's state in registers for every K/V tile
         if PERSISTENT:  # the program's row blocks one after another, as the producer loads them
@@ -1014,6 +1010,10 @@ def _consumer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
                 STORE_O_RES, PERSISTENT)
     else:  # FA1: K/V tiles outer, row blocks inner, each row block's state through HBM
         bh = gl.program_id(1)
+        off_b, off_h, off_hkv = _heads(bh, heads_q, group_size)
+        m_0 = gl.full([BM], float("-inf"), gl.float32, row_layout)
+        l_0 = gl.zeros([BM], gl.float32, row_layout)
+        acc_0 = gl.zeros([BM, COLS], gl.float32, o_layout)
         row_blocks = gl.cdiv(seqlen_q, ROWS)
         r, splits, last = _fa1_split(row_blocks, causal)
         Q_SLOTS: gl.constexpr = q_smem.type.shape[0] // Q_BOXES

@@ -57,8 +57,8 @@ def heuristic_config(head_dim: int, on_gpu: bool, variant=None, dtype=None,
             head_dim, n, stages, split_q, seq_parallel, causal=causal is not False)
             <= SHARED_LIMIT), 64)
         # the backward fields are the Triton backward's for this variant (its gradients where
-        # kernels.hopper_backward does not take the call)
-        # seq_parallel: a persistent grid (D98)
+        # kernels.hopper_backward does not take the call); seq_parallel runs a persistent grid
+        # (D98)
         return replace(heuristic_config(head_dim, on_gpu, variant, dtype), block_m=64,
                        block_n=block_n, num_warps=4, num_stages=stages, tma=False,
                        persistent=seq_parallel)
