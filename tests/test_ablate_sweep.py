@@ -168,10 +168,11 @@ def test_sharded_run_keeps_every_cell_in_grid_order(tmp_path, device, monkeypatc
 def test_a_slow_call_is_timed_in_three_calls_not_eight(call_ms, slow):
     """timing.cuda_samples with a fake clock: a call of at least rep/2 ms is timed by bench
     itself (1 untimed + SLOW_SAMPLES timed calls, its first timed sample kept), a faster one
-    by do_bench; the plan charges each what it costs. With is_slow always False the slow
-    cases fail (do_bench is called); with the first sample dropped, the sample count fails."""
+    by the host-ahead bench; the plan charges each what it costs. With is_slow always False the
+    slow cases fail (the fast bench is called); with the first sample dropped, the sample count
+    fails."""
     from fa2check.ablate import plan
-    from fa2check.ablate.timing import SLOW_SAMPLES, cuda_samples
+    from fa2check.ablate.timing import SLOW_SAMPLES, Timing, cuda_samples
 
     calls, benched = [], []
 
@@ -182,16 +183,41 @@ def test_a_slow_call_is_timed_in_three_calls_not_eight(call_ms, slow):
         f()
         return call_ms
 
-    def do_bench(f, warmup, rep, return_mode):
+    def fast_bench(f, warmup, rep):
         benched.append((warmup, rep))
-        return [call_ms] * 3
+        return Timing([call_ms] * 3, [50.0] * 3)
 
-    samples = cuda_samples(fn, 5.0, 20.0, timed_call, do_bench)
+    timing = cuda_samples(fn, 5.0, 20.0, timed_call, fast_bench)
     if slow:
-        assert not benched and samples == [call_ms] * SLOW_SAMPLES
+        assert not benched and timing.samples == [call_ms] * SLOW_SAMPLES
         assert len(calls) == 1 + SLOW_SAMPLES
         assert plan.measurement_s(call_ms, 5.0, 20.0) == pytest.approx(
             (len(calls) * call_ms + plan.OVERHEAD_MS) / 1e3)
     else:
-        assert benched == [(5.0, 20.0)] and samples == [call_ms] * 3
+        assert benched == [(5.0, 20.0)] and timing.samples == [call_ms] * 3
         assert plan.measurement_s(call_ms, 5.0, 20.0) > (5.0 + 20.0) / 1e3
+
+
+@pytest.mark.gpu
+def test_the_host_ahead_bench_times_the_gpu_not_the_host():
+    """A call that spends 2 ms on the host before a short kernel: triton's do_bench times the
+    host's 2 ms (the GPU waits for the launch), host_ahead_bench only the kernel, because the
+    GPU sleeps while the host enqueues it (D99). Without its sleep the second assertion fails."""
+    import statistics
+    import time
+
+    from triton.testing import do_bench
+
+    from fa2check.ablate.timing import host_ahead_bench
+
+    x = torch.zeros(1 << 20, device="cuda")
+
+    def slow_host_call():
+        time.sleep(0.002)
+        x.add_(1)
+
+    plain = statistics.median(do_bench(slow_host_call, warmup=5, rep=20, return_mode="all"))
+    ahead = host_ahead_bench(slow_host_call, 5.0, 20.0)
+    assert plain > 1.5
+    assert statistics.median(ahead.samples) < 0.5 and ahead.host_bound == 0
+    assert min(ahead.host_us) > 2000

@@ -3,7 +3,8 @@
 A/B timing of kernel versions: the forward (or, with --mode fwd+bwd, forward and backward) of
 several copies of the kernels/ package, timed interleaved on the same cells with the same tile
 config (the launcher's default for the GPU, or the fields given after a colon on top of it),
-with do_bench at the benchmark's settings (--warmup-ms 5, --rep-ms 20).
+with the benchmark's timer (do_bench's calls with the host kept ahead of the GPU, D99) at its
+settings (--warmup-ms 5, --rep-ms 20).
 
     python3 ablations/probes/compare_kernels.py DIR[:FIELD=VALUE,...] [DIR ...] [--json PATH]
 
@@ -106,7 +107,7 @@ def main():
     parser.add_argument("--commit", help="git commit to record: the device's copy of the tree "
                                          "may carry a stale .git (as fa2check.ablate --commit)")
     args = parser.parse_args()
-    from triton.testing import do_bench
+    from fa2check.ablate.timing import host_ahead_bench
 
     if args.rounds < 1:
         parser.error(f"--rounds must be at least 1, got {args.rounds}")
@@ -139,8 +140,8 @@ def main():
         for r in range(args.rounds):  # interleaved, each version first in turn
             for name in rotated(list(versions), r):
                 attend = versions[name]
-                samples[name] += do_bench(lambda: call(attend), warmup=args.warmup_ms,
-                                          rep=args.rep_ms, return_mode="all")
+                samples[name] += host_ahead_bench(lambda: call(attend), args.warmup_ms,
+                                                  args.rep_ms).samples
         for name in versions:
             s = summary(samples[name])
             rows.append(dict(version=name, seqlen=seqlen, head_dim=d, causal=causal, **s,

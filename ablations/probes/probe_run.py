@@ -21,7 +21,7 @@ def provenance(commit=None) -> dict:
 
 def time_ms(fn) -> float:
     """Median milliseconds of fn (do_bench, L2 flushed before each call)."""
-    return summary(bench(fn, device="cuda", warmup_ms=WARMUP_MS, rep_ms=REP_MS))["median"]
+    return summary(bench(fn, device="cuda", warmup_ms=WARMUP_MS, rep_ms=REP_MS).samples)["median"]
 
 
 def matmul_tflops() -> float:

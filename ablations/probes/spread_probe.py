@@ -10,6 +10,7 @@ At 512 the chassis forward's do_bench samples spread over 1.5x inside one call o
   summed; the flush and the sleep left out) and the gap from its first kernel's start to its
   last kernel's end;
 - back_to_back: CUDA events around each call with no flush between calls;
+- host_ahead: fa2check.ablate's timer (D99), do_bench's calls with a sleep before each flush;
 and the host time of each call in the slept loop (perf_counter around the call).
 
     python3 ablations/probes/spread_probe.py SEQLEN,D,causal|full,IMPL[:field=value,...] ...
@@ -34,9 +35,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from launch_cost_probe import make_case  # noqa: E402
 from fa2check.core.environment import describe_environment  # noqa: E402
 from fa2check.core.sdpa_backends import forced  # noqa: E402
+from fa2check.ablate.timing import host_ahead_bench  # noqa: E402
 
 SLEEP_CYCLES = 2_000_000  # about 1 ms at the H100's and H200's clocks: far above any host time
-NOT_THE_CALL = ("fill", "memset", "sleep", "zero")  # the flush's and the sleep's kernels
+NOT_THE_CALL = ("fill", "memset", "spin", "zero")  # the flush's and the sleep's kernels
 
 
 def flush_buffer():
@@ -119,10 +121,11 @@ def main():
             slept, host = event_loop(call, args.calls, flush=True, sleep=True)
             back_to_back, _ = event_loop(call, args.calls, flush=False, sleep=False)
             busy, span, names = kernel_times(call, args.calls)
+            ahead = host_ahead_bench(call, 5.0, 20.0)
         row = dict(case=spec, mode=args.mode, kernels=names,
                    samples=dict(bench=bench, slept=[t * 1e3 for t in slept], kernel_sum=busy,
                                 kernel_span=span, back_to_back=[t * 1e3 for t in back_to_back],
-                                host=host))
+                                host=host, host_ahead=[t * 1e3 for t in ahead.samples]))
         row["stats"] = {k: stats(v) for k, v in row["samples"].items()}
         rows.append(row)
         print(spec, args.mode, "kernels:", "; ".join(names), flush=True)

@@ -6,9 +6,10 @@ The model is deliberately simple and is written down so that a run can be compar
   split-K forwards, whose default tiles spill), spread over the worker processes, plus
   WORKER_START_S for each of the two precompile phases;
 - one timed measurement (fa2check.ablate.timing.bench): two calls that decide whether the call
-  is slow, then do_bench's first call and 5-call estimate, its warm-up and its repeat time:
-  warmup_ms + rep_ms + 9 * t, where t is the call's predicted time; a slow call (t >= rep_ms / 2)
-  is timed by `bench` itself in 1 + SLOW_SAMPLES calls;
+  is slow, then host_ahead_bench's first call and 5-call estimate, its warm-up and its repeat
+  time: warmup_ms + rep_ms + 9 * t, where t is the call's predicted time, and its sleeps: n
+  timed calls (rep_ms / t, at most MAX_SAMPLES) each after HOST_AHEAD times HOST_MS[mode]; a
+  slow call (t >= rep_ms / 2) is timed by `bench` itself in 1 + SLOW_SAMPLES calls;
 - t from the paper's FLOP count over a predicted rate: SDPA's backends at the rates measured on
   this H200 (shared/anchors: bf16 medians over the paper grid); our FA2 at about sdpa-flash's
   rate; seq_parallel off: FA1's launcher (D90) fills the GPU, its forward's schedule at
@@ -20,7 +21,7 @@ physical predictions that the measurements are compared with are in docs/decisio
 """
 from __future__ import annotations
 
-from .timing import SLOW_SAMPLES, is_slow
+from .timing import HOST_AHEAD, MAX_SAMPLES, SLOW_SAMPLES, is_slow
 from .tuning import FINAL_ROUNDS, FINALISTS
 
 SMS = 132
@@ -44,6 +45,9 @@ WORKER_START_S = 15.0
 # prediction (D63), not yet timed on the GPU; its rate is taken as ours (RATES)
 FLEX_COMPILE_S = 20.0
 OVERHEAD_MS = 3.0  # host work around each measurement
+# host ms a call, the slower of ours and SDPA's: ours at 512 on the H100's host, 0.11 forward and
+# 0.52 forward and backward (D99); the backward alone as the forward and backward
+HOST_MS = {"fwd": 0.15, "bwd": 0.6, "fwd+bwd": 0.6}
 SPLIT_K_COST = 15.0
 # the Hopper chassis (README, 2026-12-02): split-K took 1.48-1.65x FA2's time; FA2 itself ran
 # 324-546 TFLOP/s forward (bf16, 1k-8k), about "ours" below
@@ -95,10 +99,11 @@ def predicted_ms(cell, mode: str, name: str, variant=None, fa1_grid: str = "fa1"
     return total
 
 
-def measurement_s(ms: float, warmup_ms: float, rep_ms: float) -> float:
+def measurement_s(ms: float, warmup_ms: float, rep_ms: float, mode: str = "fwd") -> float:
     if is_slow(ms, rep_ms):
         return ((1 + SLOW_SAMPLES) * ms + OVERHEAD_MS) / 1e3
-    return (warmup_ms + rep_ms + 9 * ms + OVERHEAD_MS) / 1e3
+    sleeps = min(MAX_SAMPLES, max(1, int(rep_ms / ms))) * HOST_AHEAD * HOST_MS[mode]
+    return (warmup_ms + rep_ms + 9 * ms + sleeps + OVERHEAD_MS) / 1e3
 
 
 def cell_cost_s(cell, modes, contenders_for, settings) -> tuple[float, float]:
@@ -107,7 +112,7 @@ def cell_cost_s(cell, modes, contenders_for, settings) -> tuple[float, float]:
     for mode in modes:
         for name, variant in contenders_for(cell, mode):
             ms = predicted_ms(cell, mode, name, variant, settings.fa1_grid)
-            sweep += measurement_s(ms, settings.warmup_ms, settings.rep_ms)
+            sweep += measurement_s(ms, settings.warmup_ms, settings.rep_ms, mode)
             slowest[name] = max(slowest.get(name, 0.0), predicted_ms(cell, "fwd+bwd", name,
                                                                      variant, settings.fa1_grid))
     gate = sum(2 * ms for ms in slowest.values()) / 1e3 + 0.5  # first call, check, oracle
@@ -152,7 +157,7 @@ def estimate(cells, modes, contenders_for, settings, phase1: list, phase2: list,
     for part, variant, cell in tuning:
         per_key.setdefault((part, str(variant), cell), []).append(measurement_s(
             predicted_ms(cell, part, "ours", variant, settings.fa1_grid), settings.tune_warmup_ms,
-            settings.tune_rep_ms))
+            settings.tune_rep_ms, part))
     # then the FINALISTS of each key again, in FINAL_ROUNDS rounds (sweep.tune)
     tune = sum(sum(t) * (1 + min(FINALISTS, len(t)) * FINAL_ROUNDS / len(t))
                for t in per_key.values())

@@ -295,8 +295,8 @@ def tune(key, cell, candidates, device, settings, precompiled) -> dict:
                                settings.fa1_grid)
         with timed_call(ours(variant, config, kernel_backend), key.part, inputs,
                         cell.causal) as fn:
-            return list(bench(fn, device=device, warmup_ms=settings.tune_warmup_ms,
-                              rep_ms=settings.tune_rep_ms))
+            return bench(fn, device=device, warmup_ms=settings.tune_warmup_ms,
+                         rep_ms=settings.tune_rep_ms).samples
 
     tried = []
     for fields, job in candidates:
@@ -698,11 +698,14 @@ def sweep(r, cells, entries, modes, configs, settings, device, results, progress
                 try:
                     with timed_call(contender, mode, inputs, cell.causal) as fn:
                         start = time.time()  # wall clock, as nvidia-smi's timestamps
-                        samples = bench(fn, device=device, warmup_ms=settings.warmup_ms,
-                                        rep_ms=settings.rep_ms)
+                        timing = bench(fn, device=device, warmup_ms=settings.warmup_ms,
+                                       rep_ms=settings.rep_ms)
                         info.setdefault("windows", {}).setdefault(name, []).append(
                             [start, time.time()])
-                    info["samples"][name].append([round(s, 6) for s in samples])
+                    info["samples"][name].append([round(s, 6) for s in timing.samples])
+                    if timing.host_us:  # median host us a call, timed calls outlasting the sleep
+                        info.setdefault("host", {}).setdefault(name, []).append(
+                            [round(float(np.median(timing.host_us)), 1), timing.host_bound])
                 except Exception as e:  # noqa: BLE001 - recorded; the contender is dropped
                     info["errors"][name] = f"sweep {r}: {type(e).__name__}: {e}"[:500]
                 if progress:
