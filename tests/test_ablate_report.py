@@ -315,3 +315,17 @@ def test_the_fwdbwd_by_seqlen_table_shows_both_ends_percent_of_matmul_and_the_a1
     assert all(cell.endswith("%") for cell in row_1k[-3:-1])
     fwd = text[text.index("**fwd hopper: contributions by seqlen"):]
     assert "A100" not in fwd.split("\n\n")[1]  # the figure is forward + backward only
+
+
+def test_the_timer_is_named_from_what_the_run_recorded_and_host_bound_calls_are_counted():
+    from fa2check.ablate.report import provenance_lines
+
+    results = synthetic_results(modes=("fwd",), n_cells=2)
+    before = "\n".join(provenance_lines(results))
+    assert "before D99" in before and "outlasted" not in before
+    info = results["cells"][0]["modes"]["fwd"]
+    name = next(iter(info["samples"]))
+    info["host"] = {name: [[120.0, 2], [80.5, 0], [300.0, 5]]}  # one record per sweep's call
+    after = "\n".join(provenance_lines(results))
+    assert "host kept ahead of the GPU (D99)" in after
+    assert "80-300 us" in after and "7 of 90" in after  # 3 calls of 30 timed calls each

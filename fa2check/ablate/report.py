@@ -117,6 +117,35 @@ def names(view: str, players=None) -> tuple[str, str]:
             prefix + str(variant_for(frozenset(), players)))
 
 
+def host_records(results: dict) -> list:
+    """[median host us a call, host-bound timed calls] of every bench call that recorded them,
+    with its number of timed calls."""
+    return [(host, bound, len(samples))
+            for entry in results["cells"] for info in entry["modes"].values()
+            for name, records in (info.get("host") or {}).items()
+            for (host, bound), samples in zip(records, info["samples"][name])]
+
+
+def timer_name(results: dict) -> str:
+    if results["provenance"].get("device") != "cuda":
+        return "host clock"
+    if host_records(results):
+        return "do_bench's calls with the host kept ahead of the GPU (D99), L2 flushed"
+    return "triton do_bench, L2 flushed (before D99: short calls' samples may hold host time)"
+
+
+def host_line(results: dict) -> str | None:
+    """How many timed calls' host time outlasted the GPU's sleep before them (D99)."""
+    records = host_records(results)
+    if not records:
+        return None
+    bound = sum(b for _, b, _ in records)
+    calls = sum(n for *_, n in records)
+    hosts = [h for h, *_ in records]
+    return (f"Host time a call (medians of the timing calls): {min(hosts):.0f}-{max(hosts):.0f} us; "
+            f"timed calls whose host time outlasted the GPU's sleep before them: {bound} of {calls}.")
+
+
 def provenance_lines(results: dict, source: str | None = None) -> list[str]:
     p = results["provenance"]
     settings = results["settings"]
@@ -131,9 +160,11 @@ def provenance_lines(results: dict, source: str | None = None) -> list[str]:
     lines.append(f"Code: git {p.get('git_commit')}, kernels sha256 {str(p.get('kernels_sha256'))[:12]}.")
     lines.append(f"Command: {p.get('command')}")
     stopped = " (stopped early by --budget-s)" if results.get("stopped_by_budget") else ""
-    timer = ("triton do_bench, L2 flushed" if p.get("device") == "cuda" else "host clock")
-    lines.append(f"Sweeps: {results.get('repeats_done')} of {settings['repeats']}{stopped}; {timer}, "
-                 f"warm-up {settings['warmup_ms']} ms, repeat {settings['rep_ms']} ms.")
+    lines.append(f"Sweeps: {results.get('repeats_done')} of {settings['repeats']}{stopped}; "
+                 f"{timer_name(results)}, warm-up {settings['warmup_ms']} ms, repeat "
+                 f"{settings['rep_ms']} ms.")
+    if line := host_line(results):
+        lines.append(line)
     lines.append(fa1_grid_line(settings))
     if line := tiles_line(results):
         lines.append(line)
