@@ -497,14 +497,16 @@ def _running_scale(acc, l_i, alpha, orow_layout: gl.constexpr, DEFER_NORM: gl.co
 @gluon.jit
 def _fold_tile(m_i, l_i, acc, q, k_smem, v_smem, slot, j, t, row0, seqlen_q, seqlen_k,
                causal: gl.constexpr, qk_scale, q_empty, x_max, x_sum, x_out, bar_max, bar_out,
-               x_bad, sanitised, n_sanitised,
+               x_bad, bar_v, sanitised, n_sanitised,
                DEFER_NORM: gl.constexpr, SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr,
                CONSUMER: gl.constexpr):
     """Fold K/V tile j (ring slot `slot`) into my rows' (m_i, l_i, acc); t counts this
     consumer's tiles so far (the rendezvous' phase and, in FA1's schedule, the Q ring's).
     Causal: `sanitised` says whether _sanitise_values cleaned this tile's V, the
-    n_sanitised-th so cleaned (x_bad's buffer). FA1's schedule: acc is my state ring buffer,
-    read where it is used (`_running_output`)."""
+    n_sanitised-th so cleaned (x_bad's buffer). seq_parallel: the pass runs here, under
+    S = Q K^T (D100): `sanitised` is unused and n_sanitised counts the tiles sanitised before
+    this row block's. FA1's schedule: the pass ran once a K/V tile, before its row blocks; acc
+    is my state ring buffer, read where it is used (`_running_output`)."""
     BM: gl.constexpr = ROWS_PER_WARPGROUP
     STAGES: gl.constexpr = k_smem.type.shape[0]
     V_PARTS: gl.constexpr = v_smem.type.shape[0] // STAGES
@@ -523,7 +525,13 @@ def _fold_tile(m_i, l_i, acc, q, k_smem, v_smem, slot, j, t, row0, seqlen_q, seq
 
     k_tile = k_smem.index(slot).reshape([BLOCK_N, HEAD_DIM]).slice(KEY0, KEYS, 0)
     s = warpgroup_mma(q, k_tile.permute((1, 0)), gl.zeros([BM, KEYS], gl.float32, s_layout),
-                      use_acc=False)  # raw scores
+                      use_acc=False, is_async=SEQ_PARALLEL and causal)  # raw scores
+    if SEQ_PARALLEL and causal:  # V's sanitising pass reads and writes V only, under Q K^T
+        start_m = row0 - CONSUMER * BM if SPLIT_Q else row0
+        sanitised, n_sanitised = _sanitise_if_masked(
+            v_smem, slot, j, start_m, seqlen_q, seqlen_k, x_bad, bar_v, n_sanitised, causal,
+            V_PARTS, CONSUMER)
+        s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
     if not SEQ_PARALLEL:
         mbarrier.arrive(q_empty.index(t % 2), count=1)  # Q_i is read again next K/V tile
     s = _masked_scores(s, j, row0, seqlen_q, seqlen_k, causal, BLOCK_N, KEY0)
@@ -937,13 +945,10 @@ def _fa2_row_block(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_em
             g = g0 + j  # the ring's position (and split-K's rendezvous')
             slot = g % STAGES
             mbarrier.wait(kv_ready.index(slot), (g // STAGES) & 1)
-            sanitised, n_sanitised = _sanitise_if_masked(
-                v_smem, slot, j, start_m, seqlen_q, seqlen_k, x_bad, bar_v, n_before, causal,
-                V_PARTS, CONSUMER)
             m_i, l_i, acc = _fold_tile(m_i, l_i, acc, q, k_smem, v_smem, slot, j, g, row0,
                                        seqlen_q, seqlen_k, causal, qk_scale, q_empty, x_max,
-                                       x_sum, x_out, bar_max, bar_out, x_bad, sanitised,
-                                       n_sanitised, DEFER_NORM, SPLIT_Q, True, CONSUMER)
+                                       x_sum, x_out, bar_max, bar_out, x_bad, bar_v, False,
+                                       n_before, DEFER_NORM, SPLIT_Q, True, CONSUMER)
             mbarrier.arrive(kv_empty.index(slot), count=1)
             _refill(loads, k_smem, v_smem, kv_ready, kv_empty, j + STAGES, LOADS)
     if PERSISTENT:  # my products are done with Q: the producer may load a later row block's
@@ -1058,8 +1063,8 @@ def _consumer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
                 m_i, l_i, acc = _fold_tile(m_i, l_i, acc, q, k_smem, v_smem, kv_slot, j, t, row0,
                                            seqlen_q, seqlen_k, causal, qk_scale, q_empty,
                                            x_max, x_sum, x_out, bar_max, bar_out, x_bad,
-                                           sanitised, n_sanitised, DEFER_NORM, SPLIT_Q,
-                                           SEQ_PARALLEL, CONSUMER)
+                                           bar_v, sanitised, n_sanitised, DEFER_NORM,
+                                           SPLIT_Q, SEQ_PARALLEL, CONSUMER)
                 if j == _tiles_seen(i * ROWS, seqlen_q, seqlen_k, causal, ROWS, BLOCK_N) - 1:
                     _store_outputs_tma(m_i, l_i, acc, o_desc, o_res_desc,
                                        st_acc.index(2 * b + CONSUMER), LSE, M, L, off_b, off_h,
