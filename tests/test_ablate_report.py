@@ -327,5 +327,5 @@ def test_the_timer_is_named_from_what_the_run_recorded_and_host_bound_calls_are_
     name = next(iter(info["samples"]))
     info["host"] = {name: [[120.0, 2], [80.5, 0], [300.0, 5]]}  # one record per sweep's call
     after = "\n".join(provenance_lines(results))
-    assert "host kept ahead of the GPU (D99)" in after
+    assert "host-ahead timer (D99)" in after
     assert "80-300 us" in after and "7 of 90" in after  # 3 calls of 30 timed calls each

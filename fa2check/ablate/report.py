@@ -130,7 +130,7 @@ def timer_name(results: dict) -> str:
     if results["provenance"].get("device") != "cuda":
         return "host clock"
     if host_records(results):
-        return "do_bench's calls with the host kept ahead of the GPU (D99), L2 flushed"
+        return "host-ahead timer (D99), L2 flushed"
     return "triton do_bench, L2 flushed (before D99: short calls' samples may hold host time)"
 
 
@@ -142,8 +142,8 @@ def host_line(results: dict) -> str | None:
     bound = sum(b for _, b, _ in records)
     calls = sum(n for *_, n in records)
     hosts = [h for h, *_ in records]
-    return (f"Host time a call (medians of the timing calls): {min(hosts):.0f}-{max(hosts):.0f} us; "
-            f"timed calls whose host time outlasted the GPU's sleep before them: {bound} of {calls}.")
+    return (f"Host time a call: {min(hosts):.0f}-{max(hosts):.0f} us; timed calls that outlasted "
+            f"their sleep on the host: {bound} of {calls}.")
 
 
 def provenance_lines(results: dict, source: str | None = None) -> list[str]:
