@@ -20,7 +20,7 @@ def provenance(commit=None) -> dict:
 
 
 def time_ms(fn) -> float:
-    """Median milliseconds of fn (do_bench, L2 flushed before each call)."""
+    """Median milliseconds of fn (the benchmark's timer: L2 flushed, the host ahead, D99)."""
     return summary(bench(fn, device="cuda", warmup_ms=WARMUP_MS, rep_ms=REP_MS).samples)["median"]
 
 
