@@ -111,6 +111,7 @@ def test_tuning_keeps_the_finalist_fastest_in_interleaved_rounds(monkeypatch):
     import contextlib
 
     from fa2check.ablate import sweep, tuning
+    from fa2check.ablate.timing import Timing
 
     first = {16: 1.00, 32: 1.01, 48: 1.02, 64: 2.0}  # block_m -> first-pass ms
     final = {16: 1.10, 32: 1.00, 48: 1.05}  # ... and in the final rounds
@@ -119,7 +120,7 @@ def test_tuning_keeps_the_finalist_fastest_in_interleaved_rounds(monkeypatch):
     def bench(config, **_):
         timed.append(config.block_m)
         seen = timed.count(config.block_m)
-        return [first[config.block_m] if seen == 1 else final[config.block_m]] * 5
+        return Timing([first[config.block_m] if seen == 1 else final[config.block_m]] * 5)
 
     monkeypatch.setattr(sweep, "bench", bench)
     monkeypatch.setattr(sweep, "ours", lambda variant, config, backend: config)
