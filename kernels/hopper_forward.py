@@ -65,7 +65,8 @@ are read through 4-D descriptors over (B, H, S, D), so rows past a head's end ar
 
 Non-finite V at hidden keys (causal): a hidden key's P is 0, but 0 * NaN and 0 * inf are NaN
 inside the P V wgmma, which reads V from shared memory. A causal tile that hides a key from
-the program's first row is sanitised in place before either consumer's P V reads it: consumer
+the program's first row is sanitised in place before either consumer's P V reads it (in FA2's
+loop while the tile's S = Q K^T runs, D100; in FA1's schedule once a tile): consumer
 c takes half of the tile's keys (split-Q: both read every key; split-K: its own), zeroes their
 non-finite V in shared memory, puts each column's first non-finite key of its half into
 x_bad, and the consumers meet once (an mbarrier each). After the fold, NaN goes back into the
@@ -912,7 +913,6 @@ def _fa2_row_block(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_em
     MY_BOX: gl.constexpr = CONSUMER if SPLIT_Q else 0
     Q_BUFS: gl.constexpr = q_smem.type.shape[0] // Q_BOXES
     STAGES: gl.constexpr = k_smem.type.shape[0]
-    V_PARTS: gl.constexpr = v_smem.type.shape[0] // STAGES
     BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
     HEAD_DIM: gl.constexpr = k_desc.block_type.shape[3]
     KEYS: gl.constexpr = BLOCK_N if SPLIT_Q else BLOCK_N // 2
