@@ -329,3 +329,5 @@ def test_the_timer_is_named_from_what_the_run_recorded_and_host_bound_calls_are_
     after = "\n".join(provenance_lines(results))
     assert "host-ahead timer (D99)" in after
     assert "80-300 us" in after and "7 of 90" in after  # 3 calls of 30 timed calls each
+    info["host"] = {name: [[120.0, 2, 40], [80.5, 0, 12]]}  # since: each call's own count
+    assert "2 of 52" in "\n".join(provenance_lines(results))

@@ -118,12 +118,14 @@ def names(view: str, players=None) -> tuple[str, str]:
 
 
 def host_records(results: dict) -> list:
-    """[median host us a call, host-bound timed calls] of every bench call that recorded them,
-    with its number of timed calls."""
-    return [(host, bound, len(samples))
+    """(median host us a call, host-bound timed calls, timed calls) of every bench call that
+    recorded them. Runs at 732d209 recorded no count; in them a record is matched with its
+    sweep's samples, which holds while no contender changes between a slow call (no record)
+    and a fast one from sweep to sweep (their README run had one sweep)."""
+    return [(record[0], record[1], record[2] if len(record) > 2 else len(samples))
             for entry in results["cells"] for info in entry["modes"].values()
             for name, records in (info.get("host") or {}).items()
-            for (host, bound), samples in zip(records, info["samples"][name])]
+            for record, samples in zip(records, info["samples"][name])]
 
 
 def timer_name(results: dict) -> str:

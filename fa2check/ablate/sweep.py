@@ -703,9 +703,11 @@ def sweep(r, cells, entries, modes, configs, settings, device, results, progress
                         info.setdefault("windows", {}).setdefault(name, []).append(
                             [start, time.time()])
                     info["samples"][name].append([round(s, 6) for s in timing.samples])
-                    if timing.host_us:  # median host us a call, timed calls outlasting the sleep
+                    if timing.host_us:  # median host us a call, timed calls outlasting the
+                        # sleep, timed calls (a slow call records none: report.host_records)
                         info.setdefault("host", {}).setdefault(name, []).append(
-                            [round(float(np.median(timing.host_us)), 1), timing.host_bound])
+                            [round(float(np.median(timing.host_us)), 1), timing.host_bound,
+                             len(timing.host_us)])
                 except Exception as e:  # noqa: BLE001 - recorded; the contender is dropped
                     info["errors"][name] = f"sweep {r}: {type(e).__name__}: {e}"[:500]
                 if progress:
