@@ -202,12 +202,15 @@ def _full_tiles(start_m, diag, seqlen_k, BLOCK_N: gl.constexpr):
 
 @gluon.jit
 def _sanitise_values(v_smem, slot, j, seqlen_k, x_bad, bar_v, n, V_PARTS: gl.constexpr,
-                     CONSUMER: gl.constexpr):
+                     CONSUMER: gl.constexpr, TEST_FIRST: gl.constexpr):
     """K/V tile j (ring slot `slot`) hides a key from the program's first row: zero the
     non-finite V of my half of its keys in shared memory, in place, and store each column's
     first non-finite key of that half (seqlen_k if none) in x_bad[n % 2, CONSUMER]; then meet
     the other consumer (`n`: how many tiles were sanitised before), so that neither's P V
-    reads V before both halves are clean."""
+    reads V before both halves are clean. TEST_FIRST (FA2's loop, D102): my half is first
+    tested as a whole (packed multiplies by 0 and one sum: NaN iff a value is inf or NaN), and
+    zeroed and searched only where the test finds one; elsewhere (FA1's schedule, FA3's
+    pipelined loop) the extra registers spilled at head_dim 128."""
     BLOCK_N: gl.constexpr = v_smem.type.shape[3]  # slots of (1, 1, BLOCK_N, V_COLS)
     V_COLS: gl.constexpr = v_smem.type.shape[4]
     HALF: gl.constexpr = BLOCK_N // 2
@@ -216,16 +219,24 @@ def _sanitise_values(v_smem, slot, j, seqlen_k, x_bad, bar_v, n, V_PARTS: gl.con
     layout: gl.constexpr = gl.BlockedLayout([2, 8], [8, 4], [1, 4], [1, 0])
     for part in gl.static_range(V_PARTS):
         v_part = v_smem.index(slot * V_PARTS + part).reshape([BLOCK_N, V_COLS])
+        total = float("nan")
+        if TEST_FIRST:  # v * 0 is NaN where v is inf or NaN, else 0, and the sum keeps NaN
+            probe = gl.zeros([SANITISE_KEYS, V_COLS], v_smem.dtype, layout)
+            for key0 in gl.static_range(CONSUMER * HALF, CONSUMER * HALF + HALF, SANITISE_KEYS):
+                probe = probe + v_part.slice(key0, SANITISE_KEYS).load(layout) * 0.0
+            total = gl.sum(probe.to(gl.float32))
         first_bad = gl.full([V_COLS], seqlen_k, gl.int32, gl.SliceLayout(0, layout))
-        for key0 in gl.static_range(CONSUMER * HALF, CONSUMER * HALF + HALF, SANITISE_KEYS):
-            rows = v_part.slice(key0, SANITISE_KEYS)
-            v = rows.load(layout)
-            finite = gl.abs(v.to(gl.float32)) < float("inf")  # False for NaN too
-            keys = j * BLOCK_N + key0 + gl.arange(0, SANITISE_KEYS,
-                                                  layout=gl.SliceLayout(1, layout))
-            first_bad = gl.minimum(first_bad,
-                                   gl.min(gl.where(finite, seqlen_k, keys[:, None]), 0))
-            rows.store(gl.where(finite, v, gl.zeros_like(v)))
+        if total != total:  # a non-finite value in my half: zero it, find each column's first
+            for key0 in gl.static_range(CONSUMER * HALF, CONSUMER * HALF + HALF,
+                                        SANITISE_KEYS):
+                rows = v_part.slice(key0, SANITISE_KEYS)
+                v = rows.load(layout)
+                finite = gl.abs(v.to(gl.float32)) < float("inf")  # False for NaN too
+                keys = j * BLOCK_N + key0 + gl.arange(0, SANITISE_KEYS,
+                                                      layout=gl.SliceLayout(1, layout))
+                first_bad = gl.minimum(first_bad,
+                                       gl.min(gl.where(finite, seqlen_k, keys[:, None]), 0))
+                rows.store(gl.where(finite, v, gl.zeros_like(v)))
         x_bad.index((n % 2) * 2 + CONSUMER).slice(part * V_COLS, V_COLS).store(first_bad)
     fence_async_shared()  # my stores before the wgmmas' (async proxy) reads
     _rendezvous(bar_v, n, CONSUMER)
@@ -233,7 +244,8 @@ def _sanitise_values(v_smem, slot, j, seqlen_k, x_bad, bar_v, n, V_PARTS: gl.con
 
 @gluon.jit
 def _sanitise_if_masked(v_smem, slot, j, start_m, seqlen_q, seqlen_k, x_bad, bar_v, n_before,
-                        causal: gl.constexpr, V_PARTS: gl.constexpr, CONSUMER: gl.constexpr):
+                        causal: gl.constexpr, V_PARTS: gl.constexpr, CONSUMER: gl.constexpr,
+                        TEST_FIRST: gl.constexpr = False):
     """Causal: whether K/V tile j hides a key from row start_m and has therefore been
     sanitised, and how many tiles were sanitised before it (n_before, those of a persistent
     program's earlier row blocks, and those from the first that hides a key from row start_m:
@@ -250,8 +262,21 @@ def _sanitise_if_masked(v_smem, slot, j, start_m, seqlen_q, seqlen_k, x_bad, bar
         sanitised = j >= full_tiles
         n = n_before + j - full_tiles
         if sanitised:
-            _sanitise_values(v_smem, slot, j, seqlen_k, x_bad, bar_v, n, V_PARTS, CONSUMER)
+            _sanitise_values(v_smem, slot, j, seqlen_k, x_bad, bar_v, n, V_PARTS, CONSUMER,
+                             TEST_FIRST)
     return sanitised, n
+
+
+@gluon.jit
+def _seen_by_rows(x_bad, n, last_key):
+    """Whether a non-finite V that _sanitise_values zeroed (tile number n of those sanitised),
+    in any column, is at or before last_key (the last key my last row sees)."""
+    COLS: gl.constexpr = x_bad.type.shape[1]
+    cols: gl.constexpr = gl.SliceLayout(0, gl.BlockedLayout([1, COLS // 32], [1, 32], [4, 1],
+                                                            [1, 0]))  # replicated per warp
+    pair = (n % 2) * 2
+    first_bad = gl.minimum(x_bad.index(pair).load(cols), x_bad.index(pair + 1).load(cols))
+    return gl.min(first_bad, 0) <= last_key
 
 
 @gluon.jit
@@ -531,7 +556,9 @@ def _fold_tile(m_i, l_i, acc, q, k_smem, v_smem, slot, j, t, row0, seqlen_q, seq
         start_m = row0 - CONSUMER * BM if SPLIT_Q else row0
         sanitised, n_sanitised = _sanitise_if_masked(
             v_smem, slot, j, start_m, seqlen_q, seqlen_k, x_bad, bar_v, n_sanitised, causal,
-            V_PARTS, CONSUMER)
+            V_PARTS, CONSUMER, TEST_FIRST=True)
+        if sanitised:  # NaN goes back after the product only where a row of mine sees one
+            sanitised = _seen_by_rows(x_bad, n_sanitised, row0 + BM - 1 + diag)
         s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
     if not SEQ_PARALLEL:
         mbarrier.arrive(q_empty.index(t % 2), count=1)  # Q_i is read again next K/V tile
