@@ -16,6 +16,12 @@ Query i sees key j iff j <= i + (seqlen_k - seqlen_q). Checks, for seqlen_q <, =
   hidden key's P is 0, and 0 * NaN (or 0 * inf) is NaN, so invisible_nan, invisible_inf_values
   (and invisible_1e10 in float16) fail unless the kernel keeps non-finite V of hidden keys out of
   the product.
+- visible_non_finite: V = NaN in the first column and +inf in the last at key c; every row that
+  sees c must get NaN in the first column and a non-finite value in the last (+inf, or NaN as
+  the kernels give: docs/decisions.md D53), and keep its other columns finite where they were.
+  A kernel that zeroes hidden non-finite V for its product (D53) and does not put it back for
+  the rows that see it (or puts it back only in some: D102 skips rows that cannot see it)
+  hands those rows finite numbers their input did not have.
 """
 from __future__ import annotations
 
@@ -77,6 +83,7 @@ def run(impl, variant, case: Case, device: str) -> PropertyResult:
     checks = [pass_rule("oracle", ref, out), rows_without_keys(case, out, device)]
     gen = torch.Generator().manual_seed(case.problem.seed + 17)
     checks += [invisible(name, impl, variant, ref, out, gen) for name in FILLS]
+    checks.append(visible_non_finite(impl, variant, ref, out))
     return PropertyResult.judge(NAME, case, checks)
 
 
@@ -102,6 +109,27 @@ def invisible(name: str, impl, variant, ref: Reference, out, gen, view=None) -> 
     check = bitwise(name, out, altered, rows=slice(0, rows))
     check.numbers.update(first_hidden_key=c, rows_compared=rows)
     return check
+
+
+def visible_non_finite(impl, variant, ref: Reference, out, view=None) -> Check:
+    """The check visible_non_finite (the module docstring): one more forward call, with V = NaN
+    in column 0 and +inf in the last column at the first hidden key c. `out`: the case's call,
+    whose finite o elsewhere in those rows must stay finite; `view` as in `invisible`."""
+    c, rows = first_hidden_key(ref.problem)
+    v = ref.v.clone()
+    v[:, :, c, -1] = float("inf")
+    v[:, :, c, 0] = float("nan")  # head_dim 1: one column, NaN
+    k = ref.k if view is None else view(ref.k)
+    altered = call(impl, variant, ref, k=k, v=v if view is None else view(v), backward=False)
+    o, before = (t.o[:, :, rows:].detach() for t in (altered, out))
+    others = o[..., 1:-1][torch.isfinite(before[..., 1:-1])]
+    numbers = {"key": c, "rows_that_see_it": o.shape[2],
+               "nan_column_not_nan": int((~torch.isnan(o[..., 0])).sum()),
+               "inf_column_finite": int(torch.isfinite(o[..., -1]).sum()),
+               "other_columns_not_finite": int((~torch.isfinite(others)).sum())}
+    return Check("visible_non_finite",
+                 not any(v for k, v in numbers.items() if k not in ("key", "rows_that_see_it")),
+                 None, numbers)
 
 
 def rows_without_keys(case: Case, out, device) -> Check:

@@ -170,6 +170,8 @@ def test_distributions_are_finite_and_what_they_claim(dtype):
      "contiguous", "rows_without_keys"),
     ("invisible_random", "top_left_causal", "b1-h2/1-q17-k9-d16-float32-causal-s1:normal:"
      "contiguous", "invisible_random"),
+    ("visible_non_finite", "nan_not_restored", "b1-h2/1-q9-k17-d16-bfloat16-causal-s1:normal:"
+     "padded", "visible_non_finite"),
     ("gqa_twin", "no_group_reduction", "b1-h4/2-q9-k17-d16-float32-full-s1:normal:contiguous",
      "group_sum"),
     ("determinism", "nondeterministic", "b1-h2/1-q9-k17-d16-float32-full-s1:normal:contiguous",

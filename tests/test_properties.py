@@ -112,7 +112,7 @@ CAUSAL_CASES = {
     "q>k": Case("q>k", Problem(1, 2, 2, 45, 21, 16, "float32", True, seed=4)),
 }
 MASKING_CHECKS = ("oracle", "rows_without_keys", "invisible_random", "invisible_nan_keys",
-                  "invisible_1e10", "invisible_nan", "invisible_inf_values")
+                  "invisible_1e10", "invisible_nan", "invisible_inf_values", "visible_non_finite")
 
 
 def with_config(**fields):
@@ -176,6 +176,16 @@ def test_recomputed_row_blocks_keep_the_bits_of_their_other_rows(variant, tma, n
 def test_causal_masking_catch_hidden_values_in_the_product():
     result = run("causal_masking", double("hidden_v_leaks"), CAUSAL_CASES["q>k"])
     assert failed_checks(result) == {"invisible_nan", "invisible_inf_values"}
+
+
+@pytest.mark.parametrize("which", list(CAUSAL_CASES))
+def test_causal_masking_catch_non_finite_values_not_put_back(which):
+    """A kernel that keeps hidden non-finite V out of its product by zeroing it, and forgets
+    the rows that see it, fails visible_non_finite and nothing else."""
+    result = run("causal_masking", double("nan_not_restored"), CAUSAL_CASES[which])
+    assert failed_checks(result) == {"visible_non_finite"}
+    numbers = result.check("visible_non_finite").numbers
+    assert numbers["nan_column_not_nan"] == numbers["inf_column_finite"] > 0
 
 
 def test_causal_masking_catch_top_left_alignment():

@@ -220,6 +220,14 @@ def _every_head_written(name, n, ratio):
     return "every dK and dV head written (finite)", "; ".join(got)
 
 
+def _visible_non_finite(name, n, ratio):
+    got = [f"{count} {what.replace('_', ' ')}" for what, count in n.items()
+           if what not in ("key", "rows_that_see_it") and count]
+    return (f"in the {n['rows_that_see_it']} rows that see key {n['key']}, where V is NaN in the "
+            "first column and +inf in the last: NaN in the first, NaN or inf in the last, the "
+            "other columns finite where they were", "; ".join(got))
+
+
 def _inputs_untouched(name, n, ratio):
     got = [f"{what}: {count} elements changed" for what, count in n["changed_elements"].items()]
     return ("q, k, v and dO, and the buffers they lie in, bitwise unchanged by the call",
@@ -229,6 +237,7 @@ def _inputs_untouched(name, n, ratio):
 _EXPLAINERS = (
     (lambda name, n: name == "bounds", _bounds),
     (lambda name, n: name == "inputs_untouched", _inputs_untouched),
+    (lambda name, n: name == "visible_non_finite", _visible_non_finite),
     (lambda name, n: name == "softmax_rows", _softmax_rows),
     (lambda name, n: name == "lse_mpmath", _mpmath),
     (lambda name, n: name == "natural_log", _natural_log),
