@@ -184,8 +184,7 @@ def test_causal_masking_catch_non_finite_values_not_put_back(which):
     the rows that see it, fails visible_non_finite and nothing else."""
     result = run("causal_masking", double("nan_not_restored"), CAUSAL_CASES[which])
     assert failed_checks(result) == {"visible_non_finite"}
-    numbers = result.check("visible_non_finite").numbers
-    assert numbers["nan_column_not_nan"] == numbers["inf_column_finite"] > 0
+    assert result.check("visible_non_finite").numbers["finite_elements"] > 0
 
 
 def test_causal_masking_catch_top_left_alignment():

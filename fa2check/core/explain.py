@@ -221,11 +221,9 @@ def _every_head_written(name, n, ratio):
 
 
 def _visible_non_finite(name, n, ratio):
-    got = [f"{count} {what.replace('_', ' ')}" for what, count in n.items()
-           if what not in ("key", "rows_that_see_it") and count]
-    return (f"in the {n['rows_that_see_it']} rows that see key {n['key']}, where V is NaN in the "
-            "first column and +inf in the last: NaN in the first, NaN or inf in the last, the "
-            "other columns finite where they were", "; ".join(got))
+    return (f"a non-finite o in every column of the {n['rows_that_see_it']} rows that see key "
+            f"{n['key']}, where V is +inf from that key on", f"{n['finite_elements']} finite "
+            "elements")
 
 
 def _inputs_untouched(name, n, ratio):

@@ -23,9 +23,9 @@ NaN-filled allocations (so a buffer it never writes shows as NaN), and applies t
                          lets 0 * NaN into rows that cannot see the key)
     invisible_inf_values the same with V = +inf, K kept (rows that see the key get +inf, not
                          NaN, where the others would get 0 * inf)
-    visible_non_finite   causal: V = NaN in the first column and +inf in the last at that key
-                         reach every row that sees it, in those columns only (a kernel that
-                         zeroes hidden non-finite V must put it back for the rows that see it)
+    visible_non_finite   causal, on invisible_inf_values' call: the rows that see the key get
+                         a non-finite o in every column (a kernel that zeroes hidden non-finite
+                         V must put it back for the rows that see it)
     inputs_untouched     q, k, v, dO and the buffers they lie in (the layouts' NaN padding) bitwise
                          unchanged after every call (properties/memory_safety.py)
   not by default (`--check NAME`, or `--check all`):
@@ -109,7 +109,7 @@ CHECKS = {
     "invisible_nan": "causal: K = V = NaN at hidden keys leaves those rows bitwise equal",
     "invisible_1e10": "causal: K = V = 1e10 at hidden keys leaves those rows bitwise equal",
     "invisible_inf_values": "causal: V = +inf at hidden keys leaves those rows bitwise equal",
-    "visible_non_finite": "causal: NaN and +inf in V at a hidden key reach the rows that see it",
+    "visible_non_finite": "causal: V = +inf from a hidden key on reaches the rows that see it",
     "inputs_untouched": "q, k, v, dO and the buffers they lie in bitwise unchanged by the calls",
     "gqa_twin": "GQA call vs its MHA twin: o/lse agree, dK/dV group sums, every head written",
     "determinism": "a second call: bitwise equal (dQ under atomics within a bound)",
@@ -300,10 +300,14 @@ def _run_checks(impl, example: Example, ref: Reference, device: str, checks) -> 
     if p.causal and _something_hidden(p):  # K/V altered at keys hidden from some rows
         gen = torch.Generator().manual_seed(p.seed + 17)
         view = None if example.layout == "contiguous" else (lambda t: nan_view(t, example.layout))
-        results += [causal_masking.invisible(name, impl, variant, ref, out, gen, view)
-                    for name in causal_masking.FILLS if name in checks]
-        if "visible_non_finite" in checks:
-            results.append(causal_masking.visible_non_finite(impl, variant, ref, out, view))
+        visible = "visible_non_finite" in checks
+        for name in causal_masking.FILLS:
+            if name in checks or (visible and name == causal_masking.VISIBLE_FROM):
+                altered = causal_masking.altered_call(name, impl, variant, ref, gen, view)
+                if name in checks:
+                    results.append(causal_masking.invisible(name, ref, out, altered))
+                if visible and name == causal_masking.VISIBLE_FROM:
+                    results.append(causal_masking.visible_non_finite(ref, altered))
     if "gqa_twin" in checks and not extreme and p.heads_q != p.heads_kv:
         mha_ref = gqa_reduction.mha_twin(ref, device)
         with nan_filled_allocations():
