@@ -298,16 +298,8 @@ def _run_checks(impl, example: Example, ref: Reference, device: str, checks) -> 
     if "rows_without_keys" in checks:
         results.append(causal_masking.rows_without_keys(case, out, device))
     if p.causal and _something_hidden(p):  # K/V altered at keys hidden from some rows
-        gen = torch.Generator().manual_seed(p.seed + 17)
         view = None if example.layout == "contiguous" else (lambda t: nan_view(t, example.layout))
-        visible = "visible_non_finite" in checks
-        for name in causal_masking.FILLS:
-            if name in checks or (visible and name == causal_masking.VISIBLE_FROM):
-                altered = causal_masking.altered_call(name, impl, variant, ref, gen, view)
-                if name in checks:
-                    results.append(causal_masking.invisible(name, ref, out, altered))
-                if visible and name == causal_masking.VISIBLE_FROM:
-                    results.append(causal_masking.visible_non_finite(ref, altered))
+        results += causal_masking.hidden_key_checks(impl, variant, ref, out, checks, view)
     if "gqa_twin" in checks and not extreme and p.heads_q != p.heads_kv:
         mha_ref = gqa_reduction.mha_twin(ref, device)
         with nan_filled_allocations():
