@@ -268,15 +268,23 @@ def _sanitise_if_masked(v_smem, slot, j, start_m, seqlen_q, seqlen_k, x_bad, bar
 
 
 @gluon.jit
-def _seen_by_rows(x_bad, n, last_key):
-    """Whether a non-finite V that _sanitise_values zeroed (tile number n of those sanitised),
-    in any column, is at or before last_key (the last key my last row sees)."""
+def _first_bad_key(x_bad, n):
+    """The first key of a non-finite V that _sanitise_values zeroed (tile number n of those
+    sanitised) over every column, seqlen_k if none: a row whose last key comes before it sees
+    none, and `_nan_where_seen` can pass it by."""
     COLS: gl.constexpr = x_bad.type.shape[1]
     cols: gl.constexpr = gl.SliceLayout(0, gl.BlockedLayout([1, COLS // 32], [1, 32], [4, 1],
                                                             [1, 0]))  # replicated per warp
     pair = (n % 2) * 2
     first_bad = gl.minimum(x_bad.index(pair).load(cols), x_bad.index(pair + 1).load(cols))
-    return gl.min(first_bad, 0) <= last_key
+    return gl.min(first_bad, 0)
+
+
+@gluon.jit
+def _seen_by_rows(x_bad, n, last_key):
+    """Whether a non-finite V that _sanitise_values zeroed (tile number n of those sanitised),
+    in any column, is at or before last_key (the last key my last row sees)."""
+    return _first_bad_key(x_bad, n) <= last_key
 
 
 @gluon.jit
@@ -1064,7 +1072,11 @@ def _consumer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
             mbarrier.wait(kv_ready.index(slot), (j // STAGES) & 1)
             sanitised, n_sanitised = _sanitise_if_masked(
                 v_smem, slot, j, 0, seqlen_q, seqlen_k, x_bad, bar_v, 0, causal, V_PARTS,
-                CONSUMER)
+                CONSUMER, TEST_FIRST=True)
+            first_bad = seqlen_k
+            if causal:
+                if sanitised:
+                    first_bad = _first_bad_key(x_bad, n_sanitised)
             for i in range(_my_first_row_block(j, r, splits, seqlen_q, seqlen_k, causal, ROWS,
                                                BLOCK_N), row_blocks, splits):
                 row0 = i * ROWS + MY_BOX * BM
@@ -1087,10 +1099,15 @@ def _consumer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, 
                 # loop and kept (spilled) across it, as in the backward (causal d=128: 20-28
                 # bytes spilled)
                 kv_slot = _in_partition(slot)
+                # NaN goes back only into row blocks whose last row sees a non-finite V
+                seen = sanitised
+                if causal:
+                    if sanitised:
+                        seen = first_bad <= row0 + BM - 1 + seqlen_k - seqlen_q
                 m_i, l_i, acc = _fold_tile(m_i, l_i, acc, q, k_smem, v_smem, kv_slot, j, t, row0,
                                            seqlen_q, seqlen_k, causal, qk_scale, q_empty,
                                            x_max, x_sum, x_out, bar_max, bar_out, x_bad,
-                                           bar_v, sanitised, n_sanitised, DEFER_NORM,
+                                           bar_v, seen, n_sanitised, DEFER_NORM,
                                            SPLIT_Q, SEQ_PARALLEL, CONSUMER)
                 if j == _tiles_seen(i * ROWS, seqlen_q, seqlen_k, causal, ROWS, BLOCK_N) - 1:
                     _store_outputs_tma(m_i, l_i, acc, o_desc, o_res_desc,
