@@ -16,7 +16,9 @@ Each DIR holds a copy of kernels/ (e.g. exported from an older commit with
 change must show what it costs; `fa2check.ablate` remains the benchmark of record.
 """
 import argparse
+import functools
 import importlib.util
+import itertools
 import json
 import sys
 from dataclasses import replace
@@ -33,6 +35,7 @@ SEQLENS = (1024, 4096, 16384)
 ROUNDS = 3
 
 
+@functools.cache  # one module a copy, whichever variants run it
 def load(directory: Path, name: str):
     spec = importlib.util.spec_from_file_location(name, directory / "__init__.py",
                                                   submodule_search_locations=[str(directory)])
@@ -88,7 +91,9 @@ def main():
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--backend", default="triton", help="flash_attention's backend for every "
                                                             "version (e.g. hopper)")
-    parser.add_argument("--variant", help="the Variant every version runs (default: FA2)")
+    parser.add_argument("--variant", action="append",
+                        help="repeatable: the Variants every version runs, each timed on its own "
+                             "(default: FA2)")
     parser.add_argument("--causal-only", action="store_true")
     parser.add_argument("--full-only", action="store_true")
     parser.add_argument("--seqlen", type=int, action="append",
@@ -113,14 +118,19 @@ def main():
         parser.error(f"--rounds must be at least 1, got {args.rounds}")
     if len(set(args.versions)) < len(args.versions):
         parser.error("a version is given twice: each DIR[:FIELDS] must differ")
-    versions = dict(parse_version(spec, i, args.backend, args.variant)
-                    for i, spec in enumerate(args.versions))
+    variants = args.variant or [None]
+    if len(set(variants)) < len(variants):
+        parser.error("a --variant is given twice")
+    by_variant = {variant: dict(parse_version(spec, i, args.backend, variant)
+                                for i, spec in enumerate(args.versions))
+                  for variant in variants}
     dtype = getattr(torch, args.dtype)
     rows = []
     cells = [(seqlen, d, causal) for d in args.head_dim or (64, 128) for causal in (True, False)
              for seqlen in args.seqlen or SEQLENS
              if not (args.causal_only and not causal or args.full_only and causal)]
-    for seqlen, d, causal in cells:
+    for (seqlen, d, causal), variant in itertools.product(cells, variants):
+        versions = by_variant[variant]
         heads, batch = paper_heads(d), paper_batch(seqlen)
         backward = args.mode == "fwd+bwd"
         q, k, v = (torch.randn(batch, heads, seqlen, d, device="cuda", dtype=dtype,
@@ -144,11 +154,12 @@ def main():
                                                   args.rep_ms).samples
         for name in versions:
             s = summary(samples[name])
-            rows.append(dict(version=name, seqlen=seqlen, head_dim=d, causal=causal, **s,
+            rows.append(dict(version=name, variant=variant or "FA2", seqlen=seqlen, head_dim=d,
+                             causal=causal, **s,
                              tflops=tflops(flops, s["median"]),
                              same_output=bool(torch.equal(outputs[name], base)),
                              max_abs_diff=float((outputs[name].float() - base.float()).abs().max())))
-            print(f"{name:24s} S={seqlen:5d} d={d:3d} causal={causal!s:5s} "
+            print(f"{name:24s} {variant or 'FA2':20s} S={seqlen:5d} d={d:3d} causal={causal!s:5s} "
                   f"{s['median']:.4f} ms [{s['q25']:.4f}, {s['q75']:.4f}] "
                   f"{rows[-1]['tflops']:6.1f} TFLOP/s same_output={rows[-1]['same_output']} "
                   f"max|diff| to the first {rows[-1]['max_abs_diff']:.2e}",
