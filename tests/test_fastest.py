@@ -124,6 +124,15 @@ def test_the_committed_table_is_the_writers_output_from_the_committed_runs():
     fastest.parse(committed, path)  # and the reader takes it
 
 
+def test_extend_starts_from_the_tables_own_sources(tmp_path, capsys):
+    """--extend TABLE with no new run writes TABLE again (the GPU step appends its run)."""
+    path = os.path.join(ROOT, "kernels", "fastest.json")
+    out = tmp_path / "fastest.json"
+    assert fastest_table.main(["--extend", path, "--out", str(out)]) == 0
+    with open(path) as f:
+        assert out.read_text() == f.read()
+
+
 def test_the_ablation_precompiles_and_records_what_the_api_runs(table):
     from fa2check.ablate import sweep
     from fa2check.ablate.contenders import API, api_kernel

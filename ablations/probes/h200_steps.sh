@@ -11,9 +11,10 @@
 #                  in alternating rounds (8k d=128 bf16, full and causal; 8 rounds)
 #   fastest        the Hopper switches over the paper grid's forward beside Triton's FA2 (the
 #                  api peer, with FA2CHECK_FASTEST empty; FASTEST_BUDGET_S, default 280, the
-#                  ablation's budget: 420 for the 7 switch variants), then a new table of fastest kernels
-#                  from it and the committed paper run's fwd+bwd cells ($OUT: fastest.json,
-#                  to copy to kernels/ with the run's JSON to ablations/results/; D82)
+#                  ablation's budget: 420 for the 7 switch variants), then a new table of fastest kernels:
+#                  kernels/fastest.json's sources with this run after them, whose forward keys
+#                  (of this GPU) replace the table's ($OUT: fastest.json, to copy to kernels/ with
+#                  the run's JSON to ablations/results/; D82)
 #   paper          the paper grid, forward and forward + backward, 3 sweeps
 #   verify-full    make verify's full tier (ours and, on sm_90, the Hopper chassis); verify-warm
 #                  the same again (after verify-full: Triton's cache warm)
@@ -93,10 +94,8 @@ for s in "$@"; do case $s in
   api-ab) step api-ab 120 python3 ablations/probes/api_vs_table.py --out "$W/api-ab" --rounds 8 $C ;;
   fastest) B=${FASTEST_BUDGET_S:-280}  # the ablation's own budget; the step's timeout 20 s more
            FA2CHECK_FASTEST= step fastest-run $((B + 20)) python3 -m fa2check.ablate --grid paper --mode fwd --kernels hopper --hopper-switches --backends sdpa-flash,sdpa-cudnn,api --budget-s $B $C --out "$W/fastest"
-           step fastest-table 60 python3 -m fa2check.ablate.fastest_table --fwd "$(ls "$W"/fastest/*-paper-fwd.json)" \
-             --fwd+bwd ablations/results/20261203-184844-nvidia-h200-paper-fwdbwd-bwd.json.gz \
-             --fwd+bwd ablations/results/20261203-192527-nvidia-h200-paper-bwd-fwdbwd.json.gz \
-             --fwd+bwd ablations/results/20261203-193343-nvidia-h200-paper-fwdbwd.json.gz --out "$W/fastest.json" ;;
+           step fastest-table 60 python3 -m fa2check.ablate.fastest_table --extend kernels/fastest.json \
+             --fwd "$(ls "$W"/fastest/*-paper-fwd.json)" --out "$W/fastest.json" ;;
   paper) B=${PAPER_BUDGET_S:-570}  # the ablation's own budget; the step's timeout 20 s more
          step paper $((B + 20)) python3 -m fa2check.ablate --grid paper --mode fwd,fwd+bwd --budget-s $B $C --out "$W/paper" ;;
   verify-full|verify-warm) step $s ${VERIFY_TIMEOUT:-300} python3 -m fa2check.verify --tier full --json "$W/$s.json" $C ;;

@@ -30,6 +30,7 @@ RULE = ("a candidate replaces Triton's FA2 in a cell when its median time is at 
         "below Triton FA2's and its 75th percentile below Triton FA2's 25th (the samples of "
         "every sweep pooled); among those, the lowest median")
 MARGIN = 0.97
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TRITON_FA2 = "+defer+seqpar+splitq"
 
 
@@ -107,6 +108,16 @@ def write(table: dict, path: str):
         f.write("\n".join(lines + [" ]", "}"]) + "\n")
 
 
+def _sources(table_path: str | None, part: str) -> list[str]:
+    """The result files of `table_path`'s sources of `part`, in its order."""
+    if table_path is None:
+        return []
+    with open(table_path) as f:
+        sources = json.load(f)["sources"]
+    results = os.path.join(ROOT, "ablations", "results")
+    return [os.path.join(results, s["file"]) for s in sources if s["part"] == part]
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fa2check.ablate.fastest_table",
                                      description=__doc__.split("\n\n")[0])
@@ -115,9 +126,14 @@ def main(argv=None) -> int:
                             help=f"ablation results (JSON or .json.gz) whose {part} mode gives "
                                  f"part {part!r}; repeatable (a later run's cells replace an "
                                  "earlier one's)")
+    parser.add_argument("--extend", metavar="TABLE",
+                        help="start from TABLE's own sources (kernels/fastest.json: their files "
+                             "in ablations/results, in its order), the runs given after them: "
+                             "a new run's keys replace the table's, the other keys stay")
     parser.add_argument("--out", required=True, help="the table to write (kernels/fastest.json)")
     args = parser.parse_args(argv)
-    runs = [(part, path) for part in PARTS for path in getattr(args, part)]
+    runs = [(part, path) for part in PARTS
+            for path in _sources(args.extend, part) + getattr(args, part)]
     if not runs:
         parser.error("give at least one run (--fwd or --fwd+bwd)")
     table = build(runs)
