@@ -9,19 +9,20 @@ Query i sees key j iff j <= i + (seqlen_k - seqlen_q). Checks, for seqlen_q <, =
   those rows' o and lse bitwise unchanged: invisible_random (other random values),
   invisible_1e10 (K and V = 1e10; in float16 that rounds to inf), invisible_nan_keys (K = NaN:
   a mask applied by adding a bias instead of selecting -inf lets NaN through), invisible_nan
-  (K and V = NaN) and invisible_inf_values (V = +inf, K kept: the rows that see key c get +inf,
-  not NaN, so a kernel that looks for leaked NaN in a row that sees c misses the rows that
-  do not).
+  (K and V = NaN) and invisible_inf_values (V = +inf in the even columns, K kept: the rows
+  that see key c get +inf there, not NaN, so a kernel that looks for leaked NaN in a row that
+  sees c misses the rows that do not).
   A tiled kernel computes P @ V over a whole K/V tile; in a tile that crosses the diagonal a
   hidden key's P is 0, and 0 * NaN (or 0 * inf) is NaN, so invisible_nan, invisible_inf_values
   (and invisible_1e10 in float16) fail unless the kernel keeps non-finite V of hidden keys out of
   the product.
 - visible_non_finite, on invisible_inf_values' call (no call of its own): every row that sees
-  key c, where V is +inf from c on, must get a non-finite o in every column (+inf, or NaN as
-  the kernels give it: docs/decisions.md D53). A kernel that zeroes hidden non-finite V for its
-  product (D53) and does not put it back for the rows that see it (or skips one too many:
-  D102 puts it back only where a row sees it) hands those rows finite numbers their input did
-  not have.
+  key c, where V's even columns are +inf from c on, must get a non-finite o in every even
+  column (+inf, or NaN as the kernels give it: docs/decisions.md D53) and a finite o in every
+  odd column. A kernel that zeroes hidden non-finite V for its product (D53) and does not put
+  it back for the rows that see it (or skips one too many: D102 puts it back only where a row
+  sees it) hands those rows finite numbers their input did not have; one that puts NaN into a
+  whole row (or a whole tile) hands them NaN where their column's V is finite.
 """
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ FILLS = {
     "invisible_1e10": (1e10, 1e10),
     "invisible_nan_keys": (float("nan"), "keep"),
     "invisible_nan": (float("nan"), float("nan")),
-    "invisible_inf_values": ("keep", float("inf")),
+    "invisible_inf_values": ("keep", "inf in even columns"),
 }
 VISIBLE_FROM = "invisible_inf_values"  # the altered call visible_non_finite reads
 
@@ -118,6 +119,8 @@ def altered_call(name: str, impl, variant, ref: Reference, gen, view=None):
     for t, fill in zip((k, v), FILLS[name]):
         if fill is None:
             t[:, :, c:] = (torch.randn(t[:, :, c:].shape, generator=gen) * 3).to(t)
+        elif fill == "inf in even columns":  # the odd ones keep their values (isolation)
+            t[:, :, c:, 0::2] = float("inf")
         elif fill != "keep":
             t[:, :, c:] = fill
     if view is not None:
@@ -139,8 +142,11 @@ def visible_non_finite(ref: Reference, altered) -> Check:
     c, rows = first_hidden_key(ref.problem)
     o = altered.o[:, :, rows:].detach()
     numbers = {"key": c, "rows_that_see_it": o.shape[2],
-               "finite_elements": int(torch.isfinite(o).sum())}
-    return Check("visible_non_finite", numbers["finite_elements"] == 0, None, numbers)
+               "finite_elements": int(torch.isfinite(o[..., 0::2]).sum()),
+               "non_finite_elsewhere": int((~torch.isfinite(o[..., 1::2])).sum())}
+    return Check("visible_non_finite",
+                 numbers["finite_elements"] == numbers["non_finite_elsewhere"] == 0, None,
+                 numbers)
 
 
 def rows_without_keys(case: Case, out, device) -> Check:

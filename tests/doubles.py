@@ -26,6 +26,8 @@ BUGS = {
     "hidden_v_leaks": "P @ V over all keys: 0 * NaN lets a NaN in V at a hidden key into the row",
     "nan_not_restored": "non-finite V zeroed for the product and never put back: rows that see "
                         "a NaN or inf in V get finite values",
+    "nan_whole_row": "non-finite V zeroed for the product and NaN put back into every column of "
+                     "a row that sees one, not only the columns that hold it",
     # logsumexp
     "lse_log2": "lse returned in log2 units (L / ln 2), as the kernels keep it internally",
     "no_max_subtraction": "softmax as exp(S) / sum exp(S), without subtracting the row max",
@@ -194,7 +196,8 @@ def _attention(q, k, v, causal, softmax_scale, variant, bug):
     if bug == "hidden_v_leaks":
         o = p @ v.to(s.dtype)
     else:
-        o = _visible_product(p, v.to(s.dtype), seen, restore=bug != "nan_not_restored")
+        o = _visible_product(p, v.to(s.dtype), seen, restore=bug != "nan_not_restored",
+                             whole_row=bug == "nan_whole_row")
     eps = torch.finfo(q.dtype).eps  # the jitters below are float64, so they survive rounding
     if bug == "nondeterministic":  # a different rounding on every call, as a race would give
         o = o.double() * (1 + eps * (next(_CALLS) % 4 + 1))
@@ -215,14 +218,17 @@ def _clobber(k, bug):
         torch.as_strided(k.data, (1,), (1,), k.storage_offset() - 1).zero_()
 
 
-def _visible_product(p, v, seen, restore=True):
+def _visible_product(p, v, seen, restore=True, whole_row=False):
     """p @ v in which a key's V reaches only the rows that see it: non-finite V is zeroed for
-    the product, and (restore) rows that do see a non-finite V[:, d] get NaN in column d."""
+    the product, and (restore) rows that do see a non-finite V[:, d] get NaN in column d
+    (whole_row: in every column)."""
     finite = torch.isfinite(v)
     o = p @ torch.where(finite, v, 0.0)
     if not restore:
         return o
     sees_non_finite = (seen.to(v.dtype) @ (~finite).to(v.dtype)) > 0
+    if whole_row:
+        sees_non_finite = sees_non_finite.any(-1, keepdim=True)
     return torch.where(sees_non_finite, float("nan"), o)
 
 

@@ -172,6 +172,8 @@ def test_distributions_are_finite_and_what_they_claim(dtype):
      "contiguous", "invisible_random"),
     ("visible_non_finite", "nan_not_restored", "b1-h2/1-q9-k17-d16-bfloat16-causal-s1:normal:"
      "padded", "visible_non_finite"),
+    ("visible_non_finite", "nan_whole_row", "b1-h2/1-q9-k17-d16-float16-causal-s1:normal:"
+     "contiguous", "visible_non_finite"),
     ("gqa_twin", "no_group_reduction", "b1-h4/2-q9-k17-d16-float32-full-s1:normal:contiguous",
      "group_sum"),
     ("determinism", "nondeterministic", "b1-h2/1-q9-k17-d16-float32-full-s1:normal:contiguous",

@@ -187,6 +187,16 @@ def test_causal_masking_catch_non_finite_values_not_put_back(which):
     assert result.check("visible_non_finite").numbers["finite_elements"] > 0
 
 
+@pytest.mark.parametrize("which", list(CAUSAL_CASES))
+def test_causal_masking_catch_non_finite_values_put_back_into_the_whole_row(which):
+    """One that puts NaN back into every column of a row that sees a non-finite V in one
+    fails visible_non_finite (the odd columns, whose V is finite) and nothing else."""
+    result = run("causal_masking", double("nan_whole_row"), CAUSAL_CASES[which])
+    assert failed_checks(result) == {"visible_non_finite"}
+    numbers = result.check("visible_non_finite").numbers
+    assert numbers["non_finite_elsewhere"] > 0 and numbers["finite_elements"] == 0
+
+
 def test_causal_masking_catch_top_left_alignment():
     for which in ("q<k", "q>k"):
         result = run("causal_masking", double("top_left_causal"), CAUSAL_CASES[which])

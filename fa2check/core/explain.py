@@ -150,7 +150,7 @@ def _rows_without_keys(name, n, ratio):
 
 HIDDEN = {"invisible_random": "other random values", "invisible_1e10": "1e10",
           "invisible_nan_keys": "NaN (K only)", "invisible_nan": "NaN",
-          "invisible_inf_values": "+inf (V only)"}
+          "invisible_inf_values": "+inf (V's even columns only)"}
 
 
 def _differences(numbers) -> str:
@@ -221,9 +221,13 @@ def _every_head_written(name, n, ratio):
 
 
 def _visible_non_finite(name, n, ratio):
-    return (f"a non-finite o in every column of the {n['rows_that_see_it']} rows that see key "
-            f"{n['key']}, where V is +inf from that key on", f"{n['finite_elements']} finite "
-            "elements")
+    got = [f"{n['finite_elements']} finite elements in the even columns"] * bool(
+        n["finite_elements"])
+    got += [f"{n['non_finite_elsewhere']} non-finite elements in the odd columns"] * bool(
+        n.get("non_finite_elsewhere"))
+    return (f"in the {n['rows_that_see_it']} rows that see key {n['key']}, where V's even "
+            "columns are +inf from that key on, a non-finite o in every even column and a "
+            "finite o in every odd one", "; ".join(got))
 
 
 def _inputs_untouched(name, n, ratio):

@@ -21,11 +21,12 @@ NaN-filled allocations (so a buffer it never writes shows as NaN), and applies t
     invisible_1e10       the same with K and V = 1e10 (inf in float16)
     invisible_nan        the same with K and V = NaN (a product P @ V over all of a tile's keys
                          lets 0 * NaN into rows that cannot see the key)
-    invisible_inf_values the same with V = +inf, K kept (rows that see the key get +inf, not
-                         NaN, where the others would get 0 * inf)
+    invisible_inf_values the same with V = +inf in its even columns, K kept (rows that see the
+                         key get +inf there, not NaN, where the others would get 0 * inf)
     visible_non_finite   causal, on invisible_inf_values' call: the rows that see the key get
-                         a non-finite o in every column (a kernel that zeroes hidden non-finite
-                         V must put it back for the rows that see it)
+                         a non-finite o in every even column and a finite o in every odd one (a
+                         kernel that zeroes hidden non-finite V must put it back for the rows
+                         that see it, in the columns that hold it)
     inputs_untouched     q, k, v, dO and the buffers they lie in (the layouts' NaN padding) bitwise
                          unchanged after every call (properties/memory_safety.py)
   not by default (`--check NAME`, or `--check all`):
@@ -108,8 +109,10 @@ CHECKS = {
     "invisible_nan_keys": "causal: K = NaN at hidden keys leaves those rows bitwise equal",
     "invisible_nan": "causal: K = V = NaN at hidden keys leaves those rows bitwise equal",
     "invisible_1e10": "causal: K = V = 1e10 at hidden keys leaves those rows bitwise equal",
-    "invisible_inf_values": "causal: V = +inf at hidden keys leaves those rows bitwise equal",
-    "visible_non_finite": "causal: V = +inf from a hidden key on reaches the rows that see it",
+    "invisible_inf_values": "causal: V = +inf (even columns) at hidden keys leaves those rows "
+                            "bitwise equal",
+    "visible_non_finite": "causal: V = +inf (even columns) from a hidden key on reaches the rows "
+                          "that see it, in those columns only",
     "inputs_untouched": "q, k, v, dO and the buffers they lie in bitwise unchanged by the calls",
     "gqa_twin": "GQA call vs its MHA twin: o/lse agree, dK/dV group sums, every head written",
     "determinism": "a second call: bitwise equal (dQ under atomics within a bound)",

@@ -81,7 +81,7 @@ PROPERTY_WORDS = {
     "lse_bounds": "lse is the natural-log logsumexp, max S <= lse <= max S + log n",
     "extreme_logits": "logits up to 1e5 and down to -5e4 stay finite and accurate",
     "causal_masking": "bottom-right causal mask; keys a row cannot see never reach it, and "
-                      "non-finite V reaches the rows that see it",
+                      "non-finite V reaches the rows that see it, in its own columns",
     "gqa_reduction": "GQA/MQA read the right K/V head and sum dK/dV over each group",
     "variant_equivalence": "flipping one switch leaves the results equal",
     "determinism": "repeated calls give the same bits",
