@@ -134,7 +134,9 @@ def test_hopper_chassis_in_the_gate(tmp_path):
     """The chassis's FA1 schedule (split-Q and split-K, causal, d=64 and 128 bf16) compiles in
     the gate at heuristic_config's hopper tiles with wgmma, no spills (D58; split-Q spilled 76
     bytes here before; at d=128 split-K's 256 keys spilled 20, and without defer_norm split-Q
-    24-28, before FA1's step took an opaque K/V slot), three partitions (the default
+    24-28, before FA1's step took an opaque K/V slot) but D105's: at d=128 split-K the packed
+    test of V before the causal pass spills 12 bytes stored, 20 loaded, outside the row-block
+    loop, and the A/B found it faster than the pass it skips; three partitions (the default
     consumer, the other consumer at 232 in both splits, split-K's at 200 before, the
     producer) and one CTA an SM."""
     proc, reports = gate(tmp_path, "--kernel", "hopper_attn_fwd", "--dtype", "bfloat16",
@@ -142,7 +144,9 @@ def test_hopper_chassis_in_the_gate(tmp_path):
                          "--variant=+defer-seqpar-splitq")
     assert proc.returncode == 0 and len(reports) == 4, proc.stdout + proc.stderr
     for r in reports:
-        assert r["wgmma"] and r["spill_stores"] == r["spill_loads"] == 0, r
+        test_first_spill = "-splitq" in r["variant"] and r["head_dim"] == 128  # D105
+        stores, loads = (12, 20) if test_first_spill else (0, 0)
+        assert r["wgmma"] and r["spill_stores"] <= stores and r["spill_loads"] <= loads, r
         assert r["partition_registers"] == [216, 232, 56], r
         assert r["launch_warps"] == 12 and r["ctas_per_sm"] == 1, r
         # heuristic_config's FA1 tiles: split-K takes FA1's own 256 keys (D67)
