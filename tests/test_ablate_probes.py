@@ -53,6 +53,35 @@ def test_stall_probe_reads_the_warp_samples_of_each_sass_instruction():
     assert 0.004 < consumer_barriers < 0.006
 
 
+def test_cudnn_targets_take_the_fastest_of_ours_with_fa2s_flags(tmp_path, capsys):
+    """ablations/probes/cudnn_targets.py on a made-up run: the fastest of ours is the fastest
+    kernel with FA2's three flags, switches included, never the faster FA1-style one; each cell
+    under a floor is listed, and a target the run did not time (fwd+bwd) is not printed."""
+    probe = _ablations_script("cudnn_targets")
+    times = {"hopper+defer+seqpar+splitq": 1.0, "hopper+defer+seqpar+splitq+pingpong": 0.9,
+             "hopper-defer-seqpar-splitq": 0.5, "api": 0.95, "sdpa-cudnn": 0.81,
+             "sdpa-flash": 1.2}
+    cells = [{"cell": {"batch": 2, "heads_q": 16, "heads_kv": 16, "seqlen": seqlen,
+                       "head_dim": 128, "dtype": "bfloat16", "causal": False},
+              "modes": {"fwd": {"samples": {n: [[t * (seqlen / 2048) ** 2] * 3]
+                                            for n, t in times.items()}}}}
+             for seqlen in (2048, 8192)]
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps({"schema": "fa2check.ablate/1", "provenance": {"gpu": "G"},
+                                "settings": {"kernels": "hopper"},
+                                "cells": cells}))
+    assert probe.main([str(path)]) == 0
+    out = capsys.readouterr().out
+    assert ("forward, the fastest of ours / cuDNN, bf16 from 2k: geometric mean 0.900x (target "
+            "1.05x: missed); 0 of 2 cells >= 0.95x") in out
+    assert "  miss  seqlen 8192, d=128, bfloat16, full: 0.900x" in out
+    flops = 4 * 2 * 16 * 8192 ** 2 * 128
+    assert f"d=128 full 8k bf16: {flops / (0.9 * 16e-3) / 1e12:.0f} TFLOP/s" in out
+    assert "FA2 of record (hopper+defer+seqpar+splitq) / torch's FlashAttention-2, every " \
+           "cell: geometric mean 1.200x; 2 of 2 cells >= 1.0x" in out
+    assert "fwd+bwd" not in out
+
+
 def test_targets_across_runs_tell_a_shared_miss_from_a_single_runs(tmp_path, capsys):
     """ablations/probes/targets.py --across: each cell that missed in some run, with every run's
     ratio. Synthetic runs: FA2 at about 0.97 ms, sdpa-flash 1.1 ms (1.13x, a miss) in both,
