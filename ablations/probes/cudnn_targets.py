@@ -21,8 +21,10 @@ import sys
 
 sys.path.insert(0, os.getcwd())
 from fa2check.ablate.contenders import API, PEERS, parse_kernel_name  # noqa: E402
-from fa2check.ablate.grids import FLOP_FACTOR  # noqa: E402
+from fa2check.ablate.grids import Cell  # noqa: E402
+from fa2check.ablate.report import cell_words as describe  # noqa: E402
 from fa2check.ablate.results import load  # noqa: E402
+from fa2check.ablate.timing import flatten, tflops  # noqa: E402
 
 CUDNN, FLASH = "sdpa-cudnn", "sdpa-flash"
 
@@ -30,7 +32,7 @@ CUDNN, FLASH = "sdpa-cudnn", "sdpa-flash"
 def medians(results: dict) -> dict:
     """{(mode, cell as a dict's items): {contender: median ms}}."""
     return {(mode, tuple(entry["cell"].items())): {
-                name: statistics.median(x for sweep in sweeps for x in sweep)
+                name: statistics.median(flatten(sweeps))
                 for name, sweeps in info.get("samples", {}).items() if any(sweeps)}
             for entry in results["cells"] for mode, info in entry["modes"].items()}
 
@@ -40,11 +42,6 @@ def ours_fa2(name: str) -> bool:
     from kernels import Variant
 
     return name == API or name not in PEERS and parse_kernel_name(name)[1].fa2 == Variant()
-
-
-def describe(cell: dict) -> str:
-    return (f"seqlen {cell['seqlen']}, d={cell['head_dim']}, {cell['dtype']}, "
-            f"{'causal' if cell['causal'] else 'full'}")
 
 
 def against(times: dict, mode: str, ours, peer: str, wanted) -> dict:
@@ -81,9 +78,7 @@ def check(results: dict) -> None:
         cell = dict(items)
         if (mode == "fwd" and cell["head_dim"] == 128 and not cell["causal"]
                 and cell["seqlen"] == 8192 and cell["dtype"] == "bfloat16" and fastest(t)):
-            flops = (4 * cell["batch"] * cell["heads_q"] * cell["seqlen"] ** 2
-                     * cell["head_dim"] * FLOP_FACTOR["fwd"])
-            rate = flops / (fastest(t) * 1e-3) / 1e12
+            rate = tflops(Cell(**cell).flops("fwd"), fastest(t))
             print(f"forward, the fastest of ours, d=128 full 8k bf16: {rate:.0f} "
                   f"TFLOP/s (target 680: {'met' if rate >= 680 else 'missed'})")
     report("fwd+bwd, flash_attention (api) / cuDNN, bf16 from 2k",

@@ -20,6 +20,7 @@ import sys
 sys.path.insert(0, os.getcwd())
 from fa2check.ablate.analysis import analyse_results  # noqa: E402
 from fa2check.core.environment import kernels_sha256  # noqa: E402
+from fa2check.ablate.report import cell_words as describe  # noqa: E402
 from fa2check.ablate.results import load  # noqa: E402
 
 FA2 = "+defer+seqpar+splitq"
@@ -30,11 +31,6 @@ TARGETS = [
      lambda c: c["head_dim"] == 128 and c["seqlen"] >= 4096, 1.5),
     ("fwd+bwd", "fwd+bwd >= 1.2x, seqlen >= 1k", lambda c: c["seqlen"] >= 1024, 1.2),
 ]
-
-
-def describe(c: dict) -> str:
-    return (f"seqlen {c['seqlen']}, d={c['head_dim']}, {c['dtype']}, "
-            f"{'causal' if c['causal'] else 'full'}")
 
 
 def provenance_line(path: str, results: dict) -> str:

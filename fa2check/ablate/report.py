@@ -82,6 +82,12 @@ def cell_label(cell: dict) -> list[str]:
             cell["dtype"]]
 
 
+def cell_words(cell: dict) -> str:
+    """A cell in a line of text: "seqlen 2048, d=128, bfloat16, causal"."""
+    return (f"seqlen {cell['seqlen']}, d={cell['head_dim']}, {cell['dtype']}, "
+            f"{'causal' if cell['causal'] else 'full'}")
+
+
 CELL_HEADERS = ["seqlen", "d", "mask", "dtype"]
 
 

@@ -221,10 +221,9 @@ def _every_head_written(name, n, ratio):
 
 
 def _visible_non_finite(name, n, ratio):
-    got = [f"{n['finite_elements']} finite elements in the even columns"] * bool(
-        n["finite_elements"])
-    got += [f"{n['non_finite_elsewhere']} non-finite elements in the odd columns"] * bool(
-        n.get("non_finite_elsewhere"))
+    counts = ((n["finite_elements"], "finite elements in the even columns"),
+              (n.get("non_finite_elsewhere", 0), "non-finite elements in the odd columns"))
+    got = [f"{count} {what}" for count, what in counts if count]
     return (f"in the {n['rows_that_see_it']} rows that see key {n['key']}, where V's even "
             "columns are +inf from that key on, a non-finite o in every even column and a "
             "finite o in every odd one", "; ".join(got))
