@@ -34,8 +34,7 @@ and then the step's dQ_i, the one place where the settings differ:
       computes its D/2 columns of dQ_i over all 128 keys of the block in one product,
           dQ_i[:, cols c] = dS_i K_j[:, cols c]      wgmma 64 x D/2, K = 128 (dS_i: the whole
                                                      block's dS^T read back transposed)
-      complete, and adds it to the float32 dQ buffer (relaxed atomic adds). No partial sum
-      crosses a warpgroup.
+      complete, and adds it to the float32 dQ buffer. No partial sum crosses a warpgroup.
     split-K (FA1's partition of the dQ product's keys, as the forward chassis's split-K):
       consumer c computes the partial product over its own 64 keys only,
           dQ_c = dS_c K_c                            two wgmmas 64 x D/2, K = 64
@@ -44,6 +43,10 @@ and then the step's dQ_i, the one place where the settings differ:
       columns to the dQ buffer: 64 (D/2) 4 bytes written and read per consumer and step, the
       cost split-Q removes (both settings meet once a step: split-Q's consumers read each
       other's half of dS^T, split-K's each other's partial dQ).
+
+    Both add their columns to dQ's buffer as FlashAttention-3 does: stored to shared memory,
+    then one TMA reduction (float32 adds in L2) a consumer and step; no consumer thread issues
+    an atomic (D108). dK_c's product is issued before the rendezvous and waited for after it.
 
 OVERLAP (FA3's backward, D87; FA2 all on only): dP^T's product is issued right after S^T's,
 so P^T's exponentials run under it; dV's product then waits for both (P^T's 16-bit operand is
@@ -67,8 +70,10 @@ Domain: `unsupported` (sm_90, float16/bfloat16, head_dim 64 or 128, head_dim_v =
 TMA-ready q, k, v, dO); elsewhere the hopper backend runs the Triton backward.
 """
 import triton
+from triton._C.libtriton import ir
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language._core import builtin
 from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
 
@@ -111,7 +116,7 @@ def _producer(args, SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr,
     """One warp: K_j, V_j into their slot once both consumers released the last block, then
     Q_i, dO_i of each step into the ring (slot t % STAGES once both released step t - STAGES)."""
     (q_desc, k_desc, v_desc, do_desc, q_smem, k_smem, v_smem, do_smem, ds_smem, x_dq,
-     qd_ready, qd_empty, kv_ready, kv_empty, bar_x, DQ, DK, DV, STAT2, INV_L, DELTA,
+     qd_ready, qd_empty, kv_ready, kv_empty, bar_x, dq_desc, DK, DV, STAT2, INV_L, DELTA,
      seqlen_q, seqlen_k, heads_q, heads_kv, padded_q, qk_scale, sm_scale) = args
     seqlen_q, seqlen_k = _in_partition(seqlen_q), _in_partition(seqlen_k)
     bh = gl.program_id(1)
@@ -134,7 +139,7 @@ def _producer(args, SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr,
 def _load_block(args, nb, off_b, off_hkv, j):
     """K_j, V_j into their slot once both consumers released the last block (the nb-th)."""
     (q_desc, k_desc, v_desc, do_desc, q_smem, k_smem, v_smem, do_smem, ds_smem, x_dq,
-     qd_ready, qd_empty, kv_ready, kv_empty, bar_x, DQ, DK, DV, STAT2, INV_L, DELTA,
+     qd_ready, qd_empty, kv_ready, kv_empty, bar_x, dq_desc, DK, DV, STAT2, INV_L, DELTA,
      seqlen_q, seqlen_k, heads_q, heads_kv, padded_q, qk_scale, sm_scale) = args
     mbarrier.wait(kv_empty.index(0), (nb & 1) ^ 1)
     mbarrier.expect(kv_ready.index(0), k_desc.block_type.nbytes + v_desc.block_type.nbytes)
@@ -149,7 +154,7 @@ def _load_step(args, t, off_b, h, i):
     """Q_i, dO_i of query head h into slot t % STAGES once both consumers released step
     t - STAGES."""
     (q_desc, k_desc, v_desc, do_desc, q_smem, k_smem, v_smem, do_smem, ds_smem, x_dq,
-     qd_ready, qd_empty, kv_ready, kv_empty, bar_x, DQ, DK, DV, STAT2, INV_L, DELTA,
+     qd_ready, qd_empty, kv_ready, kv_empty, bar_x, dq_desc, DK, DV, STAT2, INV_L, DELTA,
      seqlen_q, seqlen_k, heads_q, heads_kv, padded_q, qk_scale, sm_scale) = args
     STAGES: gl.constexpr = q_smem.type.shape[0]
     slot = t % STAGES
@@ -186,21 +191,30 @@ def _meet(bar_x, t, CONSUMER: gl.constexpr):
 
 
 @gluon.jit
-def _dq_step(ds_smem, k_tile, x_dq, bar_x, t, SPLIT_Q: gl.constexpr, CONSUMER: gl.constexpr):
-    """The step's dQ_i (my D/2 columns, unscaled) once my dS^T half is in ds_smem[t % 2]:
-    complete over the block's 128 keys (SPLIT_Q) or as the sum of both consumers' partial
-    products over their 64 keys each, met through x_dq (split-K)."""
+def _dq_step(ds_smem, k_tile, x_dq, bar_x, t, dq_desc, row, sm_scale, SPLIT_Q: gl.constexpr,
+             CONSUMER: gl.constexpr):
+    """The step's dQ_i (my D/2 columns) once my dS^T half is in ds_smem[t % 2], complete over
+    the block's 128 keys (SPLIT_Q) or as the sum of both consumers' partial products over
+    their 64 keys each, met through x_dq (split-K); then added to dQ's buffer at `row`
+    ([b, h, first row]) by a TMA reduction from x_dq (_reduce_dq)."""
     HEAD_DIM: gl.constexpr = k_tile.type.shape[1]
     COLS: gl.constexpr = HEAD_DIM // 2
     q_layout: gl.constexpr = mma_layout(COLS)
     zero = gl.zeros([BLOCK_M, COLS], gl.float32, q_layout)
     ds_buf = ds_smem.index(t % 2)  # (128 keys, 64 queries): dS^T of the block
+    # my last step's reduction has read its x_dq buffer (the rendezvous's barrier then makes
+    # the issuing thread's wait my warpgroup's, and its arrival the other consumer's: split-K's
+    # partner writes that buffer next, after this step's rendezvous)
+    tma.store_wait(0)
     # my dS^T stores (generic proxy) before the wgmmas' reads of them (async proxy)
     fence_async_shared()
     if SPLIT_Q:
         _meet(bar_x, t, CONSUMER)  # both halves of dS^T stored
         dq = warpgroup_mma(ds_buf.permute((1, 0)), k_tile.slice(CONSUMER * COLS, COLS, 1), zero,
                            use_acc=False)
+        # my buffer through an opaque index: my threads' store addresses are then formed in
+        # the step, not hoisted out of it and kept (spilled, with OVERLAP) across it
+        staging = x_dq.index(_in_partition(t - t) + CONSUMER)
     else:
         gl.thread_barrier()  # every thread of my warpgroup stored its part of my half
         ds_mine = ds_buf.slice(CONSUMER * BLOCK_M, BLOCK_M, 0).permute((1, 0))  # dS_c: 64 x 64
@@ -208,13 +222,22 @@ def _dq_step(ds_smem, k_tile, x_dq, bar_x, t, SPLIT_Q: gl.constexpr, CONSUMER: g
         # the other consumer's columns first, so that one 64 x D/2 partial is live at a time
         dq_other = warpgroup_mma(ds_mine, k_mine.slice((1 - CONSUMER) * COLS, COLS, 1), zero,
                                  use_acc=False)
-        x_dq.index((t % 2) * 2 + CONSUMER).store(dq_other)
+        _tile(x_dq.index((t % 2) * 2 + CONSUMER)).store(dq_other)
         dq = warpgroup_mma(ds_mine, k_mine.slice(CONSUMER * COLS, COLS, 1), zero,
                            use_acc=False, is_async=True)
         _meet(bar_x, t, CONSUMER)  # the other's partial of my columns is stored
         dq = warpgroup_mma_wait(num_outstanding=0, deps=(dq,))
-        dq = dq + x_dq.index((t % 2) * 2 + 1 - CONSUMER).load(q_layout)
-    return dq
+        # the other's partial's buffer, read, stages my sum (nobody else's until step t + 2)
+        staging = x_dq.index((t % 2) * 2 + 1 - CONSUMER)
+        dq = dq + _tile(staging).load(q_layout)
+        gl.thread_barrier()  # every thread of my warpgroup read it
+    _reduce_dq(dq_desc, staging, dq * sm_scale, row, CONSUMER)
+
+
+@gluon.jit
+def _tile(buf):
+    """A (1, 1, 64, D/2) x_dq buffer as the 64 x D/2 tile of registers it stages."""
+    return buf.reshape([buf.type.shape[2], buf.type.shape[3]])
 
 
 @gluon.jit
@@ -222,7 +245,7 @@ def _consumer(args, SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr,
               DEFER_NORM: gl.constexpr, causal: gl.constexpr, CONSUMER: gl.constexpr,
               WARP_SPECIALIZE: gl.constexpr = True, OVERLAP: gl.constexpr = False):
     (q_desc, k_desc, v_desc, do_desc, q_smem, k_smem, v_smem, do_smem, ds_smem, x_dq,
-     qd_ready, qd_empty, kv_ready, kv_empty, bar_x, DQ, DK, DV, STAT2, INV_L, DELTA,
+     qd_ready, qd_empty, kv_ready, kv_empty, bar_x, dq_desc, DK, DV, STAT2, INV_L, DELTA,
      seqlen_q, seqlen_k, heads_q, heads_kv, padded_q, qk_scale, sm_scale) = args
     seqlen_q, seqlen_k = _in_partition(seqlen_q), _in_partition(seqlen_k)
     STAGES: gl.constexpr = q_smem.type.shape[0]
@@ -323,18 +346,20 @@ def _consumer(args, SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr,
                     # (d=128: 16-28 bytes spilled)
                     ds_buf = _in_partition(ds_buf)
                 ds_smem.index(ds_buf).slice(CONSUMER * KEYS, KEYS, 0).store(dst)
+                # dK's product runs under the rendezvous; dQ's first product waits for it
                 dk = warpgroup_mma(gl.convert_layout(dst, op_layout), q, dk, is_async=True)
+                _dq_step(ds_smem, k_tile, x_dq, bar_x, t, dq_desc, (off_b, h, i * BLOCK_M),
+                         sm_scale, SPLIT_Q, CONSUMER)
                 dk = warpgroup_mma_wait(num_outstanding=0, deps=(dk,))
                 mbarrier.arrive(qd_empty.index(slot), count=1)  # Q_i, dO_i read: load the next
                 _refill_step(args, t + STAGES, group * (hi - lo), off_b, off_hkv * group, lo,
                              hi - lo, LOADS)
-                dq = _dq_step(ds_smem, k_tile, x_dq, bar_x, t, SPLIT_Q, CONSUMER)
-                _add_dq(DQ, dq * sm_scale, off_b * heads_q + h, i, seqlen_q, CONSUMER)
                 t += 1
         mbarrier.arrive(kv_empty.index(0), count=1)  # K_j, V_j read by every product
         _store_block(dk * sm_scale, dv, DK, DV, off_b, off_hkv, heads_kv, start_n, seqlen_k,
                      CONSUMER)
         nb += 1
+    tma.store_wait(0)  # my last reduction has read its buffer before the block's memory goes
 
 
 @gluon.jit
@@ -346,21 +371,25 @@ def _issue_dpt(v_c, do, delta_ptrs, s_layout: gl.constexpr):
     return warpgroup_mma(v_c, do.permute((1, 0)), minus_delta, is_async=True)
 
 
+@builtin
+def _tma_reduce_add(desc, coord, src, _semantic=None):
+    """Adds shared-memory tile src into desc's box at coord (`cp.reduce.async.bulk.tensor`,
+    float32 add in L2): the TMA store's reducing twin, which Gluon's hopper.tma does not name.
+    Completion as a store's (tma.store_wait)."""
+    coord = _semantic._convert_to_ir_values(coord, require_i64=False)
+    _semantic.builder.create_async_tma_reduce(ir.DESCRIPTOR_REDUCE_KIND.ADD, desc.handle, coord,
+                                              src.handle)
+
+
 @gluon.jit
-def _add_dq(DQ, dq, bh_q, i, seqlen_q, CONSUMER: gl.constexpr):
-    """dQ_i's D/2 columns of mine added to the float32 buffer (contiguous (B, Hq, Sq, D);
-    bh_q = b Hq + h) by relaxed atomic adds: fire-and-forget reductions, as FA2's atomicAdd
-    (the buffer is read only after the kernel). The head's 64-bit offset is formed here, not
-    kept across the step (2 registers at the step's peak)."""
+def _reduce_dq(dq_desc, buf, dq, row, CONSUMER: gl.constexpr):
+    """dQ_i's D/2 columns of mine added to the float32 buffer (B, Hq, Sq, D) by one TMA
+    reduction from buf: the tensor's bounds drop rows past Sq (D108)."""
     COLS: gl.constexpr = dq.type.shape[1]
-    layout: gl.constexpr = dq.type.layout
-    # the rows through an opaque mov, so that each element's offset is computed here and not
-    # hoisted out of the loop (32 registers a thread at d=128, live across every step)
-    rows = _in_partition(i * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, layout)))
-    cols = CONSUMER * COLS + gl.arange(0, COLS, layout=gl.SliceLayout(0, layout))
-    head = DQ + bh_q.to(gl.int64) * seqlen_q * (2 * COLS)
-    gl.atomic_add(head + rows[:, None] * (2 * COLS) + cols[None, :], dq,
-                  mask=(rows < seqlen_q)[:, None], sem="relaxed")
+    _tile(buf).store(dq)
+    fence_async_shared()  # my stores (generic proxy) before the TMA's reads (async proxy)
+    gl.thread_barrier()  # every thread of my warpgroup stored its part
+    _tma_reduce_add(dq_desc, [row[0], row[1], row[2], CONSUMER * COLS], buf)
 
 
 @gluon.jit
@@ -406,14 +435,14 @@ def _load_partition(args, SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr,
 
 
 @gluon.jit
-def _hopper_attn_bwd(q_desc, k_desc, v_desc, do_desc, DQ, DK, DV, STAT2, INV_L, DELTA,
+def _hopper_attn_bwd(q_desc, k_desc, v_desc, do_desc, dq_desc, DK, DV, STAT2, INV_L, DELTA,
                      seqlen_q, seqlen_k, heads_q, heads_kv, padded_q, qk_scale, sm_scale,
                      SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr,
                      DEFER_NORM: gl.constexpr, IS_CAUSAL: gl.constexpr, STAGES: gl.constexpr,
                      CONSUMER_REGS: gl.constexpr, WARP_SPECIALIZE: gl.constexpr = True,
                      OVERLAP: gl.constexpr = False):
-    """Grid (column blocks, B * Hkv) with seq_parallel, (1, B * Hkv) without. DQ: float32
-    (B, Hq, Sq, D), zeroed; DK, DV: (B, Hkv, Sk, D) contiguous; STAT2, INV_L, DELTA: the
+    """Grid (column blocks, B * Hkv) with seq_parallel, (1, B * Hkv) without. dq_desc: over
+    the float32 (B, Hq, Sq, D) dQ, zeroed, with (1, 1, 64, D/2) boxes; DK, DV: (B, Hkv, Sk, D) contiguous; STAT2, INV_L, DELTA: the
     preprocess's (B, Hq, padded_q) float32 rows. WARP_SPECIALIZE off: no producer warp
     (FA2 all on only, D86); OVERLAP: dP^T issued with S^T (FA2 all on only, D87)."""
     gl.static_assert((WARP_SPECIALIZE and not OVERLAP)
@@ -432,13 +461,12 @@ def _hopper_attn_bwd(q_desc, k_desc, v_desc, do_desc, DQ, DK, DV, STAT2, INV_L, 
     ds_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_N, BLOCK_M],
                                         gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_M],
                                                                              dtype))
-    # split-K's exchange: (parity, consumer) -> its partial of the other's D/2 columns; 8-element
-    # swizzle as the forward's x_out (no bank conflicts for the accumulator's stores and loads)
-    X_BUFS: gl.constexpr = 1 if SPLIT_Q else 4
-    X_ROWS: gl.constexpr = 1 if SPLIT_Q else BLOCK_M
-    x_dq = gl.allocate_shared_memory(gl.float32, [X_BUFS, X_ROWS, HEAD_DIM // 2],
-                                     gl.SwizzledSharedLayout(vec=8, per_phase=1, max_phase=8,
-                                                             order=[1, 0]))
+    # dQ_i's 64 x D/2 float32 tiles, in dQ's TMA layout: split-Q, consumer c's columns on their
+    # way to the TMA reduction; split-K, its exchange, (parity, consumer) -> its partial of the
+    # other's columns, and the buffer a consumer has read stages its sum (_dq_step)
+    X_BUFS: gl.constexpr = 2 if SPLIT_Q else 4
+    x_dq = gl.allocate_shared_memory(gl.float32, [X_BUFS] + dq_desc.block_type.shape,
+                                     dq_desc.layout)
     qd_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     qd_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     kv_ready = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
@@ -453,7 +481,7 @@ def _hopper_attn_bwd(q_desc, k_desc, v_desc, do_desc, DQ, DK, DV, STAT2, INV_L, 
         mbarrier.init(bar_x.index(c), count=1)
 
     args = (q_desc, k_desc, v_desc, do_desc, q_smem, k_smem, v_smem, do_smem, ds_smem, x_dq,
-            qd_ready, qd_empty, kv_ready, kv_empty, bar_x, DQ, DK, DV, STAT2, INV_L, DELTA,
+            qd_ready, qd_empty, kv_ready, kv_empty, bar_x, dq_desc, DK, DV, STAT2, INV_L, DELTA,
             seqlen_q, seqlen_k, heads_q, heads_kv, padded_q, qk_scale, sm_scale)
     if WARP_SPECIALIZE:  # a producer warp loads, the consumers only compute
         gl.warp_specialize([(_consumer_partition,
@@ -479,18 +507,22 @@ _HOPPER_ATTN_BWD = CachedLaunch(_hopper_attn_bwd)  # host time: kernels/launch_c
 
 
 def block_shapes(head_dim: int):
-    """TMA boxes over (B, H, S, D): Q and dO rows of a step, K and V of a column block."""
+    """TMA boxes over (B, H, S, D): Q and dO rows of a step, K and V of a column block, and a
+    consumer's D/2 columns of dQ's rows of a step."""
     return ([1, 1, BLOCK_M.value, head_dim], [1, 1, BLOCK_N.value, head_dim],
-            [1, 1, BLOCK_N.value, head_dim], [1, 1, BLOCK_M.value, head_dim])
+            [1, 1, BLOCK_N.value, head_dim], [1, 1, BLOCK_M.value, head_dim],
+            [1, 1, BLOCK_M.value, head_dim // 2])
 
 
 def block_layouts(head_dim: int, dtype):
     """Shared layouts of the boxes. K's swizzle spans D/2 columns (head_dim bytes of 16-bit
     values), so that a consumer's column half of K is whole swizzle atoms: the dQ products read
-    K_j[:, cols c] as their B operand."""
-    q, k, v, do = (default_layout(box, dtype) for box in block_shapes(head_dim))
+    K_j[:, cols c] as their B operand. dQ's float32 box: 128-byte swizzle (the TMA splits a
+    wider box into 32-column pieces)."""
+    q, k, v, do = (default_layout(box, dtype) for box in block_shapes(head_dim)[:4])
     k = gl.NVMMASharedLayout(swizzle_byte_width=head_dim, element_bitwidth=16, rank=4)
-    return q, k, v, do
+    dq = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=32, rank=4)
+    return q, k, v, do, dq
 
 
 def unsupported(q, k, v) -> str | None:
@@ -513,12 +545,12 @@ def unsupported(q, k, v) -> str | None:
     return None
 
 
-def _descriptors(q, k, v, do):
+def _descriptors(q, k, v, do, dq):
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     head_dim = q.shape[-1]
     return [TensorDescriptor(t, list(t.shape), list(t.stride()), box, layout)
-            for t, box, layout in zip((q, k, v, do), block_shapes(head_dim),
+            for t, box, layout in zip((q, k, v, do, dq), block_shapes(head_dim),
                                       block_layouts(head_dim, q.dtype))]
 
 
@@ -545,7 +577,7 @@ def hopper_attn_bwd(q, k, v, o, stats, do, dlse, causal, softmax_scale, variant,
                                   BLOCK_N.value, causal, lambda: _sms_and_ctas(q.device))
     grid = (n_blocks if columns else 1, batch * heads_kv)
     _HOPPER_ATTN_BWD[grid](
-        *_descriptors(q, k, v, do), dq, dk, dv, stat2, inv_l, delta, seqlen_q, seqlen_k,
+        *_descriptors(q, k, v, do, dq), dk, dv, stat2, inv_l, delta, seqlen_q, seqlen_k,
         heads_q, heads_kv, padded_q, softmax_scale * LOG2E, softmax_scale,
         SPLIT_Q=variant.split_q, SEQ_PARALLEL=columns,
         DEFER_NORM=variant.defer_norm, IS_CAUSAL=bool(causal),
@@ -567,10 +599,11 @@ def sm90_signature(variant, dtype="bfloat16", head_dim=128, causal=False,
     (consumer_registers: the worker consumer's setmaxnreg, for a test's starved build)."""
     short = {"float16": "fp16", "bfloat16": "bf16"}[dtype]
     signature = {}
-    for name, box, layout in zip(("q_desc", "k_desc", "v_desc", "do_desc"),
+    for name, box, layout in zip(("q_desc", "k_desc", "v_desc", "do_desc", "dq_desc"),
                                  block_shapes(head_dim), block_layouts(head_dim, dtype)):
-        signature[name] = f"tensordesc<{short}[{','.join(map(str, box))}],{layout!r}>"
-    signature.update(DQ="*fp32", DK=f"*{short}", DV=f"*{short}", STAT2="*fp32",
+        element = "fp32" if name == "dq_desc" else short
+        signature[name] = f"tensordesc<{element}[{','.join(map(str, box))}],{layout!r}>"
+    signature.update(DK=f"*{short}", DV=f"*{short}", STAT2="*fp32",
                      INV_L="*fp32", DELTA="*fp32", seqlen_q="i32", seqlen_k="i32",
                      heads_q="i32", heads_kv="i32", padded_q="i32", qk_scale="fp32",
                      sm_scale="fp32")

@@ -207,10 +207,10 @@ def _sanitise_values(v_smem, slot, j, seqlen_k, x_bad, bar_v, n, V_PARTS: gl.con
     non-finite V of my half of its keys in shared memory, in place, and store each column's
     first non-finite key of that half (seqlen_k if none) in x_bad[n % 2, CONSUMER]; then meet
     the other consumer (`n`: how many tiles were sanitised before), so that neither's P V
-    reads V before both halves are clean. TEST_FIRST (FA2's loop, D102): my half is first
-    tested as a whole (packed multiplies by 0 and one sum: NaN iff a value is inf or NaN), and
-    zeroed and searched only where the test finds one; elsewhere (FA1's schedule, FA3's
-    pipelined loop) the extra registers spilled at head_dim 128."""
+    reads V before both halves are clean. TEST_FIRST (FA2's loop, D102; FA1's schedule, D105):
+    my half is first tested as a whole (packed multiplies by 0 and one sum: NaN iff a value is
+    inf or NaN), and zeroed and searched only where the test finds one; in FA3's pipelined
+    loop the extra registers spilled at head_dim 128."""
     BLOCK_N: gl.constexpr = v_smem.type.shape[3]  # slots of (1, 1, BLOCK_N, V_COLS)
     V_COLS: gl.constexpr = v_smem.type.shape[4]
     HALF: gl.constexpr = BLOCK_N // 2

@@ -7,8 +7,9 @@ What the two settings of SPLIT_Q must be, read from the TTGIR and the PTX of one
     memory), dV and dK (A, P^T or dS^T, from registers, 64 x D), and dQ (64 x D/2 from shared
     memory: K = 128 keys under split-Q, two of K = 64 under split-K); no mma.sync anywhere;
   - split-K's exchange: its consumers store float32 partials of dQ (64 x D/2) to shared memory
-    and load the other's; split-Q stores and loads no float32 tile. Both meet once a step (one
+    and load the other's; split-Q loads no float32 tile. Both meet once a step (one
     rendezvous: split-Q's consumers read each other's dS^T half, split-K's each other's partial);
+  - dQ reaches global memory by TMA reductions only (one a consumer), no atomic (D108);
   - no spills, the FA1 baseline (split-K without defer_norm and seq_parallel) at d=128
     included, full and causal (16-28 bytes before its dS^T store took an opaque buffer index:
     D61).
@@ -45,7 +46,9 @@ for split_q, d, causal in ((True, 64, True), (False, 64, True), (True, 128, Fals
     ptx = k.asm["ptx"]
     out[f"{split_q} {d}"] = dict(ptxas_usage(rerun_ptxas(ptx)), ttgir=k.asm["ttgir"],
                                  mma_sync=ptx.count("mma.sync"),
-                                 arrives=ptx.count("mbarrier.arrive"))
+                                 arrives=ptx.count("mbarrier.arrive"),
+                                 atomics=ptx.count("atom.global") + ptx.count("red.global"),
+                                 reductions=ptx.count("cp.reduce.async.bulk.tensor"))
 # the FA1 baseline at d=128, full and causal (it spilled 16-28 bytes), and split-Q
 # starved of registers (the worker consumer at 200): the spill check must reject the latter
 for key, variant, regs, causal in (("fa1 128", Variant(False, False, False), 240, False),
@@ -90,12 +93,13 @@ def check_products(build: dict, split_q: bool, d: int):
 
 def check_exchange(build: dict, split_q: bool, d: int):
     """split-K's float32 partials through shared memory (a store and a load of 64 x D/2 in each
-    consumer); none under split-Q."""
-    tiles = F32_TILE.findall(build["ttgir"])
-    if split_q:
-        assert tiles == [], tiles
-    else:
-        assert sorted(set(tiles)) == [("load", str(d // 2)), ("store", str(d // 2))], tiles
+    consumer), none under split-Q; both store the step's 64 x D/2 dQ for its TMA reduction
+    (one store a consumer)."""
+    tiles = sorted(F32_TILE.findall(build["ttgir"]))
+    cols = str(d // 2)
+    staging = [("store", cols)] * 2
+    exchange = [] if split_q else [("load", cols)] * 2 + [("store", cols)] * 2
+    assert tiles == sorted(staging + exchange), tiles
 
 
 def check_no_spills(build: dict):
@@ -113,6 +117,13 @@ def test_every_product_is_a_wgmma(builds, split_q, d):
 @pytest.mark.parametrize("split_q, d", CASES, ids=lambda x: str(x))
 def test_only_split_k_exchanges_partial_dq(builds, split_q, d):
     check_exchange(builds[f"{split_q} {d}"], split_q, d)
+
+
+@pytest.mark.parametrize("split_q, d", CASES, ids=lambda x: str(x))
+def test_dq_leaves_by_tma_reductions(builds, split_q, d):
+    """D108: each consumer adds its dQ columns by one TMA reduction a step, not by atomics."""
+    build = builds[f"{split_q} {d}"]
+    assert (build["atomics"], build["reductions"]) == (0, 2), build
 
 
 def test_one_rendezvous_a_step_in_both(builds):
@@ -199,7 +210,7 @@ def test_gpu_hopper_backward_switches(problem, switched, device):
     """The backward's switches: warp_specialize off (D86: consumer 1 loads K, V and every
     step's Q and dO itself) and overlap (D87: dP^T issued with S^T). Their gradients pass the
     oracle (the call's forward with the same switches), and from the same o and statistics
-    their dK and dV are FA2's bit for bit (dQ's atomic adds may sum in another order)."""
+    their dK and dV are FA2's bit for bit (dQ's reductions may sum in another order)."""
     from kernels.hopper_backward import hopper_attn_bwd
     from kernels.hopper_forward import hopper_attn_fwd
 
@@ -219,8 +230,10 @@ def test_gpu_hopper_backward_switches(problem, switched, device):
 def test_the_backwards_switches_show_in_its_compiled_code():
     """D86: warp_specialize off drops the load warp (8 warps, not 12 with Triton's padding).
     D87: overlap waits for S^T with dP^T in flight (wait_group 1), nothing else does. No spills
-    but one register (4 bytes stored, 12 loaded) without the producer warp and with overlap at
-    d=128; the FA1-style flags refuse both switches (a Variant cannot be built)."""
+    but two registers (8 bytes stored, 8 loaded, once a step) with the producer warp and overlap
+    at d=128 causal: D108's per-thread store addresses of dQ's staging tile, loop-invariant and
+    kept across the step (without the producer, one register spilled before D108 and none
+    since); the FA1-style flags refuse both switches (a Variant cannot be built)."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
     probe = """
@@ -246,7 +259,7 @@ print(json.dumps(out))
         ws, overlap = (flag == "True" for flag in key.split())
         assert usage["warps"] == (12 if ws else 8), (key, usage)
         assert (usage["wait_1"] > 0) == overlap, (key, usage)
-        stores, loads = (0, 0) if ws or not overlap else (4, 12)  # one register, read 3 times
+        stores, loads = (8, 8) if ws and overlap else (0, 0)
         assert usage["spill_stores"] <= stores and usage["spill_loads"] <= loads, (key, usage)
     for flags in ((False, True, True), (True, False, True), (True, True, False)):
         for switch in ({"warp_specialize": False}, {"overlap": True}):
