@@ -121,7 +121,9 @@ def test_only_split_k_exchanges_partial_dq(builds, split_q, d):
 
 @pytest.mark.parametrize("split_q, d", CASES, ids=lambda x: str(x))
 def test_dq_leaves_by_tma_reductions(builds, split_q, d):
-    """D108: each consumer adds its dQ columns by one TMA reduction a step, not by atomics."""
+    """D108: each consumer adds its dQ columns by one TMA reduction a step, not by atomics.
+    Fails on the build before D108 ((atomics, reductions) = (32, 0) at d=64, (64, 0) at
+    d=128)."""
     build = builds[f"{split_q} {d}"]
     assert (build["atomics"], build["reductions"]) == (0, 2), build
 
