@@ -16,7 +16,6 @@ A target whose contenders the run did not time is not printed; each miss is list
 """
 import math
 import os
-import statistics
 import sys
 
 sys.path.insert(0, os.getcwd())
@@ -24,15 +23,16 @@ from fa2check.ablate.contenders import API, PEERS, parse_kernel_name  # noqa: E4
 from fa2check.ablate.grids import Cell  # noqa: E402
 from fa2check.ablate.report import cell_words as describe  # noqa: E402
 from fa2check.ablate.results import load  # noqa: E402
-from fa2check.ablate.timing import flatten, tflops  # noqa: E402
+from fa2check.ablate.timing import summary, tflops  # noqa: E402
 
 CUDNN, FLASH = "sdpa-cudnn", "sdpa-flash"
 
 
 def medians(results: dict) -> dict:
-    """{(mode, cell as a dict's items): {contender: median ms}}."""
+    """{(mode, cell as a dict's items): {contender: median ms}} (every sweep pooled, as the
+    tables' medians)."""
     return {(mode, tuple(entry["cell"].items())): {
-                name: statistics.median(flatten(sweeps))
+                name: summary(sweeps)["median"]
                 for name, sweeps in info.get("samples", {}).items() if any(sweeps)}
             for entry in results["cells"] for mode, info in entry["modes"].items()}
 
