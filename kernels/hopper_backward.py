@@ -321,9 +321,9 @@ def _consumer(args, SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr,
                 zero = gl.zeros([KEYS, BLOCK_M], gl.float32, s_layout)
                 st = warpgroup_mma(k_c, q.permute((1, 0)), zero, use_acc=False, is_async=True)
                 # the step's query indices through an opaque mov: LLVM would otherwise hoist
-                # what depends on them only through the loop-invariant arange (the statistics'
-                # 64-bit pointers, each thread's 32 differences key - query of the mask) out
-                # of the loop, live (and spilled) across every step
+                # what depends on them only through the loop-invariant arange (each thread's
+                # 32 differences key - query of the mask) out of the loop, live (and spilled)
+                # across every step
                 rows = _in_partition(i * BLOCK_M + gl.arange(0, BLOCK_M, layout=col_layout))
                 stat = _row_stat(row_stats, slot, 0, STAGES, col_layout)
                 if OVERLAP:  # FA3's backward: dP^T issued with S^T, P^T's exponentials under it
