@@ -43,8 +43,16 @@ dO_i . o_i are float32 sums of head_dim_v terms, off by up to rho_ij = (head_dim
 eps(float32) (|dO_i| . |v_j| + |dO_i| . |o_i|) (the classic bound again), which matters where
 dP - Delta cancels (one visible key: dP = Delta exactly, and dS is all rounding; the H200's
 float32 FA1 backward at head_dim_v 225 was 10x the composition's error there, 1.06x the bound
-without rho). So with G = P ((tau + tau_L) |dP - Delta| + rho):
-dq += scale G |k|, dk += scale G^T |q| (summed over each GQA group), dv += (P (tau + tau_L))^T |dO|.
+without rho). In the input dtype (u = eps(dtype)/2, the unit roundoff), every flash kernel rounds P before
+P V, so Delta = dO_i . o_i (o from those products) is off from sum_j P_ij dP_ij by up to
+pi_i = u sum_j P_ij |dP_ij|; and it rounds dS before dS K and dS^T Q, and P before P^T dO.
+Where keys nearly repeat, dq = scale sum_j dS_ij k_j cancels (sum_j dS_ij = 0 exactly) and
+these roundings are all of dq's error: the fuzzer's bfloat16 near-duplicate-keys example of
+tests/regressions/ was 1.6x the bound without them, identically in the Triton kernels and the
+Hopper chassis, while the same-dtype composition, rounding other values, happened to be
+close. So with G = P ((tau + tau_L) |dP - Delta| + rho + pi):
+dq += scale (G + u |dS|) |k|, dk += scale (G + u |dS|)^T |q| (summed over each GQA group),
+dv += (P (tau + tau_L + u))^T |dO|.
 Every output must be non-finite exactly where the oracle is (-inf lse for rows without keys).
 """
 from __future__ import annotations
@@ -181,12 +189,17 @@ def _bounds(case: Case, ref: Reference, s):
         delta = (do * o).sum(-1) - ref.dlse.double()
         rho = (p.head_dim_v + EXTRA_ULPS) * EPS32 * (
             do.abs() @ v.abs().transpose(-1, -2) + (do.abs() * o.abs()).sum(-1)[..., None])
-        g = rel * ((do @ v.transpose(-1, -2)) - delta[..., None]).abs() + prob * rho
+        dp = do @ v.transpose(-1, -2)
+        pi = (eps / 2) * (prob * dp.abs()).sum(-1)  # Delta's share of P's rounding before P V
+        g = rel * (dp - delta[..., None]).abs() + prob * (rho + pi[..., None])
+        ds = (prob * (dp - delta[..., None])).abs()  # |dS|, rounded to the dtype before dS K
         group = p.heads_q // p.heads_kv
         per_kv_head = (p.batch, p.heads_kv, group, p.seqlen_k, -1)  # D for dk, Dv for dv
-        terms["dq"] = scale * (g @ k.abs())
-        terms["dk"] = (scale * (g.transpose(-1, -2) @ q.abs())).reshape(per_kv_head).sum(2)
-        terms["dv"] = (rel.transpose(-1, -2) @ do.abs()).reshape(per_kv_head).sum(2)
+        terms["dq"] = scale * ((g + (eps / 2) * ds) @ k.abs())
+        terms["dk"] = (scale * ((g + (eps / 2) * ds).transpose(-1, -2) @ q.abs())
+                       ).reshape(per_kv_head).sum(2)
+        terms["dv"] = ((rel + (eps / 2) * prob).transpose(-1, -2) @ do.abs()
+                       ).reshape(per_kv_head).sum(2)
     return terms
 
 
