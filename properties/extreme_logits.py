@@ -43,9 +43,10 @@ dO_i . o_i are float32 sums of head_dim_v terms, off by up to rho_ij = (head_dim
 eps(float32) (|dO_i| . |v_j| + |dO_i| . |o_i|) (the classic bound again), which matters where
 dP - Delta cancels (one visible key: dP = Delta exactly, and dS is all rounding; the H200's
 float32 FA1 backward at head_dim_v 225 was 10x the composition's error there, 1.06x the bound
-without rho). In the input dtype (u = eps(dtype)/2, the unit roundoff), every flash kernel rounds P before
-P V, so Delta = dO_i . o_i (o from those products) is off from sum_j P_ij dP_ij by up to
-pi_i = u sum_j P_ij |dP_ij|; and it rounds dS before dS K and dS^T Q, and P before P^T dO.
+without rho). In the input dtype (u = eps(dtype)/2, the unit roundoff) every flash kernel
+rounds P before P V, so Delta = dO_i . o_i (o from those products) is off from
+sum_j P_ij dP_ij by up to pi_i = u sum_j P_ij |dP_ij|; and it rounds dS before dS K and
+dS^T Q, and P before P^T dO.
 Where keys nearly repeat, dq = scale sum_j dS_ij k_j cancels (sum_j dS_ij = 0 exactly) and
 these roundings are all of dq's error: the fuzzer's bfloat16 near-duplicate-keys example of
 tests/regressions/ was 1.6x the bound without them, identically in the Triton kernels and the

@@ -35,25 +35,6 @@ def test_one_key_float32_dq_is_within_the_bound_and_a_missing_delta_is_not():
     assert bool((wrong > allowed).any())
 
 
-def _flash_dq_in_dtype(ref, dtype, round_ds=True):
-    """dQ as every flash kernel rounds it in a 16-bit dtype, the rest exact: the forward rounds
-    P (before its row sum's division) ahead of P V, so Delta = rowsum(dO * O) inherits that
-    rounding; the backward rounds dS before dS K."""
-    q, k, v, do = (t.double() for t in (ref.q, ref.k, ref.v, ref.do))
-    group = q.shape[1] // k.shape[1]
-    k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
-    s = q @ k.transpose(-1, -2) * q.shape[-1] ** -0.5
-    p_unnormalised = torch.exp(s - s.amax(-1, keepdim=True))
-    l = p_unnormalised.sum(-1, keepdim=True)
-    o = p_unnormalised.to(dtype).double() @ v / l
-    delta = (do * o).sum(-1, keepdim=True) - ref.dlse.double()[..., None]
-    ds = p_unnormalised / l * (do @ v.transpose(-1, -2) - delta)
-    if round_ds:
-        ds = ds.to(dtype).double()
-    return q.shape[-1] ** -0.5 * ds @ k
-
-
-
 def _flash_dq_in_dtype(ref, dtype, forget_delta=False):
     """dQ with a flash kernel's roundings in a 16-bit dtype, the rest exact (no mask): the
     forward rounds P (before the division by its row sum) ahead of P V, so Delta =
