@@ -1,7 +1,8 @@
 """extreme_logits' element-wise bound on the gradients (properties/extreme_logits.py) counts the
 float32 rounding of FA2's dP = dO V^T and Delta = rowsum(dO * O): with one visible key P = 1, the
 exact dS is dlse alone and everything else is that rounding (D07: the H200's float32 backward
-failed without it), while a backward that forgets Delta still fails."""
+failed without it), and the 16-bit dtype's roundings of P and dS that near-duplicate keys make
+all of dq's error (D109), while a backward that forgets Delta still fails."""
 import torch
 
 from fa2check.core.checks import Reference
