@@ -426,3 +426,22 @@ def test_every_probe_still_runs(name):
                          cwd=PROBES.parents[1])
     assert run.returncode == 0, f"{name} --help: {run.stderr[-2000:]}"
     assert "usage" in run.stdout.lower() or run.stdout.startswith("Question"), run.stdout[:500]
+
+
+def test_bound_widening_compares_the_allowed_errors_of_two_bounds():
+    """ablations/probes/bound_widening.py (D109): a bound against itself widens nothing; against
+    one without terms (the pass rule alone) it widens, never narrows."""
+    from fa2check.core.problems import Problem
+    from properties import extreme_logits
+
+    probe = _ablations_script("bound_widening")
+    problem = Problem(1, 2, 1, 9, 7, 16, "bfloat16", True, seed=1)
+    same = probe.widening(extreme_logits, extreme_logits, problem, "near-duplicate-keys")
+    assert same == {name: (1.0, 1.0) for name in ("dq", "dk", "dv")}
+
+    class PassRuleOnly:
+        @staticmethod
+        def allowance(case, ref):
+            return {name: 0.0 for name in ("dq", "dk", "dv")}
+    wider = probe.widening(PassRuleOnly, extreme_logits, problem, "near-duplicate-keys")
+    assert all(1.0 <= median <= largest and largest > 1.0 for median, largest in wider.values())
