@@ -237,8 +237,9 @@ def test_every_campaign_fuzzes_the_headlines_kernels(impl):
     held no FA2 in 41% of seeds (the H100 gate at 14b43f1 drew FA2 on the chassis twice in
     837 examples, both from the corpus). Fails on the free draw (seed 0 on the chassis)."""
     space = Space.for_device(True, impl)
-    fa2, fa1_style = Variant(), Variant(False, False, False)
+    assert (str(classes.FA2), str(classes.FA1_STYLE)) == ("+defer+seqpar+splitq",
+                                                          "-defer-seqpar-splitq")
     for seed in range(40):
         kernels = {c.kernel for c in classes.plan(space, classes.KERNEL_CLASSES, 2, seed)}
-        assert {k.causal for k in kernels if k.variant == fa2} == {False, True}, seed
-        assert any(k.variant == fa1_style for k in kernels), seed
+        assert {k.causal for k in kernels if k.variant == classes.FA2} == {False, True}, seed
+        assert any(k.variant == classes.FA1_STYLE for k in kernels), seed
