@@ -198,6 +198,26 @@ def test_a_slow_call_is_timed_in_three_calls_not_eight(call_ms, slow):
         assert plan.measurement_s(call_ms, 5.0, 20.0) > (5.0 + 20.0) / 1e3
 
 
+def test_the_clock_window_opens_after_the_settling_call():
+    """A first call that loads or compiles (the GPU idle meanwhile) is left out of the window
+    whose nvidia-smi samples are credited to the contender: with `started` taken before it,
+    this fails."""
+    import time
+
+    from fa2check.ablate.timing import Timing, cuda_samples
+
+    calls = []
+
+    def fn():
+        if not calls:
+            time.sleep(0.2)  # the settling call
+        calls.append(time.time())
+
+    before = time.time()
+    timing = cuda_samples(fn, 5.0, 20.0, lambda f: f() or 1.0, lambda f, w, r: Timing([1.0]))
+    assert timing.started >= before + 0.2 and timing.started <= calls[1]
+
+
 @pytest.mark.gpu
 def test_the_host_ahead_bench_times_the_gpu_not_the_host():
     """A call that spends 2 ms on the host before a short kernel: triton's do_bench times the

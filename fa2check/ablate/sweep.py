@@ -701,7 +701,7 @@ def sweep(r, cells, entries, modes, configs, settings, device, results, progress
                         timing = bench(fn, device=device, warmup_ms=settings.warmup_ms,
                                        rep_ms=settings.rep_ms)
                         info.setdefault("windows", {}).setdefault(name, []).append(
-                            [start, time.time()])
+                            [timing.started or start, time.time()])
                     info["samples"][name].append([round(s, 6) for s in timing.samples])
                     if timing.host_us:  # median host us a call, timed calls outlasting the
                         # sleep, timed calls (a slow call records none: report.host_records)

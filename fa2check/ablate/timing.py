@@ -50,6 +50,7 @@ class Timing:
     samples: list
     host_us: list = field(default_factory=list)
     host_bound: int = 0
+    started: float | None = None  # wall clock after the settling call: clock samples count from here
 
 
 def is_slow(first_ms: float, rep_ms: float) -> bool:
@@ -73,10 +74,16 @@ def bench(fn, *, device: str, warmup_ms: float, rep_ms: float) -> Timing:
 def cuda_samples(fn, warmup_ms: float, rep_ms: float, timed_call, fast_bench) -> Timing:
     """timed_call(fn) -> ms of one call after an L2 flush; fast_bench: host_ahead_bench."""
     fn()  # compiled and warm (the gate ran it); this call settles lazy state of the process
+    # (a load or a compile the gate's shape did not need: 2.1 s of an idle GPU in one window of
+    # the 20261206-180901 run, whose power samples then read 129 W), so the window opens after it
+    started = time.time()
     first = timed_call(fn)
     if is_slow(first, rep_ms):
-        return Timing([first] + [timed_call(fn) for _ in range(SLOW_SAMPLES - 1)])
-    return fast_bench(fn, warmup_ms, rep_ms)
+        timing = Timing([first] + [timed_call(fn) for _ in range(SLOW_SAMPLES - 1)])
+    else:
+        timing = fast_bench(fn, warmup_ms, rep_ms)
+    timing.started = started
+    return timing
 
 
 def host_ahead_bench(fn, warmup_ms: float, rep_ms: float) -> Timing:
