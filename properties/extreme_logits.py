@@ -180,8 +180,8 @@ def _bounds(case: Case, ref: Reference, s):
     tau = (p.head_dim + EXTRA_ULPS) * EPS32 * scale * (q.abs() @ k.abs().transpose(-1, -2))
     w = prob * tau
     o = ref.oracle.o.double()
-    eps = torch.finfo(p.torch_dtype).eps
-    terms = {"o": (eps / 2) * (prob @ v.abs()) + _weighted_spread(w, v, o), "lse": w.sum(-1)}
+    u = torch.finfo(p.torch_dtype).eps / 2  # the input dtype's unit roundoff
+    terms = {"o": u * (prob @ v.abs()) + _weighted_spread(w, v, o), "lse": w.sum(-1)}
     if case.backward:
         lse = ref.oracle.lse.double()
         tau_l = w.sum(-1) + EPS32 * torch.where(torch.isfinite(lse), lse.abs(), 0.0)
@@ -191,16 +191,15 @@ def _bounds(case: Case, ref: Reference, s):
         rho = (p.head_dim_v + EXTRA_ULPS) * EPS32 * (
             do.abs() @ v.abs().transpose(-1, -2) + (do.abs() * o.abs()).sum(-1)[..., None])
         dp = do @ v.transpose(-1, -2)
-        pi = (eps / 2) * (prob * dp.abs()).sum(-1)  # Delta's share of P's rounding before P V
-        g = rel * (dp - delta[..., None]).abs() + prob * (rho + pi[..., None])
-        ds = (prob * (dp - delta[..., None])).abs()  # |dS|, rounded to the dtype before dS K
+        dp_centred = (dp - delta[..., None]).abs()  # |dP - Delta|
+        pi = u * (prob * dp.abs()).sum(-1)  # Delta's share of P's rounding before P V
+        g = rel * dp_centred + prob * (rho + pi[..., None])
+        g = g + u * prob * dp_centred  # |dS| = P |dP - Delta|, rounded before dS K and dS^T Q
         group = p.heads_q // p.heads_kv
         per_kv_head = (p.batch, p.heads_kv, group, p.seqlen_k, -1)  # D for dk, Dv for dv
-        terms["dq"] = scale * ((g + (eps / 2) * ds) @ k.abs())
-        terms["dk"] = (scale * ((g + (eps / 2) * ds).transpose(-1, -2) @ q.abs())
-                       ).reshape(per_kv_head).sum(2)
-        terms["dv"] = ((rel + (eps / 2) * prob).transpose(-1, -2) @ do.abs()
-                       ).reshape(per_kv_head).sum(2)
+        terms["dq"] = scale * (g @ k.abs())
+        terms["dk"] = (scale * (g.transpose(-1, -2) @ q.abs())).reshape(per_kv_head).sum(2)
+        terms["dv"] = ((rel + u * prob).transpose(-1, -2) @ do.abs()).reshape(per_kv_head).sum(2)
     return terms
 
 
