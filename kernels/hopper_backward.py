@@ -63,8 +63,10 @@ Masks: only steps whose tile crosses the causal diagonal (bottom-right aligned: 
 key j iff j <= i + Sk - Sq) or the end of the keys compute one. Rows past seqlen_q arrive as
 zeros (the TMA box of a 4-D descriptor ends at the head's end) and their L is +inf (the
 preprocess), so their P is 0; keys past seqlen_k arrive as zeros and are masked. Row statistics
-(L or m, 1/l, and D) are plain loads from the preprocess's float32 buffers, padded to whole
-row blocks.
+(L or m, D, and 1/l without DEFER_NORM) come from the preprocess's float32 buffers, padded to
+whole row blocks, into the ring with Q_i and dO_i by TMA (as FlashAttention-3 loads them), and
+each consumer reads its queries' values from shared memory (before, 32 scalar global loads a
+thread and step, each with its own 64-bit address).
 
 Domain: `unsupported` (sm_90, float16/bfloat16, head_dim 64 or 128, head_dim_v == head_dim,
 TMA-ready q, k, v, dO); elsewhere the hopper backend runs the Triton backward.
@@ -78,7 +80,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
 
 from .forward import LOG2E
-from .hopper_forward import HOPPER_DTYPES, HOPPER_HEAD_DIMS, _in_partition, default_layout, mma_layout
+from .hopper_forward import (HOPPER_DTYPES, HOPPER_HEAD_DIMS, _in_partition, default_layout,
+                             mma_layout)
 from .launch_cache import CachedLaunch
 from .plan.fa1_launch import bwd_column_parallel
 from .plan.hopper_backward import BLOCK_M as _BLOCK_M, BLOCK_N as _BLOCK_N, CTAS_PER_SM, bwd_stages
@@ -116,8 +119,9 @@ def _producer(args, SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr,
     """One warp: K_j, V_j into their slot once both consumers released the last block, then
     Q_i, dO_i of each step into the ring (slot t % STAGES once both released step t - STAGES)."""
     (q_desc, k_desc, v_desc, do_desc, q_smem, k_smem, v_smem, do_smem, ds_smem, x_dq,
-     qd_ready, qd_empty, kv_ready, kv_empty, bar_x, dq_desc, DK, DV, STAT2, INV_L, DELTA,
-     seqlen_q, seqlen_k, heads_q, heads_kv, padded_q, qk_scale, sm_scale) = args
+     row_stats, qd_ready, qd_empty, kv_ready, kv_empty, bar_x, dq_desc, DK, DV, stat_desc,
+     inv_l_desc, delta_desc, seqlen_q, seqlen_k, heads_q, heads_kv, padded_q, qk_scale,
+     sm_scale) = args
     seqlen_q, seqlen_k = _in_partition(seqlen_q), _in_partition(seqlen_k)
     bh = gl.program_id(1)
     off_b, off_hkv = bh // heads_kv, bh % heads_kv
@@ -139,8 +143,9 @@ def _producer(args, SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr,
 def _load_block(args, nb, off_b, off_hkv, j):
     """K_j, V_j into their slot once both consumers released the last block (the nb-th)."""
     (q_desc, k_desc, v_desc, do_desc, q_smem, k_smem, v_smem, do_smem, ds_smem, x_dq,
-     qd_ready, qd_empty, kv_ready, kv_empty, bar_x, dq_desc, DK, DV, STAT2, INV_L, DELTA,
-     seqlen_q, seqlen_k, heads_q, heads_kv, padded_q, qk_scale, sm_scale) = args
+     row_stats, qd_ready, qd_empty, kv_ready, kv_empty, bar_x, dq_desc, DK, DV, stat_desc,
+     inv_l_desc, delta_desc, seqlen_q, seqlen_k, heads_q, heads_kv, padded_q, qk_scale,
+     sm_scale) = args
     mbarrier.wait(kv_empty.index(0), (nb & 1) ^ 1)
     mbarrier.expect(kv_ready.index(0), k_desc.block_type.nbytes + v_desc.block_type.nbytes)
     tma.async_copy_global_to_shared(k_desc, [off_b, off_hkv, j * BLOCK_N, 0],
@@ -154,17 +159,28 @@ def _load_step(args, t, off_b, h, i):
     """Q_i, dO_i of query head h into slot t % STAGES once both consumers released step
     t - STAGES."""
     (q_desc, k_desc, v_desc, do_desc, q_smem, k_smem, v_smem, do_smem, ds_smem, x_dq,
-     qd_ready, qd_empty, kv_ready, kv_empty, bar_x, dq_desc, DK, DV, STAT2, INV_L, DELTA,
-     seqlen_q, seqlen_k, heads_q, heads_kv, padded_q, qk_scale, sm_scale) = args
+     row_stats, qd_ready, qd_empty, kv_ready, kv_empty, bar_x, dq_desc, DK, DV, stat_desc,
+     inv_l_desc, delta_desc, seqlen_q, seqlen_k, heads_q, heads_kv, padded_q, qk_scale,
+     sm_scale) = args
     STAGES: gl.constexpr = q_smem.type.shape[0]
     slot = t % STAGES
     mbarrier.wait(qd_empty.index(slot), ((t // STAGES) & 1) ^ 1)
     ready = qd_ready.index(slot)
-    mbarrier.expect(ready, q_desc.block_type.nbytes + do_desc.block_type.nbytes)
+    N_STATS: gl.constexpr = row_stats.type.shape[0] // STAGES
+    mbarrier.expect(ready, q_desc.block_type.nbytes + do_desc.block_type.nbytes
+                    + N_STATS * stat_desc.block_type.nbytes)
     tma.async_copy_global_to_shared(q_desc, [off_b, h, i * BLOCK_M, 0], ready,
                                     q_smem.index(slot))
     tma.async_copy_global_to_shared(do_desc, [off_b, h, i * BLOCK_M, 0], ready,
                                     do_smem.index(slot))
+    # the rows' statistics, as FlashAttention-3 loads them: L (or m), D and (FA1) 1/l
+    tma.async_copy_global_to_shared(stat_desc, [off_b, h, i * BLOCK_M], ready,
+                                    row_stats.index(slot * N_STATS))
+    tma.async_copy_global_to_shared(delta_desc, [off_b, h, i * BLOCK_M], ready,
+                                    row_stats.index(slot * N_STATS + 1))
+    if N_STATS == 3:
+        tma.async_copy_global_to_shared(inv_l_desc, [off_b, h, i * BLOCK_M], ready,
+                                        row_stats.index(slot * N_STATS + 2))
 
 
 @gluon.jit
@@ -213,7 +229,7 @@ def _dq_step(ds_smem, k_tile, x_dq, bar_x, t, dq_desc, row, sm_scale, SPLIT_Q: g
         dq = warpgroup_mma(ds_buf.permute((1, 0)), k_tile.slice(CONSUMER * COLS, COLS, 1), zero,
                            use_acc=False)
         # my buffer through an opaque index: my threads' store addresses are then formed in
-        # the step, not hoisted out of it and kept (spilled, with OVERLAP) across it
+        # the step, not hoisted out of it and kept across it (they spilled with OVERLAP)
         staging = x_dq.index(_in_partition(t - t) + CONSUMER)
     else:
         gl.thread_barrier()  # every thread of my warpgroup stored its part of my half
@@ -245,8 +261,9 @@ def _consumer(args, SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr,
               DEFER_NORM: gl.constexpr, causal: gl.constexpr, CONSUMER: gl.constexpr,
               WARP_SPECIALIZE: gl.constexpr = True, OVERLAP: gl.constexpr = False):
     (q_desc, k_desc, v_desc, do_desc, q_smem, k_smem, v_smem, do_smem, ds_smem, x_dq,
-     qd_ready, qd_empty, kv_ready, kv_empty, bar_x, dq_desc, DK, DV, STAT2, INV_L, DELTA,
-     seqlen_q, seqlen_k, heads_q, heads_kv, padded_q, qk_scale, sm_scale) = args
+     row_stats, qd_ready, qd_empty, kv_ready, kv_empty, bar_x, dq_desc, DK, DV, stat_desc,
+     inv_l_desc, delta_desc, seqlen_q, seqlen_k, heads_q, heads_kv, padded_q, qk_scale,
+     sm_scale) = args
     seqlen_q, seqlen_k = _in_partition(seqlen_q), _in_partition(seqlen_k)
     STAGES: gl.constexpr = q_smem.type.shape[0]
     HEAD_DIM: gl.constexpr = k_desc.block_type.shape[3]
@@ -289,7 +306,6 @@ def _consumer(args, SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr,
                 full_lo = gl.minimum(gl.cdiv(gl.maximum(start_n + BLOCK_N - 1 - diag, 0),
                                              BLOCK_M), hi)
         for h in range(off_hkv * group, off_hkv * group + group):
-            stat_base = (off_b * heads_q + h) * padded_q
             for i in range(lo, hi):
                 slot = t % STAGES
                 mbarrier.wait(qd_ready.index(slot), (t // STAGES) & 1)
@@ -305,19 +321,19 @@ def _consumer(args, SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr,
                 zero = gl.zeros([KEYS, BLOCK_M], gl.float32, s_layout)
                 st = warpgroup_mma(k_c, q.permute((1, 0)), zero, use_acc=False, is_async=True)
                 # the step's query indices through an opaque mov: LLVM would otherwise hoist
-                # what depends on them only through the loop-invariant arange (the statistics'
-                # 64-bit pointers, each thread's 32 differences key - query of the mask) out
-                # of the loop, live (and spilled) across every step
+                # what depends on them only through the loop-invariant arange (each thread's
+                # 32 differences key - query of the mask) out of the loop, live (and spilled)
+                # across every step
                 rows = _in_partition(i * BLOCK_M + gl.arange(0, BLOCK_M, layout=col_layout))
-                stat = gl.load(STAT2 + stat_base + rows)  # padded rows: no mask
+                stat = _row_stat(row_stats, slot, 0, STAGES, col_layout)
                 if OVERLAP:  # FA3's backward: dP^T issued with S^T, P^T's exponentials under it
-                    dpt = _issue_dpt(v_c, do, DELTA + stat_base + rows, s_layout)
+                    dpt = _issue_dpt(v_c, do, row_stats, slot, STAGES, s_layout)
                     st = warpgroup_mma_wait(num_outstanding=1, deps=(st,))
                 else:
                     st = warpgroup_mma_wait(num_outstanding=0, deps=(st,))
                 pt = gl.exp2(st * qk_scale - stat[None, :])
                 if not DEFER_NORM:  # FA1: P = exp2(S c - m) / l
-                    pt = pt * gl.load(INV_L + stat_base + rows)[None, :]
+                    pt = pt * _row_stat(row_stats, slot, 2, STAGES, col_layout)[None, :]
                 if i < full_lo:  # the tile crosses the diagonal or the end of the keys
                     pt = gl.where(_visible(keys, rows, seqlen_k, diag, causal), pt, 0.0)
                 # dV's product done before dP^T's is issued: P^T's 16-bit operand is not live
@@ -328,7 +344,7 @@ def _consumer(args, SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr,
                     dv, dpt = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dpt))
                 else:
                     dv = warpgroup_mma_wait(num_outstanding=0, deps=(dv,))
-                    dpt = _issue_dpt(v_c, do, DELTA + stat_base + rows, s_layout)
+                    dpt = _issue_dpt(v_c, do, row_stats, slot, STAGES, s_layout)
                     dpt = warpgroup_mma_wait(num_outstanding=0, deps=(dpt,))
                 dst = pt * dpt
                 if i < full_lo:
@@ -363,12 +379,19 @@ def _consumer(args, SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr,
 
 
 @gluon.jit
-def _issue_dpt(v_c, do, delta_ptrs, s_layout: gl.constexpr):
+def _issue_dpt(v_c, do, row_stats, slot, STAGES: gl.constexpr, s_layout: gl.constexpr):
     """dP^T - D_i = V_c dO_i^T - D_i in one product, issued (not waited for): the accumulator
     starts at -D_i (D_i's registers are then not live beside P^T and dP^T, the step's peak)."""
-    delta = gl.load(delta_ptrs)
+    delta = _row_stat(row_stats, slot, 1, STAGES, gl.SliceLayout(0, s_layout))
     minus_delta = gl.zeros([BLOCK_N // 2, BLOCK_M], gl.float32, s_layout) - delta[None, :]
     return warpgroup_mma(v_c, do.permute((1, 0)), minus_delta, is_async=True)
+
+
+@gluon.jit
+def _row_stat(row_stats, slot, k: gl.constexpr, STAGES: gl.constexpr, layout: gl.constexpr):
+    """Statistic k (0: L or m, 1: D, 2: 1/l) of the step's 64 rows, from ring slot `slot`."""
+    N_STATS: gl.constexpr = row_stats.type.shape[0] // STAGES
+    return row_stats.index(slot * N_STATS + k).reshape([BLOCK_M]).load(layout)
 
 
 @builtin
@@ -435,15 +458,17 @@ def _load_partition(args, SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr,
 
 
 @gluon.jit
-def _hopper_attn_bwd(q_desc, k_desc, v_desc, do_desc, dq_desc, DK, DV, STAT2, INV_L, DELTA,
-                     seqlen_q, seqlen_k, heads_q, heads_kv, padded_q, qk_scale, sm_scale,
+def _hopper_attn_bwd(q_desc, k_desc, v_desc, do_desc, dq_desc, DK, DV, stat_desc, inv_l_desc,
+                     delta_desc, seqlen_q, seqlen_k, heads_q, heads_kv, padded_q, qk_scale,
+                     sm_scale,
                      SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr,
                      DEFER_NORM: gl.constexpr, IS_CAUSAL: gl.constexpr, STAGES: gl.constexpr,
                      CONSUMER_REGS: gl.constexpr, WARP_SPECIALIZE: gl.constexpr = True,
                      OVERLAP: gl.constexpr = False):
     """Grid (column blocks, B * Hkv) with seq_parallel, (1, B * Hkv) without. dq_desc: over
-    the float32 (B, Hq, Sq, D) dQ, zeroed, with (1, 1, 64, D/2) boxes; DK, DV: (B, Hkv, Sk, D) contiguous; STAT2, INV_L, DELTA: the
-    preprocess's (B, Hq, padded_q) float32 rows. WARP_SPECIALIZE off: no producer warp
+    the float32 (B, Hq, Sq, D) dQ, zeroed, with (1, 1, 64, D/2) boxes; DK, DV: (B, Hkv, Sk, D)
+    contiguous; stat_desc, inv_l_desc, delta_desc: over the preprocess's (B, Hq, padded_q)
+    float32 rows (L or m, 1/l, D), with (1, 1, 64) boxes. WARP_SPECIALIZE off: no producer warp
     (FA2 all on only, D86); OVERLAP: dP^T issued with S^T (FA2 all on only, D87)."""
     gl.static_assert((WARP_SPECIALIZE and not OVERLAP)
                      or (DEFER_NORM and SPLIT_Q and SEQ_PARALLEL),
@@ -467,6 +492,10 @@ def _hopper_attn_bwd(q_desc, k_desc, v_desc, do_desc, dq_desc, DK, DV, STAT2, IN
     X_BUFS: gl.constexpr = 2 if SPLIT_Q else 4
     x_dq = gl.allocate_shared_memory(gl.float32, [X_BUFS] + dq_desc.block_type.shape,
                                      dq_desc.layout)
+    # each ring slot's row statistics (L or m, D, and under FA1's normalisation 1/l), 64 rows
+    N_STATS: gl.constexpr = 2 if DEFER_NORM else 3
+    row_stats = gl.allocate_shared_memory(gl.float32, [STAGES * N_STATS]
+                                          + stat_desc.block_type.shape, stat_desc.layout)
     qd_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     qd_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     kv_ready = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
@@ -481,8 +510,9 @@ def _hopper_attn_bwd(q_desc, k_desc, v_desc, do_desc, dq_desc, DK, DV, STAT2, IN
         mbarrier.init(bar_x.index(c), count=1)
 
     args = (q_desc, k_desc, v_desc, do_desc, q_smem, k_smem, v_smem, do_smem, ds_smem, x_dq,
-            qd_ready, qd_empty, kv_ready, kv_empty, bar_x, dq_desc, DK, DV, STAT2, INV_L, DELTA,
-            seqlen_q, seqlen_k, heads_q, heads_kv, padded_q, qk_scale, sm_scale)
+            row_stats, qd_ready, qd_empty, kv_ready, kv_empty, bar_x, dq_desc, DK, DV, stat_desc,
+            inv_l_desc, delta_desc, seqlen_q, seqlen_k, heads_q, heads_kv, padded_q, qk_scale,
+            sm_scale)
     if WARP_SPECIALIZE:  # a producer warp loads, the consumers only compute
         gl.warp_specialize([(_consumer_partition,
                              (args, SPLIT_Q, SEQ_PARALLEL, DEFER_NORM, IS_CAUSAL, 0, True,
@@ -523,6 +553,18 @@ def block_layouts(head_dim: int, dtype):
     k = gl.NVMMASharedLayout(swizzle_byte_width=head_dim, element_bitwidth=16, rank=4)
     dq = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=32, rank=4)
     return q, k, v, do, dq
+
+
+STAT_BOX = [1, 1, BLOCK_M.value]  # a step's rows of one (batch, head) of a statistic
+STAT_LAYOUT = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=3)
+
+
+def _stat_descriptors(*stats):
+    """Descriptors over the preprocess's (B, Hq, padded_q) float32 statistics."""
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    return [TensorDescriptor(t, list(t.shape), list(t.stride()), STAT_BOX, STAT_LAYOUT)
+            for t in stats]
 
 
 def unsupported(q, k, v) -> str | None:
@@ -577,8 +619,8 @@ def hopper_attn_bwd(q, k, v, o, stats, do, dlse, causal, softmax_scale, variant,
                                   BLOCK_N.value, causal, lambda: _sms_and_ctas(q.device))
     grid = (n_blocks if columns else 1, batch * heads_kv)
     _HOPPER_ATTN_BWD[grid](
-        *_descriptors(q, k, v, do, dq), dk, dv, stat2, inv_l, delta, seqlen_q, seqlen_k,
-        heads_q, heads_kv, padded_q, softmax_scale * LOG2E, softmax_scale,
+        *_descriptors(q, k, v, do, dq), dk, dv, *_stat_descriptors(stat2, inv_l, delta),
+        seqlen_q, seqlen_k, heads_q, heads_kv, padded_q, softmax_scale * LOG2E, softmax_scale,
         SPLIT_Q=variant.split_q, SEQ_PARALLEL=columns,
         DEFER_NORM=variant.defer_norm, IS_CAUSAL=bool(causal),
         STAGES=bwd_stages(head_dim, variant.split_q), CONSUMER_REGS=BWD_CONSUMER_REGS,
@@ -603,8 +645,9 @@ def sm90_signature(variant, dtype="bfloat16", head_dim=128, causal=False,
                                  block_shapes(head_dim), block_layouts(head_dim, dtype)):
         element = "fp32" if name == "dq_desc" else short
         signature[name] = f"tensordesc<{element}[{','.join(map(str, box))}],{layout!r}>"
-    signature.update(DK=f"*{short}", DV=f"*{short}", STAT2="*fp32",
-                     INV_L="*fp32", DELTA="*fp32", seqlen_q="i32", seqlen_k="i32",
+    stat = f"tensordesc<fp32[{','.join(map(str, STAT_BOX))}],{STAT_LAYOUT!r}>"
+    signature.update(DK=f"*{short}", DV=f"*{short}", stat_desc=stat, inv_l_desc=stat,
+                     delta_desc=stat, seqlen_q="i32", seqlen_k="i32",
                      heads_q="i32", heads_kv="i32", padded_q="i32", qk_scale="fp32",
                      sm_scale="fp32")
     constexprs = {"SPLIT_Q": variant.split_q, "SEQ_PARALLEL": variant.seq_parallel,

@@ -13,13 +13,15 @@ CTAS_PER_SM = 1
 def shared_bytes(head_dim: int, stages: int, split_q: bool) -> int:
     """Shared memory of the buffers: the Q/dO ring, K and V, dS^T (2 x 128 x 64 16-bit) and
     dQ's 64 x D/2 float32 tiles: split-Q's staging for the TMA reduction (2 consumers),
-    split-K's exchange (2 parities x 2 consumers), which stages too."""
+    split-K's exchange (2 parities x 2 consumers), which stages too; and each ring slot's row
+    statistics (L and D, and 1/l where defer_norm is off: 64 float32 each; the bound takes 3)."""
     rows, keys = BLOCK_M, BLOCK_N
     ring = stages * 2 * rows * head_dim * 2
     kv = 2 * keys * head_dim * 2
     ds = 2 * keys * rows * 2
     dq_tiles = (2 if split_q else 4) * rows * (head_dim // 2) * 4
-    return ring + kv + ds + dq_tiles
+    stats = stages * 3 * rows * 4
+    return ring + kv + ds + dq_tiles + stats
 
 
 def bwd_stages(head_dim: int, split_q: bool) -> int:
