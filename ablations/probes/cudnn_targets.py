@@ -9,7 +9,8 @@ Each cell's times are the medians of its samples, every sweep pooled. For every 
   and `api`) against torch SDPA's cuDNN backend, bf16 from 2k: geometric mean >= 1.05x, no
   cell below 0.95x; and d=128 full 8k >= 680 TFLOP/s;
 - fwd+bwd through `flash_attention` (`api`) against cuDNN, bf16 from 2k: geometric mean >=
-  0.95x, no cell below 0.85x;
+  0.95x, no cell below 0.85x; and the same for the FA2 of record, which the API runs where the
+  table of fastest kernels picks it (a run timed with the previous table has its API lag it);
 - the FA2 of record (the lattice's FA2: the chassis's where the run timed it) against torch
   SDPA's FlashAttention-2 (`sdpa-flash`), every cell, forward and fwd+bwd: >= 1.0x.
 A target whose contenders the run did not time is not printed; each miss is listed under it.
@@ -85,6 +86,9 @@ def check(results: dict) -> None:
            against(times, "fwd+bwd", API, CUDNN, bf16_from_2k), 0.85, 0.95)
     fa2 = ("hopper" if results.get("settings", {}).get("kernels") == "hopper" else "") + \
         "+defer+seqpar+splitq"
+    report(f"fwd+bwd, the FA2 of record ({fa2}) / cuDNN, bf16 from 2k (what `flash_attention` "
+           "gives where the table of fastest kernels picks it)",
+           against(times, "fwd+bwd", fa2, CUDNN, bf16_from_2k), 0.85, 0.95)
     for mode in ("fwd", "fwd+bwd"):
         report(f"{mode}, the FA2 of record ({fa2}) / torch's FlashAttention-2, every cell",
                against(times, mode, fa2, FLASH, lambda c: True), 1.0)
