@@ -14,6 +14,9 @@ Each cell's times are the medians of its samples, every sweep pooled. For every 
 - the FA2 of record (the lattice's FA2: the chassis's where the run timed it) against torch
   SDPA's FlashAttention-2 (`sdpa-flash`), every cell, forward and fwd+bwd: >= 1.0x.
 A target whose contenders the run did not time is not printed; each miss is listed under it.
+Then, where the run timed both modes, the FA2 of record's backward against cuDNN's by cell (bf16
+from 2k), each backward taken as the cell's fwd+bwd median less its forward median: where the
+fwd+bwd gap is, in the forward or the backward.
 """
 import math
 import os
@@ -89,6 +92,18 @@ def check(results: dict) -> None:
     report(f"fwd+bwd, the FA2 of record ({fa2}) / cuDNN, bf16 from 2k (what `flash_attention` "
            "gives where the table of fastest kernels picks it)",
            against(times, "fwd+bwd", fa2, CUDNN, bf16_from_2k), 0.85, 0.95)
+    backward = {}
+    for (mode, items), t in times.items():
+        cell = dict(items)
+        forward = times.get(("fwd", items), {})
+        if mode == "fwd+bwd" and bf16_from_2k(cell) and all(
+                name in t and name in forward for name in (fa2, CUDNN)):
+            backward[describe(cell)] = ((t[CUDNN] - forward[CUDNN])
+                                        / (t[fa2] - forward[fa2]))
+    if backward:
+        print("backward (fwd+bwd less fwd), the FA2 of record / cuDNN, bf16 from 2k, by cell:")
+        for cell, r in sorted(backward.items(), key=lambda item: item[1]):
+            print(f"  {cell}: {r:.3f}x")
     for mode in ("fwd", "fwd+bwd"):
         report(f"{mode}, the FA2 of record ({fa2}) / torch's FlashAttention-2, every cell",
                against(times, mode, fa2, FLASH, lambda c: True), 1.0)
