@@ -82,6 +82,31 @@ def test_cudnn_targets_take_the_fastest_of_ours_with_fa2s_flags(tmp_path, capsys
     assert "fwd+bwd" not in out
 
 
+def test_cudnn_targets_split_fwd_bwd_into_forward_and_backward(tmp_path, capsys):
+    """With both modes timed, cudnn_targets.py prints the FA2 of record's fwd+bwd against cuDNN
+    and its backward (fwd+bwd less fwd) against cuDNN's by cell: here fwd 1.0 / 0.8 ms and
+    fwd+bwd 4.0 / 3.6 ms, so fwd+bwd 0.900x and the backward 2.8 / 3.0 = 0.933x (0.9x would be
+    the ratio of the sums, 0.8x the forward's)."""
+    probe = _ablations_script("cudnn_targets")
+    fa2 = "hopper+defer+seqpar+splitq"
+    times = {"fwd": {fa2: 1.0, "sdpa-cudnn": 0.8}, "fwd+bwd": {fa2: 4.0, "sdpa-cudnn": 3.6}}
+    cell = {"batch": 2, "heads_q": 16, "heads_kv": 16, "seqlen": 4096, "head_dim": 64,
+            "dtype": "bfloat16", "causal": True}
+    run = {"schema": "fa2check.ablate/1", "provenance": {"gpu": "G"},
+           "settings": {"kernels": "hopper"},
+           "cells": [{"cell": cell, "modes": {mode: {"samples": {n: [[t] * 3]
+                                                                 for n, t in ms.items()}}
+                                              for mode, ms in times.items()}}]}
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(run))
+    assert probe.main([str(path)]) == 0
+    out = capsys.readouterr().out
+    assert (f"fwd+bwd, the FA2 of record ({fa2}) / cuDNN, bf16 from 2k (what `flash_attention` "
+            "gives where the table of fastest kernels picks it): geometric mean 0.900x (target "
+            "0.95x: missed); 1 of 1 cells >= 0.85x") in out
+    assert "  seqlen 4096, d=64, bfloat16, causal: 0.933x" in out
+
+
 def test_targets_across_runs_tell_a_shared_miss_from_a_single_runs(tmp_path, capsys):
     """ablations/probes/targets.py --across: each cell that missed in some run, with every run's
     ratio. Synthetic runs: FA2 at about 0.97 ms, sdpa-flash 1.1 ms (1.13x, a miss) in both,
