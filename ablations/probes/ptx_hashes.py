@@ -46,6 +46,7 @@ GATE_CASES = [
     ("hopper_attn_fwd", FA1Q, "bfloat16", 128, True),
     ("hopper_attn_fwd", SWITCHES, "bfloat16", 128, True),  # a deeper ring (D80)
     ("hopper_attn_bwd", FA1, "bfloat16", 64, True),
+    ("hopper_attn_bwd", FA2, "bfloat16", 64, True),  # the API's d=64 backward with gradients
 ]
 # the chassis at fixed tiles: (name, variant, causal)
 CHASSIS_FORWARDS = [("fa2", FA2, False), ("fa2", FA2, True), ("fa1", FA1, False),
