@@ -121,7 +121,7 @@ def _producer(args, SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr,
     Q_i, dO_i of each step into the ring (slot t % STAGES once both released step t - STAGES)."""
     (q_desc, k_desc, v_desc, do_desc, q_smem, k_smem, v_smem, do_smem, ds_smem, x_dq,
      row_stats, qd_ready, qd_empty, kv_ready, kv_empty, bar_x, dq_desc, DK, DV, stat_desc,
-     inv_l_desc, delta_desc, seqlen_q, seqlen_k, heads_q, heads_kv, padded_q, qk_scale,
+     inv_l_desc, delta_desc, seqlen_q, seqlen_k, heads_q, heads_kv, qk_scale,
      sm_scale) = args
     seqlen_q, seqlen_k = _in_partition(seqlen_q), _in_partition(seqlen_k)
     bh = gl.program_id(1)
@@ -145,7 +145,7 @@ def _load_block(args, nb, off_b, off_hkv, j):
     """K_j, V_j into their slot once both consumers released the last block (the nb-th)."""
     (q_desc, k_desc, v_desc, do_desc, q_smem, k_smem, v_smem, do_smem, ds_smem, x_dq,
      row_stats, qd_ready, qd_empty, kv_ready, kv_empty, bar_x, dq_desc, DK, DV, stat_desc,
-     inv_l_desc, delta_desc, seqlen_q, seqlen_k, heads_q, heads_kv, padded_q, qk_scale,
+     inv_l_desc, delta_desc, seqlen_q, seqlen_k, heads_q, heads_kv, qk_scale,
      sm_scale) = args
     mbarrier.wait(kv_empty.index(0), (nb & 1) ^ 1)
     mbarrier.expect(kv_ready.index(0), k_desc.block_type.nbytes + v_desc.block_type.nbytes)
@@ -161,7 +161,7 @@ def _load_step(args, t, off_b, h, i):
     t - STAGES."""
     (q_desc, k_desc, v_desc, do_desc, q_smem, k_smem, v_smem, do_smem, ds_smem, x_dq,
      row_stats, qd_ready, qd_empty, kv_ready, kv_empty, bar_x, dq_desc, DK, DV, stat_desc,
-     inv_l_desc, delta_desc, seqlen_q, seqlen_k, heads_q, heads_kv, padded_q, qk_scale,
+     inv_l_desc, delta_desc, seqlen_q, seqlen_k, heads_q, heads_kv, qk_scale,
      sm_scale) = args
     STAGES: gl.constexpr = q_smem.type.shape[0]
     ROWS: gl.constexpr = q_desc.block_type.shape[2]
@@ -266,7 +266,7 @@ def _consumer(args, SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr,
               WARP_SPECIALIZE: gl.constexpr = True, OVERLAP: gl.constexpr = False):
     (q_desc, k_desc, v_desc, do_desc, q_smem, k_smem, v_smem, do_smem, ds_smem, x_dq,
      row_stats, qd_ready, qd_empty, kv_ready, kv_empty, bar_x, dq_desc, DK, DV, stat_desc,
-     inv_l_desc, delta_desc, seqlen_q, seqlen_k, heads_q, heads_kv, padded_q, qk_scale,
+     inv_l_desc, delta_desc, seqlen_q, seqlen_k, heads_q, heads_kv, qk_scale,
      sm_scale) = args
     seqlen_q, seqlen_k = _in_partition(seqlen_q), _in_partition(seqlen_k)
     STAGES: gl.constexpr = q_smem.type.shape[0]
@@ -466,7 +466,7 @@ def _load_partition(args, SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr,
 
 @gluon.jit
 def _hopper_attn_bwd(q_desc, k_desc, v_desc, do_desc, dq_desc, DK, DV, stat_desc, inv_l_desc,
-                     delta_desc, seqlen_q, seqlen_k, heads_q, heads_kv, padded_q, qk_scale,
+                     delta_desc, seqlen_q, seqlen_k, heads_q, heads_kv, qk_scale,
                      sm_scale,
                      SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr,
                      DEFER_NORM: gl.constexpr, IS_CAUSAL: gl.constexpr, STAGES: gl.constexpr,
@@ -521,7 +521,7 @@ def _hopper_attn_bwd(q_desc, k_desc, v_desc, do_desc, dq_desc, DK, DV, stat_desc
 
     args = (q_desc, k_desc, v_desc, do_desc, q_smem, k_smem, v_smem, do_smem, ds_smem, x_dq,
             row_stats, qd_ready, qd_empty, kv_ready, kv_empty, bar_x, dq_desc, DK, DV, stat_desc,
-            inv_l_desc, delta_desc, seqlen_q, seqlen_k, heads_q, heads_kv, padded_q, qk_scale,
+            inv_l_desc, delta_desc, seqlen_q, seqlen_k, heads_q, heads_kv, qk_scale,
             sm_scale)
     if WARP_SPECIALIZE:  # a producer warp loads, the consumers only compute
         gl.warp_specialize([(_consumer_partition,
@@ -617,8 +617,8 @@ def hopper_attn_bwd(q, k, v, o, stats, do, dlse, causal, softmax_scale, variant,
     heads_kv, seqlen_k = k.shape[1], k.shape[2]
     do = do if tma_ready(do) else do.contiguous()
     rows = bwd_rows(head_dim, variant)
-    delta, stat2, inv_l, padded_q = bwd_preprocess(q, k, v, o, stats, do, dlse, variant,
-                                                   config, o_res, row_multiple=rows)
+    delta, stat2, inv_l, _ = bwd_preprocess(q, k, v, o, stats, do, dlse, variant,
+                                            config, o_res, row_multiple=rows)
     dq = torch.zeros((batch, heads_q, seqlen_q, head_dim), device=q.device,
                      dtype=torch.float32)
     dk = torch.empty(k.shape, device=k.device, dtype=k.dtype)  # contiguous
@@ -630,7 +630,7 @@ def hopper_attn_bwd(q, k, v, o, stats, do, dlse, causal, softmax_scale, variant,
     grid = (n_blocks if columns else 1, batch * heads_kv)
     _HOPPER_ATTN_BWD[grid](
         *_descriptors(q, k, v, do, dq, rows), dk, dv, *_stat_descriptors(rows, stat2, inv_l, delta),
-        seqlen_q, seqlen_k, heads_q, heads_kv, padded_q, softmax_scale * LOG2E, softmax_scale,
+        seqlen_q, seqlen_k, heads_q, heads_kv, softmax_scale * LOG2E, softmax_scale,
         SPLIT_Q=variant.split_q, SEQ_PARALLEL=columns,
         DEFER_NORM=variant.defer_norm, IS_CAUSAL=bool(causal),
         STAGES=bwd_stages(head_dim, variant.split_q, rows), CONSUMER_REGS=BWD_CONSUMER_REGS,
@@ -660,7 +660,7 @@ def sm90_signature(variant, dtype="bfloat16", head_dim=128, causal=False,
     stat = f"tensordesc<fp32[1,1,{rows}],{STAT_LAYOUT!r}>"
     signature.update(DK=f"*{short}", DV=f"*{short}", stat_desc=stat, inv_l_desc=stat,
                      delta_desc=stat, seqlen_q="i32", seqlen_k="i32",
-                     heads_q="i32", heads_kv="i32", padded_q="i32", qk_scale="fp32",
+                     heads_q="i32", heads_kv="i32", qk_scale="fp32",
                      sm_scale="fp32")
     constexprs = {"SPLIT_Q": variant.split_q, "SEQ_PARALLEL": variant.seq_parallel,
                   "DEFER_NORM": variant.defer_norm, "IS_CAUSAL": causal,
