@@ -78,7 +78,7 @@ W=$(mktemp -d)  # the steps write here; $OUT gets one archive of it after every 
 : "${COMMIT:?set COMMIT=<hash> of the tree being run (git rev-parse --short HEAD, locally)}"
 # COMMIT worked out on the device names that stale .git: refuse it where the tree differs
 head=$(git rev-parse --short HEAD 2>/dev/null)
-if [ -n "$head" ] && [ "${COMMIT:0:7}" = "${head:0:7}" ] && ! git diff --quiet HEAD 2>/dev/null; then
+if [ -n "$head" ] && [ "${COMMIT:0:7}" = "${head:0:7}" ] && [ "${COMMIT%-dirty}" = "$COMMIT" ] && ! git diff --quiet HEAD 2>/dev/null; then
   echo "COMMIT=$COMMIT is this copy's .git HEAD, and the tree differs from it: give the hash of the local checkout's HEAD (add -dirty for uncommitted changes)" >&2
   exit 2
 fi
