@@ -221,6 +221,21 @@ def test_without_a_gpu_the_first_table_is_the_readmes_headline(device, monkeypat
                    for line in lines), (label, wanted)
 
 
+def test_the_readmes_section_is_its_runs_render(monkeypatch):
+    """Every line between the README's ablation markers is what `--from RUN --update-readme`
+    writes from the runs it names: no number, plot or line typed or removed by hand."""
+    from fa2check.ablate import cli
+    from fa2check.ablate.results import readme_runs
+
+    with open(cli.README) as f:
+        section = f.read().split(cli.README_BEGIN, 1)[1].split(cli.README_END, 1)[0]
+    rendered = []
+    monkeypatch.setattr(cli, "update_readme", rendered.append)
+    args = [a for run in readme_runs(cli.README) for a in ("--from", run)]
+    assert args and cli.main(args + ["--update-readme"]) == 0
+    assert rendered[0].strip() == section.strip()
+
+
 def test_the_run_of_record_is_the_one_the_readme_was_rendered_from(tmp_path, capsys):
     """Data, not a file name: the README's markers name the run; a newer run follows it and an
     older one waits for --full."""
