@@ -15,12 +15,14 @@ ln 2 (the kernel works in log2 units):
     dQ_i += softmax_scale dS_ij K_j
 
 One program per column block of BLOCK_N = 128 keys of one (batch, kv head). The producer
-warp loads K_j and V_j once, then Q_i and dO_i of every step (query row block i of 64 rows of
+warp loads K_j and V_j once, then Q_i and dO_i of every step (query row block i of R rows of
 each query head of the kv head's GQA group that sees the column block) into a ring of STAGES
-slots. Consumer c owns keys 64c .. 64c + 63 of the block, and its dK_c, dV_c (64 x D float32)
-stay in registers over every step. Each step it computes the transposed tile (keys x queries):
+slots; R = 128 at head_dim 64 with split-Q and without OVERLAP, as FlashAttention-3 tiles its
+sm_90 backward there, else 64 (`bwd_rows`). Consumer c owns keys 64c .. 64c + 63 of the
+block, and its dK_c, dV_c (64 x D float32) stay in registers over every step. Each step it
+computes the transposed tile (keys x queries):
 
-    S^T_c  = K_c Q_i^T                  wgmma, 64 x 64, both operands in shared memory
+    S^T_c  = K_c Q_i^T                  wgmma, 64 x R, both operands in shared memory
     P^T_c  = exp2(S^T_c c - L)          (masked entries: 0 by `where`, never by a product)
     dV_c  += P^T_c dO_i                 wgmma, A (P^T) from registers
     dP^T_c = V_c dO_i^T                 wgmma
@@ -32,7 +34,7 @@ and then the step's dQ_i, the one place where the settings differ:
 
     SPLIT_Q (FA2, section 3.3): both consumers' dS^T halves stored, one rendezvous; consumer c
       computes its D/2 columns of dQ_i over all 128 keys of the block in one product,
-          dQ_i[:, cols c] = dS_i K_j[:, cols c]      wgmma 64 x D/2, K = 128 (dS_i: the whole
+          dQ_i[:, cols c] = dS_i K_j[:, cols c]      wgmma R x D/2, K = 128 (dS_i: the whole
                                                      block's dS^T read back transposed)
       complete, and adds it to the float32 dQ buffer. No partial sum crosses a warpgroup.
     split-K (FA1's partition of the dQ product's keys, as the forward chassis's split-K):
@@ -84,10 +86,9 @@ from .hopper_forward import (HOPPER_DTYPES, HOPPER_HEAD_DIMS, _in_partition, def
                              mma_layout)
 from .launch_cache import CachedLaunch
 from .plan.fa1_launch import bwd_column_parallel
-from .plan.hopper_backward import BLOCK_M as _BLOCK_M, BLOCK_N as _BLOCK_N, CTAS_PER_SM, bwd_stages
+from .plan.hopper_backward import BLOCK_N as _BLOCK_N, CTAS_PER_SM, bwd_rows, bwd_stages
 from .tma import tma_ready
 
-BLOCK_M = gl.constexpr(_BLOCK_M)  # query rows a step: a wgmma's M, and N of S^T and dP^T
 BLOCK_N = gl.constexpr(_BLOCK_N)  # keys a program's column block: 64 a consumer
 BWD_CONSUMER_REGS = 240  # setmaxnreg of the worker consumer (the default one gets as many)
 BWD_PRODUCER_REGS = gl.constexpr(24)  # the producer warp: TMA issue only
@@ -104,13 +105,13 @@ def _block_loop(seqlen_k, SEQ_PARALLEL: gl.constexpr):
 
 
 @gluon.jit
-def _row_blocks(start_n, seqlen_q, seqlen_k, causal: gl.constexpr):
-    """Row blocks [lo, hi) of BLOCK_M rows that see a key of the column block from start_n
+def _row_blocks(start_n, seqlen_q, seqlen_k, causal: gl.constexpr, ROWS: gl.constexpr):
+    """Row blocks [lo, hi) of ROWS rows that see a key of the column block from start_n
     (causal: from the first whose last row sees key start_n)."""
     lo = 0
     if causal:
-        lo = gl.maximum(start_n - (seqlen_k - seqlen_q), 0) // BLOCK_M
-    return lo, gl.cdiv(seqlen_q, BLOCK_M)
+        lo = gl.maximum(start_n - (seqlen_k - seqlen_q), 0) // ROWS
+    return lo, gl.cdiv(seqlen_q, ROWS)
 
 
 @gluon.jit
@@ -120,7 +121,7 @@ def _producer(args, SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr,
     Q_i, dO_i of each step into the ring (slot t % STAGES once both released step t - STAGES)."""
     (q_desc, k_desc, v_desc, do_desc, q_smem, k_smem, v_smem, do_smem, ds_smem, x_dq,
      row_stats, qd_ready, qd_empty, kv_ready, kv_empty, bar_x, dq_desc, DK, DV, stat_desc,
-     inv_l_desc, delta_desc, seqlen_q, seqlen_k, heads_q, heads_kv, padded_q, qk_scale,
+     inv_l_desc, delta_desc, seqlen_q, seqlen_k, heads_q, heads_kv, qk_scale,
      sm_scale) = args
     seqlen_q, seqlen_k = _in_partition(seqlen_q), _in_partition(seqlen_k)
     bh = gl.program_id(1)
@@ -131,7 +132,7 @@ def _producer(args, SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr,
     t = 0
     for j in range(first, n_blocks, step):
         _load_block(args, nb, off_b, off_hkv, j)
-        lo, hi = _row_blocks(j * BLOCK_N, seqlen_q, seqlen_k, causal)
+        lo, hi = _row_blocks(j * BLOCK_N, seqlen_q, seqlen_k, causal, q_desc.block_type.shape[2])
         for h in range(off_hkv * group, off_hkv * group + group):
             for i in range(lo, hi):
                 _load_step(args, t, off_b, h, i)
@@ -144,7 +145,7 @@ def _load_block(args, nb, off_b, off_hkv, j):
     """K_j, V_j into their slot once both consumers released the last block (the nb-th)."""
     (q_desc, k_desc, v_desc, do_desc, q_smem, k_smem, v_smem, do_smem, ds_smem, x_dq,
      row_stats, qd_ready, qd_empty, kv_ready, kv_empty, bar_x, dq_desc, DK, DV, stat_desc,
-     inv_l_desc, delta_desc, seqlen_q, seqlen_k, heads_q, heads_kv, padded_q, qk_scale,
+     inv_l_desc, delta_desc, seqlen_q, seqlen_k, heads_q, heads_kv, qk_scale,
      sm_scale) = args
     mbarrier.wait(kv_empty.index(0), (nb & 1) ^ 1)
     mbarrier.expect(kv_ready.index(0), k_desc.block_type.nbytes + v_desc.block_type.nbytes)
@@ -160,26 +161,27 @@ def _load_step(args, t, off_b, h, i):
     t - STAGES."""
     (q_desc, k_desc, v_desc, do_desc, q_smem, k_smem, v_smem, do_smem, ds_smem, x_dq,
      row_stats, qd_ready, qd_empty, kv_ready, kv_empty, bar_x, dq_desc, DK, DV, stat_desc,
-     inv_l_desc, delta_desc, seqlen_q, seqlen_k, heads_q, heads_kv, padded_q, qk_scale,
+     inv_l_desc, delta_desc, seqlen_q, seqlen_k, heads_q, heads_kv, qk_scale,
      sm_scale) = args
     STAGES: gl.constexpr = q_smem.type.shape[0]
+    ROWS: gl.constexpr = q_desc.block_type.shape[2]
     slot = t % STAGES
     mbarrier.wait(qd_empty.index(slot), ((t // STAGES) & 1) ^ 1)
     ready = qd_ready.index(slot)
     N_STATS: gl.constexpr = row_stats.type.shape[0] // STAGES
     mbarrier.expect(ready, q_desc.block_type.nbytes + do_desc.block_type.nbytes
                     + N_STATS * stat_desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(q_desc, [off_b, h, i * BLOCK_M, 0], ready,
+    tma.async_copy_global_to_shared(q_desc, [off_b, h, i * ROWS, 0], ready,
                                     q_smem.index(slot))
-    tma.async_copy_global_to_shared(do_desc, [off_b, h, i * BLOCK_M, 0], ready,
+    tma.async_copy_global_to_shared(do_desc, [off_b, h, i * ROWS, 0], ready,
                                     do_smem.index(slot))
     # the rows' statistics, as FlashAttention-3 loads them: L (or m), D and (FA1) 1/l
-    tma.async_copy_global_to_shared(stat_desc, [off_b, h, i * BLOCK_M], ready,
+    tma.async_copy_global_to_shared(stat_desc, [off_b, h, i * ROWS], ready,
                                     row_stats.index(slot * N_STATS))
-    tma.async_copy_global_to_shared(delta_desc, [off_b, h, i * BLOCK_M], ready,
+    tma.async_copy_global_to_shared(delta_desc, [off_b, h, i * ROWS], ready,
                                     row_stats.index(slot * N_STATS + 1))
     if N_STATS == 3:
-        tma.async_copy_global_to_shared(inv_l_desc, [off_b, h, i * BLOCK_M], ready,
+        tma.async_copy_global_to_shared(inv_l_desc, [off_b, h, i * ROWS], ready,
                                         row_stats.index(slot * N_STATS + 2))
 
 
@@ -215,9 +217,11 @@ def _dq_step(ds_smem, k_tile, x_dq, bar_x, t, dq_desc, row, sm_scale, SPLIT_Q: g
     ([b, h, first row]) by a TMA reduction from x_dq (_reduce_dq)."""
     HEAD_DIM: gl.constexpr = k_tile.type.shape[1]
     COLS: gl.constexpr = HEAD_DIM // 2
+    ROWS: gl.constexpr = ds_smem.type.shape[2]
+    KEYS: gl.constexpr = BLOCK_N // 2
     q_layout: gl.constexpr = mma_layout(COLS)
-    zero = gl.zeros([BLOCK_M, COLS], gl.float32, q_layout)
-    ds_buf = ds_smem.index(t % 2)  # (128 keys, 64 queries): dS^T of the block
+    zero = gl.zeros([ROWS, COLS], gl.float32, q_layout)
+    ds_buf = ds_smem.index(t % 2)  # (128 keys, ROWS queries): dS^T of the block
     # my last step's reduction has read its x_dq buffer (the rendezvous's barrier then makes
     # the issuing thread's wait my warpgroup's, and its arrival the other consumer's: split-K's
     # partner writes that buffer next, after this step's rendezvous)
@@ -233,8 +237,8 @@ def _dq_step(ds_smem, k_tile, x_dq, bar_x, t, dq_desc, row, sm_scale, SPLIT_Q: g
         staging = x_dq.index(_in_partition(t - t) + CONSUMER)
     else:
         gl.thread_barrier()  # every thread of my warpgroup stored its part of my half
-        ds_mine = ds_buf.slice(CONSUMER * BLOCK_M, BLOCK_M, 0).permute((1, 0))  # dS_c: 64 x 64
-        k_mine = k_tile.slice(CONSUMER * BLOCK_M, BLOCK_M, 0)  # K_c: my 64 keys
+        ds_mine = ds_buf.slice(CONSUMER * KEYS, KEYS, 0).permute((1, 0))  # dS_c: ROWS x 64
+        k_mine = k_tile.slice(CONSUMER * KEYS, KEYS, 0)  # K_c: my 64 keys
         # the other consumer's columns first, so that one 64 x D/2 partial is live at a time
         dq_other = warpgroup_mma(ds_mine, k_mine.slice((1 - CONSUMER) * COLS, COLS, 1), zero,
                                  use_acc=False)
@@ -252,7 +256,7 @@ def _dq_step(ds_smem, k_tile, x_dq, bar_x, t, dq_desc, row, sm_scale, SPLIT_Q: g
 
 @gluon.jit
 def _tile(buf):
-    """A (1, 1, 64, D/2) x_dq buffer as the 64 x D/2 tile of registers it stages."""
+    """A (1, 1, R, D/2) x_dq buffer as the R x D/2 tile of registers it stages."""
     return buf.reshape([buf.type.shape[2], buf.type.shape[3]])
 
 
@@ -262,15 +266,16 @@ def _consumer(args, SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr,
               WARP_SPECIALIZE: gl.constexpr = True, OVERLAP: gl.constexpr = False):
     (q_desc, k_desc, v_desc, do_desc, q_smem, k_smem, v_smem, do_smem, ds_smem, x_dq,
      row_stats, qd_ready, qd_empty, kv_ready, kv_empty, bar_x, dq_desc, DK, DV, stat_desc,
-     inv_l_desc, delta_desc, seqlen_q, seqlen_k, heads_q, heads_kv, padded_q, qk_scale,
+     inv_l_desc, delta_desc, seqlen_q, seqlen_k, heads_q, heads_kv, qk_scale,
      sm_scale) = args
     seqlen_q, seqlen_k = _in_partition(seqlen_q), _in_partition(seqlen_k)
     STAGES: gl.constexpr = q_smem.type.shape[0]
     HEAD_DIM: gl.constexpr = k_desc.block_type.shape[3]
     COLS: gl.constexpr = HEAD_DIM // 2
     KEYS: gl.constexpr = BLOCK_N // 2  # mine: keys 64c .. 64c + 63 of the block
+    ROWS: gl.constexpr = q_desc.block_type.shape[2]  # query rows a step (bwd_rows)
     dtype: gl.constexpr = k_desc.dtype
-    s_layout: gl.constexpr = mma_layout(BLOCK_M)  # S^T, P^T, dP^T, dS^T: 64 keys x 64 queries
+    s_layout: gl.constexpr = mma_layout(ROWS)  # S^T, P^T, dP^T, dS^T: 64 keys x ROWS queries
     acc_layout: gl.constexpr = mma_layout(HEAD_DIM)  # dK_c, dV_c: 64 keys x D
     op_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
     col_layout: gl.constexpr = gl.SliceLayout(0, s_layout)  # a query's statistic
@@ -288,7 +293,7 @@ def _consumer(args, SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr,
     t = 0
     for j in range(first, n_blocks, step):
         start_n = j * BLOCK_N
-        lo, hi = _row_blocks(start_n, seqlen_q, seqlen_k, causal)
+        lo, hi = _row_blocks(start_n, seqlen_q, seqlen_k, causal, ROWS)
         if LOADS:
             _load_block(args, nb, off_b, off_hkv, j)
             for u in gl.static_range(STAGES):
@@ -304,7 +309,7 @@ def _consumer(args, SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr,
             full_lo = 0
             if causal:
                 full_lo = gl.minimum(gl.cdiv(gl.maximum(start_n + BLOCK_N - 1 - diag, 0),
-                                             BLOCK_M), hi)
+                                             ROWS), hi)
         for h in range(off_hkv * group, off_hkv * group + group):
             for i in range(lo, hi):
                 slot = t % STAGES
@@ -316,15 +321,15 @@ def _consumer(args, SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr,
                 k_tile = k_smem.index(kv).reshape([BLOCK_N, HEAD_DIM])
                 k_c = k_tile.slice(CONSUMER * KEYS, KEYS, 0)
                 v_c = v_smem.index(kv).reshape([BLOCK_N, HEAD_DIM]).slice(CONSUMER * KEYS, KEYS, 0)
-                q = q_smem.index(slot).reshape([BLOCK_M, HEAD_DIM])
-                do = do_smem.index(slot).reshape([BLOCK_M, HEAD_DIM])
-                zero = gl.zeros([KEYS, BLOCK_M], gl.float32, s_layout)
+                q = q_smem.index(slot).reshape([ROWS, HEAD_DIM])
+                do = do_smem.index(slot).reshape([ROWS, HEAD_DIM])
+                zero = gl.zeros([KEYS, ROWS], gl.float32, s_layout)
                 st = warpgroup_mma(k_c, q.permute((1, 0)), zero, use_acc=False, is_async=True)
                 # the step's query indices through an opaque mov: LLVM would otherwise hoist
                 # what depends on them only through the loop-invariant arange (each thread's
                 # 32 differences key - query of the mask) out of the loop, live (and spilled)
                 # across every step
-                rows = _in_partition(i * BLOCK_M + gl.arange(0, BLOCK_M, layout=col_layout))
+                rows = _in_partition(i * ROWS + gl.arange(0, ROWS, layout=col_layout))
                 stat = _row_stat(row_stats, slot, 0, STAGES, col_layout)
                 if OVERLAP:  # FA3's backward: dP^T issued with S^T, P^T's exponentials under it
                     dpt = _issue_dpt(v_c, do, row_stats, slot, STAGES, s_layout)
@@ -364,7 +369,7 @@ def _consumer(args, SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr,
                 ds_smem.index(ds_buf).slice(CONSUMER * KEYS, KEYS, 0).store(dst)
                 # dK's product runs under the rendezvous; dQ's first product waits for it
                 dk = warpgroup_mma(gl.convert_layout(dst, op_layout), q, dk, is_async=True)
-                _dq_step(ds_smem, k_tile, x_dq, bar_x, t, dq_desc, (off_b, h, i * BLOCK_M),
+                _dq_step(ds_smem, k_tile, x_dq, bar_x, t, dq_desc, (off_b, h, i * ROWS),
                          sm_scale, SPLIT_Q, CONSUMER)
                 dk = warpgroup_mma_wait(num_outstanding=0, deps=(dk,))
                 mbarrier.arrive(qd_empty.index(slot), count=1)  # Q_i, dO_i read: load the next
@@ -382,16 +387,18 @@ def _consumer(args, SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr,
 def _issue_dpt(v_c, do, row_stats, slot, STAGES: gl.constexpr, s_layout: gl.constexpr):
     """dP^T - D_i = V_c dO_i^T - D_i in one product, issued (not waited for): the accumulator
     starts at -D_i (D_i's registers are then not live beside P^T and dP^T, the step's peak)."""
+    ROWS: gl.constexpr = do.type.shape[0]
     delta = _row_stat(row_stats, slot, 1, STAGES, gl.SliceLayout(0, s_layout))
-    minus_delta = gl.zeros([BLOCK_N // 2, BLOCK_M], gl.float32, s_layout) - delta[None, :]
+    minus_delta = gl.zeros([BLOCK_N // 2, ROWS], gl.float32, s_layout) - delta[None, :]
     return warpgroup_mma(v_c, do.permute((1, 0)), minus_delta, is_async=True)
 
 
 @gluon.jit
 def _row_stat(row_stats, slot, k: gl.constexpr, STAGES: gl.constexpr, layout: gl.constexpr):
-    """Statistic k (0: L or m, 1: D, 2: 1/l) of the step's 64 rows, from ring slot `slot`."""
+    """Statistic k (0: L or m, 1: D, 2: 1/l) of the step's rows, from ring slot `slot`."""
     N_STATS: gl.constexpr = row_stats.type.shape[0] // STAGES
-    return row_stats.index(slot * N_STATS + k).reshape([BLOCK_M]).load(layout)
+    ROWS: gl.constexpr = row_stats.type.shape[3]
+    return row_stats.index(slot * N_STATS + k).reshape([ROWS]).load(layout)
 
 
 @builtin
@@ -459,17 +466,18 @@ def _load_partition(args, SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr,
 
 @gluon.jit
 def _hopper_attn_bwd(q_desc, k_desc, v_desc, do_desc, dq_desc, DK, DV, stat_desc, inv_l_desc,
-                     delta_desc, seqlen_q, seqlen_k, heads_q, heads_kv, padded_q, qk_scale,
+                     delta_desc, seqlen_q, seqlen_k, heads_q, heads_kv, qk_scale,
                      sm_scale,
                      SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr,
                      DEFER_NORM: gl.constexpr, IS_CAUSAL: gl.constexpr, STAGES: gl.constexpr,
                      CONSUMER_REGS: gl.constexpr, WARP_SPECIALIZE: gl.constexpr = True,
                      OVERLAP: gl.constexpr = False):
     """Grid (column blocks, B * Hkv) with seq_parallel, (1, B * Hkv) without. dq_desc: over
-    the float32 (B, Hq, Sq, D) dQ, zeroed, with (1, 1, 64, D/2) boxes; DK, DV: (B, Hkv, Sk, D)
-    contiguous; stat_desc, inv_l_desc, delta_desc: over the preprocess's (B, Hq, padded_q)
-    float32 rows (L or m, 1/l, D), with (1, 1, 64) boxes. WARP_SPECIALIZE off: no producer warp
-    (FA2 all on only, D86); OVERLAP: dP^T issued with S^T (FA2 all on only, D87)."""
+    the float32 (B, Hq, Sq, D) dQ, zeroed, with (1, 1, R, D/2) boxes (R: q_desc's rows); DK,
+    DV: (B, Hkv, Sk, D) contiguous; stat_desc, inv_l_desc, delta_desc: over the preprocess's
+    (B, Hq, padded_q) float32 rows (L or m, 1/l, D), with (1, 1, R) boxes. WARP_SPECIALIZE
+    off: no producer warp (FA2 all on only, D86); OVERLAP: dP^T issued with S^T (FA2 all on
+    only, D87)."""
     gl.static_assert((WARP_SPECIALIZE and not OVERLAP)
                      or (DEFER_NORM and SPLIT_Q and SEQ_PARALLEL),
                      "warp_specialize off and overlap are built on FA2 (DEFER_NORM, SPLIT_Q, "
@@ -481,18 +489,20 @@ def _hopper_attn_bwd(q_desc, k_desc, v_desc, do_desc, dq_desc, DK, DV, stat_desc
                                         do_desc.layout)
     k_smem = gl.allocate_shared_memory(dtype, [1] + k_desc.block_type.shape, k_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, [1] + v_desc.block_type.shape, v_desc.layout)
-    # dS^T of the block (128 keys x 64 queries, consumer c's keys in rows 64c ..), two buffers
-    # by step parity: the next step's store never meets the other consumer's read of this one
-    ds_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_N, BLOCK_M],
-                                        gl.NVMMASharedLayout.get_default_for([BLOCK_N, BLOCK_M],
+    ROWS: gl.constexpr = q_desc.block_type.shape[2]
+    # dS^T of the block (128 keys x ROWS queries, consumer c's keys in rows 64c ..), two
+    # buffers by step parity: the next step's store never meets the other consumer's read of
+    # this one
+    ds_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_N, ROWS],
+                                        gl.NVMMASharedLayout.get_default_for([BLOCK_N, ROWS],
                                                                              dtype))
-    # dQ_i's 64 x D/2 float32 tiles, in dQ's TMA layout: split-Q, consumer c's columns on their
+    # dQ_i's R x D/2 float32 tiles, in dQ's TMA layout: split-Q, consumer c's columns on their
     # way to the TMA reduction; split-K, its exchange, (parity, consumer) -> its partial of the
     # other's columns, and the buffer a consumer has read stages its sum (_dq_step)
     X_BUFS: gl.constexpr = 2 if SPLIT_Q else 4
     x_dq = gl.allocate_shared_memory(gl.float32, [X_BUFS] + dq_desc.block_type.shape,
                                      dq_desc.layout)
-    # each ring slot's row statistics (L or m, D, and under FA1's normalisation 1/l), 64 rows
+    # each ring slot's row statistics (L or m, D, and under FA1's normalisation 1/l), R rows
     N_STATS: gl.constexpr = 2 if DEFER_NORM else 3
     row_stats = gl.allocate_shared_memory(gl.float32, [STAGES * N_STATS]
                                           + stat_desc.block_type.shape, stat_desc.layout)
@@ -511,7 +521,7 @@ def _hopper_attn_bwd(q_desc, k_desc, v_desc, do_desc, dq_desc, DK, DV, stat_desc
 
     args = (q_desc, k_desc, v_desc, do_desc, q_smem, k_smem, v_smem, do_smem, ds_smem, x_dq,
             row_stats, qd_ready, qd_empty, kv_ready, kv_empty, bar_x, dq_desc, DK, DV, stat_desc,
-            inv_l_desc, delta_desc, seqlen_q, seqlen_k, heads_q, heads_kv, padded_q, qk_scale,
+            inv_l_desc, delta_desc, seqlen_q, seqlen_k, heads_q, heads_kv, qk_scale,
             sm_scale)
     if WARP_SPECIALIZE:  # a producer warp loads, the consumers only compute
         gl.warp_specialize([(_consumer_partition,
@@ -536,34 +546,33 @@ def _hopper_attn_bwd(q_desc, k_desc, v_desc, do_desc, dq_desc, DK, DV, stat_desc
 _HOPPER_ATTN_BWD = CachedLaunch(_hopper_attn_bwd)  # host time: kernels/launch_cache.py
 
 
-def block_shapes(head_dim: int):
-    """TMA boxes over (B, H, S, D): Q and dO rows of a step, K and V of a column block, and a
-    consumer's D/2 columns of dQ's rows of a step."""
-    return ([1, 1, BLOCK_M.value, head_dim], [1, 1, BLOCK_N.value, head_dim],
-            [1, 1, BLOCK_N.value, head_dim], [1, 1, BLOCK_M.value, head_dim],
-            [1, 1, BLOCK_M.value, head_dim // 2])
+def block_shapes(head_dim: int, rows: int):
+    """TMA boxes over (B, H, S, D): Q and dO rows of a step (`bwd_rows`), K and V of a column
+    block, and a consumer's D/2 columns of dQ's rows of a step."""
+    return ([1, 1, rows, head_dim], [1, 1, BLOCK_N.value, head_dim],
+            [1, 1, BLOCK_N.value, head_dim], [1, 1, rows, head_dim], [1, 1, rows, head_dim // 2])
 
 
-def block_layouts(head_dim: int, dtype):
+def block_layouts(head_dim: int, rows: int, dtype):
     """Shared layouts of the boxes. K's swizzle spans D/2 columns (head_dim bytes of 16-bit
     values), so that a consumer's column half of K is whole swizzle atoms: the dQ products read
     K_j[:, cols c] as their B operand. dQ's float32 box: 128-byte swizzle (the TMA splits a
     wider box into 32-column pieces)."""
-    q, k, v, do = (default_layout(box, dtype) for box in block_shapes(head_dim)[:4])
+    q, k, v, do = (default_layout(box, dtype) for box in block_shapes(head_dim, rows)[:4])
     k = gl.NVMMASharedLayout(swizzle_byte_width=head_dim, element_bitwidth=16, rank=4)
     dq = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=32, rank=4)
     return q, k, v, do, dq
 
 
-STAT_BOX = [1, 1, BLOCK_M.value]  # a step's rows of one (batch, head) of a statistic
 STAT_LAYOUT = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=3)
 
 
-def _stat_descriptors(*stats):
-    """Descriptors over the preprocess's (B, Hq, padded_q) float32 statistics."""
+def _stat_descriptors(rows, *stats):
+    """Descriptors over the preprocess's (B, Hq, padded_q) float32 statistics, a step's rows
+    of one (batch, head) a box."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    return [TensorDescriptor(t, list(t.shape), list(t.stride()), STAT_BOX, STAT_LAYOUT)
+    return [TensorDescriptor(t, list(t.shape), list(t.stride()), [1, 1, rows], STAT_LAYOUT)
             for t in stats]
 
 
@@ -587,13 +596,13 @@ def unsupported(q, k, v) -> str | None:
     return None
 
 
-def _descriptors(q, k, v, do, dq):
+def _descriptors(q, k, v, do, dq, rows):
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     head_dim = q.shape[-1]
     return [TensorDescriptor(t, list(t.shape), list(t.stride()), box, layout)
-            for t, box, layout in zip((q, k, v, do, dq), block_shapes(head_dim),
-                                      block_layouts(head_dim, q.dtype))]
+            for t, box, layout in zip((q, k, v, do, dq), block_shapes(head_dim, rows),
+                                      block_layouts(head_dim, rows, q.dtype))]
 
 
 def hopper_attn_bwd(q, k, v, o, stats, do, dlse, causal, softmax_scale, variant, config,
@@ -607,8 +616,9 @@ def hopper_attn_bwd(q, k, v, o, stats, do, dlse, causal, softmax_scale, variant,
     batch, heads_q, seqlen_q, head_dim = q.shape
     heads_kv, seqlen_k = k.shape[1], k.shape[2]
     do = do if tma_ready(do) else do.contiguous()
-    delta, stat2, inv_l, padded_q = bwd_preprocess(q, k, v, o, stats, do, dlse, variant,
-                                                   config, o_res, row_multiple=BLOCK_M.value)
+    rows = bwd_rows(head_dim, variant)
+    delta, stat2, inv_l, _ = bwd_preprocess(q, k, v, o, stats, do, dlse, variant,
+                                            config, o_res, row_multiple=rows)
     dq = torch.zeros((batch, heads_q, seqlen_q, head_dim), device=q.device,
                      dtype=torch.float32)
     dk = torch.empty(k.shape, device=k.device, dtype=k.dtype)  # contiguous
@@ -619,11 +629,11 @@ def hopper_attn_bwd(q, k, v, o, stats, do, dlse, causal, softmax_scale, variant,
                                   BLOCK_N.value, causal, lambda: _sms_and_ctas(q.device))
     grid = (n_blocks if columns else 1, batch * heads_kv)
     _HOPPER_ATTN_BWD[grid](
-        *_descriptors(q, k, v, do, dq), dk, dv, *_stat_descriptors(stat2, inv_l, delta),
-        seqlen_q, seqlen_k, heads_q, heads_kv, padded_q, softmax_scale * LOG2E, softmax_scale,
+        *_descriptors(q, k, v, do, dq, rows), dk, dv, *_stat_descriptors(rows, stat2, inv_l, delta),
+        seqlen_q, seqlen_k, heads_q, heads_kv, softmax_scale * LOG2E, softmax_scale,
         SPLIT_Q=variant.split_q, SEQ_PARALLEL=columns,
         DEFER_NORM=variant.defer_norm, IS_CAUSAL=bool(causal),
-        STAGES=bwd_stages(head_dim, variant.split_q), CONSUMER_REGS=BWD_CONSUMER_REGS,
+        STAGES=bwd_stages(head_dim, variant.split_q, rows), CONSUMER_REGS=BWD_CONSUMER_REGS,
         WARP_SPECIALIZE=variant.warp_specialize, OVERLAP=variant.overlap, num_warps=4)
     return dq.to(q.dtype), dk, dv
 
@@ -640,19 +650,21 @@ def sm90_signature(variant, dtype="bfloat16", head_dim=128, causal=False,
     """(signature, constexprs) of `_hopper_attn_bwd` as hopper_attn_bwd launches it
     (consumer_registers: the worker consumer's setmaxnreg, for a test's starved build)."""
     short = {"float16": "fp16", "bfloat16": "bf16"}[dtype]
+    rows = bwd_rows(head_dim, variant)
     signature = {}
     for name, box, layout in zip(("q_desc", "k_desc", "v_desc", "do_desc", "dq_desc"),
-                                 block_shapes(head_dim), block_layouts(head_dim, dtype)):
+                                 block_shapes(head_dim, rows),
+                                 block_layouts(head_dim, rows, dtype)):
         element = "fp32" if name == "dq_desc" else short
         signature[name] = f"tensordesc<{element}[{','.join(map(str, box))}],{layout!r}>"
-    stat = f"tensordesc<fp32[{','.join(map(str, STAT_BOX))}],{STAT_LAYOUT!r}>"
+    stat = f"tensordesc<fp32[1,1,{rows}],{STAT_LAYOUT!r}>"
     signature.update(DK=f"*{short}", DV=f"*{short}", stat_desc=stat, inv_l_desc=stat,
                      delta_desc=stat, seqlen_q="i32", seqlen_k="i32",
-                     heads_q="i32", heads_kv="i32", padded_q="i32", qk_scale="fp32",
+                     heads_q="i32", heads_kv="i32", qk_scale="fp32",
                      sm_scale="fp32")
     constexprs = {"SPLIT_Q": variant.split_q, "SEQ_PARALLEL": variant.seq_parallel,
                   "DEFER_NORM": variant.defer_norm, "IS_CAUSAL": causal,
-                  "STAGES": bwd_stages(head_dim, variant.split_q),
+                  "STAGES": bwd_stages(head_dim, variant.split_q, rows),
                   "CONSUMER_REGS": consumer_registers,
                   "WARP_SPECIALIZE": variant.warp_specialize, "OVERLAP": variant.overlap}
     signature.update({name: "constexpr" for name in constexprs})

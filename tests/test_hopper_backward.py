@@ -3,10 +3,11 @@ Gluon; ablations/probes/hopper_backward.py checks its gradients on the GPU).
 
 What the two settings of SPLIT_Q must be, read from the TTGIR and the PTX of one build each
 (FA2's other flags on; 7 builds, about 40 s with an empty Triton cache):
-  - every product on wgmma: S^T and dP^T (64 keys x 64 queries, K = D, both operands in shared
-    memory), dV and dK (A, P^T or dS^T, from registers, 64 x D), and dQ (64 x D/2 from shared
-    memory: K = 128 keys under split-Q, two of K = 64 under split-K); no mma.sync anywhere;
-  - split-K's exchange: its consumers store float32 partials of dQ (64 x D/2) to shared memory
+  - every product on wgmma: S^T and dP^T (64 keys x R queries, K = D, both operands in shared
+    memory), dV and dK (A, P^T or dS^T, from registers, 64 x D), and dQ (R x D/2 from shared
+    memory: K = 128 keys under split-Q, two of K = 64 under split-K); no mma.sync anywhere; R,
+    the query rows a step, is 128 for split-Q at d=64 (FlashAttention-3's tile there), else 64;
+  - split-K's exchange: its consumers store float32 partials of dQ (R x D/2) to shared memory
     and load the other's; split-Q loads no float32 tile. Both meet once a step (one
     rendezvous: split-Q's consumers read each other's dS^T half, split-K's each other's partial);
   - dQ reaches global memory by TMA reductions only (one a consumer), no atomic (D108);
@@ -34,6 +35,7 @@ from compile_cli import ROOT
 from fa2check.core.checks import Reference
 from fa2check.core.problems import Problem
 from kernels import Variant, default_config, flash_attention
+from kernels.plan.hopper_backward import bwd_rows
 
 PROBE = """
 import json
@@ -64,7 +66,7 @@ print(json.dumps(out))
 # a wgmma in TTGIR: A (registers: a tensor, or shared memory: a memdesc) x B (shared) -> acc
 DOT = re.compile(r"ttng\.warp_group_dot .*: (tensor|!ttg\.memdesc)<(\d+)x(\d+)x\w+[,>].*"
                  r" \* !ttg\.memdesc<(\d+)x(\d+)x\w+[,>].* -> tensor<(\d+)x(\d+)xf32")
-F32_TILE = re.compile(r"ttg\.local_(store|load) .*<64x(\d+)xf32")
+F32_TILE = re.compile(r"ttg\.local_(store|load) .*<(\d+)x(\d+)xf32")
 
 
 @pytest.fixture(scope="module")
@@ -83,25 +85,31 @@ def products(ttgir: str) -> set:
             for a, m, k, kb, n, rm, rn in DOT.findall(ttgir)}
 
 
+def rows(split_q: bool, d: int) -> int:
+    """The query rows of a step of the build (FA2's other flags on)."""
+    return bwd_rows(d, Variant(True, True, split_q))
+
+
 def check_products(build: dict, split_q: bool, d: int):
     """All five products on wgmma, of the shapes the design says; no mma.sync."""
     found = products(build["ttgir"])
     assert build["mma_sync"] == 0, "a product left wgmma"
-    s_dp = ("!ttg.memdesc", (64, d), (d, 64), (64, 64))  # S^T = K_c Q_i^T, dP^T = V_c dO_i^T
-    dv_dk = ("tensor", (64, 64), (64, d), (64, d))  # dV += P^T dO_i, dK += dS^T Q_i
+    r = rows(split_q, d)
+    s_dp = ("!ttg.memdesc", (64, d), (d, r), (64, r))  # S^T = K_c Q_i^T, dP^T = V_c dO_i^T
+    dv_dk = ("tensor", (64, r), (r, d), (64, d))  # dV += P^T dO_i, dK += dS^T Q_i
     keys = 128 if split_q else 64  # dQ: over the whole block's keys, or over mine
-    dq = ("!ttg.memdesc", (64, keys), (keys, d // 2), (64, d // 2))
+    dq = ("!ttg.memdesc", (r, keys), (keys, d // 2), (r, d // 2))
     assert found == {s_dp, dv_dk, dq}, found
 
 
 def check_exchange(build: dict, split_q: bool, d: int):
-    """split-K's float32 partials through shared memory (a store and a load of 64 x D/2 in each
-    consumer), none under split-Q; both store the step's 64 x D/2 dQ for its TMA reduction
+    """split-K's float32 partials through shared memory (a store and a load of R x D/2 in each
+    consumer), none under split-Q; both store the step's R x D/2 dQ for its TMA reduction
     (one store a consumer)."""
     tiles = sorted(F32_TILE.findall(build["ttgir"]))
-    cols = str(d // 2)
-    staging = [("store", cols)] * 2
-    exchange = [] if split_q else [("load", cols)] * 2 + [("store", cols)] * 2
+    tile = (str(rows(split_q, d)), str(d // 2))
+    staging = [("store", *tile)] * 2
+    exchange = [] if split_q else [("load", *tile)] * 2 + [("store", *tile)] * 2
     assert tiles == sorted(staging + exchange), tiles
 
 
@@ -181,6 +189,8 @@ GPU_PROBLEMS = [
     Problem(1, 3, 1, 777, 1100, 128, "bfloat16", True, seed=52),
     # full mask, odd lengths
     Problem(2, 2, 2, 900, 333, 128, "bfloat16", False, seed=53),
+    # d=64 full, GQA, odd lengths: split-Q's 128-row steps with a partial last one
+    Problem(2, 4, 2, 555, 700, 64, "bfloat16", False, seed=54),
 ]
 
 

@@ -89,7 +89,7 @@ class KernelSpec:
     name: str
     kernel: Callable[[], object]  # returns the triton.jit function (imported lazily)
     specialize: Callable[[object, Case], tuple[dict, dict, dict]]  # -> signature, constexprs, attrs
-    tiles: Callable[[TileConfig], dict]  # -> this kernel's block_m, block_n, num_warps, num_stages
+    tiles: Callable[[Case], dict]  # -> this kernel's block_m, block_n, num_warps, num_stages
     causal_only: bool = False  # launched for causal calls only
     backend: str = "triton"  # kernels.plan.tiles.BACKENDS: "gluon" kernels are Gluon functions
     supports: Callable[[str, int], bool] = lambda dtype, head_dim: True
@@ -176,12 +176,16 @@ def _row_box(io: str, rows: int, width: int) -> str:
     return f"tensordesc<{io}[1,1,{rows},{width}]>"
 
 
-def _forward_tiles(c: TileConfig) -> dict:
+def _tile_shape(c: TileConfig) -> dict:
+    return dict(block_m=c.block_m, block_n=c.block_n, num_warps=c.num_warps)
+
+
+def _forward_tiles(case: Case) -> dict:
+    c = case.config
     choices = ",".join(name for name, on in (("tma", c.tma), ("no-nan-flags", not c.nan_flags),
                                              (f"max-registers={c.max_registers}",
                                               c.max_registers)) if on)
-    return dict(block_m=c.block_m, block_n=c.block_n, num_warps=c.num_warps,
-                num_stages=c.num_stages, choices=choices)
+    return dict(**_tile_shape(c), num_stages=c.num_stages, choices=choices)
 
 
 def _backward_kernel():
@@ -271,12 +275,13 @@ def _hopper_backward_specialization(fn, case: Case):
     return signature, constexprs, {}
 
 
-def _hopper_backward_tiles(config: TileConfig) -> dict:
-    """The Hopper backward's fixed tiles: 64 query rows a step, 128 keys a program, the Q/dO
-    ring's slots (2 at head_dim 64 and 128: `kernels.plan.hopper_backward.bwd_stages`)."""
-    from kernels.plan.hopper_backward import BLOCK_M, BLOCK_N, BWD_STAGES
-    return dict(block_m=BLOCK_M, block_n=BLOCK_N, num_warps=4,
-                num_stages=BWD_STAGES[0])
+def _hopper_backward_tiles(case: Case) -> dict:
+    """The Hopper backward's fixed tiles: its query rows a step and the Q/dO ring's slots
+    (`kernels.plan.hopper_backward`: `bwd_rows`, `bwd_stages`), 128 keys a program."""
+    from kernels.plan.hopper_backward import BLOCK_N, bwd_rows, bwd_stages
+    rows = bwd_rows(case.head_dim, case.variant)
+    return dict(block_m=rows, block_n=BLOCK_N, num_warps=4,
+                num_stages=bwd_stages(case.head_dim, case.variant.split_q, rows))
 
 
 SPECS = {spec.name: spec for spec in [
@@ -292,16 +297,19 @@ SPECS = {spec.name: spec for spec in [
                _forward_tiles, supports=lambda dtype, head_dim: dtype != "float32",
                register_cap=_forward_register_cap),
     KernelSpec("attn_bwd", _backward_kernel, _backward_specialization,
-               lambda c: dict(block_m=c.bwd_block_m, block_n=c.bwd_block_n,
-                              num_warps=c.bwd_num_warps, num_stages=c.bwd_num_stages,
-                              dq_pass=c.bwd_dq_pass, key_slices=c.bwd_key_slices)),
+               lambda case: dict(block_m=case.config.bwd_block_m,
+                                 block_n=case.config.bwd_block_n,
+                                 num_warps=case.config.bwd_num_warps,
+                                 num_stages=case.config.bwd_num_stages,
+                                 dq_pass=case.config.bwd_dq_pass,
+                                 key_slices=case.config.bwd_key_slices)),
     KernelSpec("gluon_attn_fwd", _gluon_forward_kernel, _gluon_forward_specialization,
-               lambda c: dict(block_m=c.block_m, block_n=c.block_n, num_warps=c.num_warps,
-                              num_stages=1), backend="gluon", supports=_gluon_supports),
+               lambda case: {**_tile_shape(case.config), "num_stages": 1}, backend="gluon",
+               supports=_gluon_supports),
     # the Hopper chassis (warp-specialized: registers per partition from setmaxnreg)
     KernelSpec("hopper_attn_fwd", _hopper_forward_kernel, _hopper_forward_specialization,
-               lambda c: dict(block_m=c.block_m, block_n=c.block_n, num_warps=c.num_warps,
-                              num_stages=c.num_stages), backend="hopper",
+               lambda case: {**_tile_shape(case.config), "num_stages": case.config.num_stages},
+               backend="hopper",
                supports=_hopper_supports),
     # the Hopper chassis's backward (D61): split-Q and split-K of the dQ product
     KernelSpec("hopper_attn_bwd", _hopper_backward_kernel, _hopper_backward_specialization,
@@ -534,7 +542,7 @@ def sync_label(counts: dict) -> str:
 
 def _blank_report(spec_name: str, case: Case) -> CompileReport:
     cfg = case.config
-    tiles = {"key_slices": cfg.key_slices, **SPECS[spec_name].tiles(cfg)}  # the backward's own
+    tiles = {"key_slices": cfg.key_slices, **SPECS[spec_name].tiles(case)}  # the backward's own
     return CompileReport(spec_name, str(case.variant), case.dtype, case.head_dim, case.causal,
                          input_precision=cfg.input_precision, head_dim_v=case.head_dim_v,
                          **tiles)
