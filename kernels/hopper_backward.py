@@ -628,8 +628,11 @@ def hopper_attn_bwd(q, k, v, o, stats, do, dlse, causal, softmax_scale, variant,
     columns = bwd_column_parallel(variant, config.fa1_bwd_splits, batch * heads_kv, seqlen_k,
                                   BLOCK_N.value, causal, lambda: _sms_and_ctas(q.device))
     grid = (n_blocks if columns else 1, batch * heads_kv)
+    stat_d, delta_d = _stat_descriptors(rows, stat2, delta)
+    # under DEFER_NORM the kernel never reads 1/l: its argument repeats L's descriptor
+    inv_l_d = stat_d if variant.defer_norm else _stat_descriptors(rows, inv_l)[0]
     _HOPPER_ATTN_BWD[grid](
-        *_descriptors(q, k, v, do, dq, rows), dk, dv, *_stat_descriptors(rows, stat2, inv_l, delta),
+        *_descriptors(q, k, v, do, dq, rows), dk, dv, stat_d, inv_l_d, delta_d,
         seqlen_q, seqlen_k, heads_q, heads_kv, softmax_scale * LOG2E, softmax_scale,
         SPLIT_Q=variant.split_q, SEQ_PARALLEL=columns,
         DEFER_NORM=variant.defer_norm, IS_CAUSAL=bool(causal),
