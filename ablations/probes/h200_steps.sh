@@ -60,7 +60,8 @@
 #                  compiles in parallel, then the backward's times and its split_q factor;
 #                  HOPPER_BWD_TIME_S the times' budget, HOPPER_BWD_ARGS e.g. "--no-checks
 #                  --head-dims 128")
-#   hopper-bwd-tests  the chassis backward's GPU tests (tests/test_hopper_backward.py)
+#   hopper-bwd-tests  the chassis backward's GPU tests (tests/test_hopper_backward.py), 4 workers, 240 s
+#                  (cold, one worker, they ran past 120 s: D111)
 #   hopper-verify  fa2check.verify --impl hopper alone
 #   ncu            Nsight Compute over ablations/probes/stall_probe.py's cases (NCU_CASES, space
 #                  separated, NCU_MODE fwd or fwd+bwd): speed of light, pipes, memory, warp states and
@@ -145,7 +146,7 @@ for s in "$@"; do case $s in
         step flex-time 90 python3 -m fa2check.ablate --seqlen 8192 --head-dim 128 --mode fwd --kernels triton --backends sdpa-flash,sdpa-cudnn,flex --rep-ms 100 --budget-s 80 $C --out "$W/flex" --no-plots ;;
   hopper-bwd) T=${HOPPER_BWD_TIME_S:-60}  # phase 2 (times); phase 1 (checks) 90 s
               step hopper-bwd $((T + 100)) python3 ablations/probes/hopper_backward.py --out "$W/hopper-bwd" --check-timeout 90 --time-timeout $T $HOPPER_BWD_ARGS $C ;;
-  hopper-bwd-tests) step hopper-bwd-tests 120 python3 -m pytest -q -m gpu tests/test_hopper_backward.py -rf ;;
+  hopper-bwd-tests) step hopper-bwd-tests 240 python3 -m pytest -q -m gpu tests/test_hopper_backward.py -rf -n 4 ;;
   hopper-verify) step hopper-verify 130 python3 -m fa2check.verify --impl hopper --json "$W/verify-hopper.json" $C ;;
   ncu) T=ncu-${NCU_TAG:-1}
        step $T ${NCU_TIMEOUT:-200} ncu --clock-control none --profile-from-start off \
