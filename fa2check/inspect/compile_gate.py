@@ -188,6 +188,12 @@ def _forward_tiles(case: Case) -> dict:
     return dict(**_tile_shape(c), num_stages=c.num_stages, choices=choices)
 
 
+def _backward_tiles(case: Case) -> dict:
+    c = case.config
+    return dict(block_m=c.bwd_block_m, block_n=c.bwd_block_n, num_warps=c.bwd_num_warps,
+                num_stages=c.bwd_num_stages, dq_pass=c.bwd_dq_pass, key_slices=c.bwd_key_slices)
+
+
 def _backward_kernel():
     from kernels.backward import _attn_bwd
     return _attn_bwd
@@ -297,12 +303,7 @@ SPECS = {spec.name: spec for spec in [
                _forward_tiles, supports=lambda dtype, head_dim: dtype != "float32",
                register_cap=_forward_register_cap),
     KernelSpec("attn_bwd", _backward_kernel, _backward_specialization,
-               lambda case: dict(block_m=case.config.bwd_block_m,
-                                 block_n=case.config.bwd_block_n,
-                                 num_warps=case.config.bwd_num_warps,
-                                 num_stages=case.config.bwd_num_stages,
-                                 dq_pass=case.config.bwd_dq_pass,
-                                 key_slices=case.config.bwd_key_slices)),
+               _backward_tiles),
     KernelSpec("gluon_attn_fwd", _gluon_forward_kernel, _gluon_forward_specialization,
                lambda case: {**_tile_shape(case.config), "num_stages": 1}, backend="gluon",
                supports=_gluon_supports),
