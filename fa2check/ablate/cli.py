@@ -305,21 +305,17 @@ def finish(results, json_path, args, console) -> int:
                     for row in d["cells"]) else 0
 
 
-def kernels_note(results) -> str | None:
-    """A line saying that saved results ran other kernels than the tree's (sha256 of kernels/),
-    or None when they ran these (or do not say)."""
+def other_kernels(results) -> str | None:
+    """The sha256 of kernels/ that saved results ran where it is not the tree's; None when they
+    ran the tree's kernels (or do not say)."""
     ran = results.get("provenance", {}).get("kernels_sha256")
-    tree = kernels_sha256()
-    if not ran or ran == tree:
-        return None
-    return (f"note: these results ran kernels {ran[:12]}, not the tree's ({tree[:12]}); what "
-            "changed since is in docs/decisions.md")
+    return ran if ran and ran != kernels_sha256() else None
 
 
 def render_files(sources, args, console) -> int:
     """Render saved results (each file's selected views); optional markdown / README. Results
     that ran other kernels than the tree's get one note at the end, not one a file."""
-    parts, other_kernels = [], {}
+    parts, ran_other = [], {}
     for path, views in sources:
         results = load(path)
         analysis = analyse_results(results, n_draws=args.bootstrap, seed=0)
@@ -327,9 +323,8 @@ def render_files(sources, args, console) -> int:
             analysis["same_run"] = analysis["modes"]
             analysis["modes"] = {m: d for m, d in analysis["modes"].items() if m in views}
         report.render(results, analysis, console, source=os.path.relpath(path), detail=args.full)
-        if kernels_note(results):
-            other_kernels[os.path.basename(base_name(path))] = \
-                results["provenance"]["kernels_sha256"][:12]
+        if ran := other_kernels(results):
+            ran_other[os.path.basename(base_name(path))] = ran[:12]
         base = base_name(path)
         images = [(alt, os.path.relpath(base + suffix, os.path.dirname(README)))
                   for suffix, alt in (("-tflops.png", "TFLOP/s by seqlen"),
@@ -343,10 +338,10 @@ def render_files(sources, args, console) -> int:
             if not args.no_plots:
                 tflops_plot(results, analysis, out_base + "-tflops.png")
                 contributions_plot(results, analysis, out_base + "-contributions.png")
-    if other_kernels:
-        console.print(f"note: {'these results' if len(other_kernels) > 1 else 'this run'} ran "
+    if ran_other:
+        console.print(f"note: {'these results' if len(ran_other) > 1 else 'this run'} ran "
                       "other kernels than the tree's (" + kernels_sha256()[:12] + "): "
-                      + ", ".join(f"{name} {sha}" for name, sha in other_kernels.items())
+                      + ", ".join(f"{name} {sha}" for name, sha in ran_other.items())
                       + "; what changed since is in docs/decisions.md", highlight=False)
     if args.markdown:
         with open(args.markdown, "w") as f:
