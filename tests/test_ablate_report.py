@@ -175,9 +175,10 @@ def test_without_a_gpu_the_render_fits_a_120_column_terminal(device, monkeypatch
     # provenance and headline tables, forward and fwd+bwd, take 108 lines; a run of the
     # Hopper switches (D85) adds its switches' game in fwd, 63 lines; the note on results of
     # other kernels than the tree's (once kernels/ changed after a run), 2 lines
-    switch_runs = sum(bool(load(p)["settings"].get("hopper_switches")) for p in record + newer)
+    runs = [load(p) for p in record + newer]
+    switch_runs = sum(bool(run["settings"].get("hopper_switches")) for run in runs)
     text = "\n".join(lines)
-    ran_other = any(other_kernels(load(p)) for p in record + newer)
+    ran_other = any(other_kernels(run) for run in runs)
     assert ("ran other kernels than the tree's" in text) == ran_other
     note_lines = 2 if ran_other else 0
     assert len(lines) <= 2 + 110 * (len(record) + len(newer)) + 65 * switch_runs + note_lines
