@@ -321,6 +321,9 @@ def test_launch_tail_model_starts_programs_in_order_on_the_first_free_slot():
     assert tail.launch(columns, rows, heads=2, window=None) == [8, 4, 2.0, 4.0] * 2
     assert tail.program_steps("fwd", 256, 64, 64, 1.0) == ([], [1, 2, 3, 4])
     assert tail.launch([], [1, 2, 3], heads=1, window=1) == [3, 2, 1]
+    # the chassis's backward: column blocks only, each window's heads rank by rank
+    assert tail.program_steps("hopper-bwd", 256, 64, 128, 1.0) == ([4, 2], [])
+    assert tail.launch([4, 2], [], heads=3, window=2) == [4, 4, 2, 2, 4, 2]
 
 
 def test_compare_kernels_puts_every_version_first_in_turn():

@@ -12,6 +12,8 @@ costs 1 and a dQ-pass step (3 products) `--dq-cost`, in the forward every key ti
 program alone on an SM of two slots runs `--solo` times faster (with more slots, the model
 ignores that fewer CTAs on an SM run faster: it overstates the tail). The paper grid: 16k tokens a
 row of the batch, 2048 / head_dim heads, FA2's tuned tiles.
+The Hopper chassis's backward ('hopper-bwd') has column blocks only (dQ by TMA reductions, no
+dQ pass), 128 keys a program, one CTA an SM (ablations/patches/bwd-longest-first).
 Orders: 'index' is every head's programs in index order (the backward's launch: each kv
 head's column blocks, then its dQ row blocks; the forward's before kernels/launch_order.py);
 'window W' is kernels/launch_order.py (the forward's causal launch, and the backward's in
@@ -31,6 +33,8 @@ def program_steps(kernel: str, seqlen: int, block_m: int, block_n: int, dq_cost:
         return [], [(i + 1) * block_m // block_n for i in range(seqlen // block_m)]
     blocks = seqlen // block_n
     columns = [(seqlen - j * block_n) // block_m for j in range(blocks)]
+    if kernel == "hopper-bwd":
+        return columns, []
     rows = [(i + 1) * block_n // block_m * dq_cost for i in range(blocks)]
     return columns, rows
 
@@ -39,8 +43,11 @@ def launch(columns, rows, heads: int, window: int | None):
     """Every program's steps in launch order."""
     if window is None:
         return (columns + rows) * heads
-    assert not columns or len(columns) == len(rows), "the model alternates equal counts"
-    ranked = [x for pair in zip(columns, reversed(rows)) for x in pair] if columns else rows[::-1]
+    assert not columns or not rows or len(columns) == len(rows), "it alternates equal counts"
+    if columns and rows:
+        ranked = [x for pair in zip(columns, reversed(rows)) for x in pair]
+    else:
+        ranked = columns or rows[::-1]
     order = []
     for first in range(0, heads, window):
         width = min(window, heads - first)
@@ -82,6 +89,7 @@ def main(argv=None) -> int:
           + " | ".join(f"window {w}" for w in windows) + " |")
     print("|---|---|---|---:|---:|---:|" + "---:|" * len(windows))
     tiles = (("bwd", 64, 32, 128, 2), ("bwd", 128, 64, 128, 1),  # (kernel, d, bm, bn, slots)
+             ("hopper-bwd", 64, 128, 128, 1), ("hopper-bwd", 128, 64, 128, 1),
              ("fwd", 64, 64, 64, 5), ("fwd", 128, 128, 128, 1))
     for kernel, head_dim, block_m, block_n, slots in tiles:
         for seqlen in (1024, 2048, 4096, 8192, 16384):
