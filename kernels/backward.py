@@ -71,12 +71,13 @@ def _load_rows(X, off_b, off_h, rows, offs_d, seqlen, stride_b, stride_h, stride
 
 
 @triton.jit
-def _attn_bwd_preprocess(O, O_RES, DO, DLSE, STAT, L, DELTA, STAT2, INV_L,
+def _attn_bwd_preprocess(O, O_RES, DO, DLSE, STAT, L, DELTA, STAT2, INV_L, DQ_ACC,
                          stride_ob, stride_oh, stride_om, stride_od,
                          stride_dob, stride_doh, stride_dom, stride_dod,
                          heads_q, seqlen_q, padded_q,
                          HAS_DLSE: tl.constexpr, HAS_O_RES: tl.constexpr,
-                         DEFER_NORM: tl.constexpr, BLOCK_M: tl.constexpr,
+                         DEFER_NORM: tl.constexpr, ZERO_DQ: tl.constexpr, BLOCK_M: tl.constexpr,
+                         HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
                          HEAD_DIM_V: tl.constexpr, BLOCK_DV: tl.constexpr):
     """What every backward step reads of a query row (O and dO have V's head dimension),
     float32 (B, H, padded_q) contiguous, the rows padded to whole blocks of the backward so
@@ -86,13 +87,20 @@ def _attn_bwd_preprocess(O, O_RES, DO, DLSE, STAT, L, DELTA, STAT2, INV_L,
       STAT2 = the row's statistic in log2 units, P = exp2(S * c - STAT2) (* INV_L when not
               DEFER_NORM): lse / ln 2 (STAT is lse) or m / ln 2 (STAT is m, L is l); +inf
               for rows that see no key and rows past seqlen_q, so P = 0 there;
-      INV_L = 1 / l (not DEFER_NORM; 1 where l = 0)."""
+      INV_L = 1 / l (not DEFER_NORM; 1 where l = 0).
+    ZERO_DQ: also zero these rows of DQ_ACC, dQ's float32 accumulator ((B, H, Sq, HEAD_DIM)
+    contiguous), which the backward adds into: one kernel fewer than a separate fill."""
     off_bh = tl.program_id(1)
     off_b = off_bh // heads_q
     off_h = off_bh % heads_q
     offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, BLOCK_DV)
     row_ok = offs_m < seqlen_q
+    if ZERO_DQ:
+        offs_dq = tl.arange(0, BLOCK_D)
+        tl.store(DQ_ACC + (off_bh.to(tl.int64) * seqlen_q + offs_m[:, None]) * HEAD_DIM
+                 + offs_dq[None, :], tl.zeros([BLOCK_M, BLOCK_D], tl.float32),
+                 mask=_head_cols(row_ok[:, None], HEAD_DIM, BLOCK_D, 1))
     o = _load_rows(O, off_b, off_h, offs_m, offs_d, seqlen_q,
                    stride_ob, stride_oh, stride_om, stride_od, HEAD_DIM_V, BLOCK_DV).to(tl.float32)
     if HAS_O_RES:
@@ -450,10 +458,12 @@ _ATTN_BWD_PREPROCESS = CachedLaunch(_attn_bwd_preprocess)  # kernels/launch_cach
 _ATTN_BWD = CachedLaunch(_attn_bwd)
 
 
-def bwd_preprocess(q, k, v, o, stats, do, dlse, variant, config, o_res=None, row_multiple=1):
+def bwd_preprocess(q, k, v, o, stats, do, dlse, variant, config, o_res=None, row_multiple=1,
+                   dq_acc=None):
     """The per-row inputs of the backward's steps (`_attn_bwd_preprocess`): delta, stat2,
     inv_l (stat2 itself under defer_norm), float32 (B, Hq, padded_q), and padded_q: seqlen_q
-    rounded up to whole blocks of either pass (and of row_multiple, a power of two)."""
+    rounded up to whole blocks of either pass (and of row_multiple, a power of two). dq_acc:
+    dQ's float32 accumulator (q's shape, contiguous), zeroed here, or None."""
     import torch
 
     batch, heads_q, seqlen_q, head_dim = q.shape
@@ -468,9 +478,11 @@ def bwd_preprocess(q, k, v, o, stats, do, dlse, variant, config, o_res=None, row
     dlse_c = dlse.float().contiguous() if dlse is not None else delta
     _ATTN_BWD_PREPROCESS[(padded_q // config.bwd_block_m, batch * heads_q)](
         o, o if o_res is None else o_res, do, dlse_c, stat, l, delta, stat2, inv_l,
+        delta if dq_acc is None else dq_acc,
         *o.stride(), *do.stride(), heads_q, seqlen_q, padded_q, HAS_DLSE=dlse is not None,
-        HAS_O_RES=o_res is not None, DEFER_NORM=variant.defer_norm,
-        BLOCK_M=config.bwd_block_m, HEAD_DIM_V=head_dim_v, BLOCK_DV=block_d(head_dim_v))
+        HAS_O_RES=o_res is not None, DEFER_NORM=variant.defer_norm, ZERO_DQ=dq_acc is not None,
+        BLOCK_M=config.bwd_block_m, HEAD_DIM=head_dim, BLOCK_D=block_d(head_dim),
+        HEAD_DIM_V=head_dim_v, BLOCK_DV=block_d(head_dim_v))
     return delta, stat2, inv_l, padded_q
 
 
@@ -481,15 +493,15 @@ def attn_bwd(q, k, v, o, stats, do, dlse, causal, softmax_scale, variant, config
 
     batch, heads_q, seqlen_q, head_dim = q.shape
     heads_kv, seqlen_k, head_dim_v = k.shape[1], k.shape[2], v.shape[3]
-    # per-row inputs of the backward's steps, rows padded to whole blocks of either pass
-    delta, stat2, inv_l, padded_q = bwd_preprocess(q, k, v, o, stats, do, dlse, variant, config,
-                                                   o_res)
-
     shape = (batch, heads_q, seqlen_q, head_dim)  # dQ is written contiguous
-    if config.bwd_dq_pass:  # every dQ row written once, by one program
-        dq = torch.empty(shape, device=q.device, dtype=q.dtype)
-    else:  # accumulated across steps (and programs) in float32
-        dq = torch.zeros(shape, device=q.device, dtype=torch.float32)
+    # every dQ row written once, by one program (dq pass), or accumulated across steps and
+    # programs in float32, zeroed by the preprocess
+    dq = torch.empty(shape, device=q.device,
+                     dtype=q.dtype if config.bwd_dq_pass else torch.float32)
+    # per-row inputs of the backward's steps, rows padded to whole blocks of either pass
+    delta, stat2, inv_l, padded_q = bwd_preprocess(
+        q, k, v, o, stats, do, dlse, variant, config, o_res,
+        dq_acc=None if config.bwd_dq_pass else dq)
     dk = torch.empty(k.shape, device=k.device, dtype=k.dtype)  # contiguous, and so is dv:
     dv = torch.empty(v.shape, device=v.device, dtype=v.dtype)  # the kernel scales dk's strides
     args = (q, k, v, do, dq, dk, dv, stat2, inv_l, delta,

@@ -55,11 +55,12 @@ so P^T's exponentials run under it; dV's product then waits for both (P^T's 16-b
 still not live beside dP^T). The products and their operands are the same: dK and dV are FA2's
 bit for bit.
 
-SEQ_PARALLEL (FA2, section 3.2): grid (column blocks, B * Hkv). Off (FA1: one program per
-(batch, head)): grid (1, B * Hkv), the program walks every column block itself (the same loop,
-`range(first, n_blocks, step)`). dK is scaled by softmax_scale once, at the end of a block. A
-variant with seq_parallel off runs SEQ_PARALLEL where FA1's launcher switched to its column
-grid (kernels/plan/fa1_launch.py, D90).
+SEQ_PARALLEL (FA2, section 3.2): grid (column blocks, B * Hkv), causal blocks launched longest
+first in windows of kv heads (`_longest_first`, the Triton kernels' launch order). Off (FA1:
+one program per (batch, head)): grid (1, B * Hkv), the program walks every column block itself
+(the same loop, `range(first, n_blocks, step)`). dK is scaled by softmax_scale once, at the
+end of a block. A variant with seq_parallel off runs SEQ_PARALLEL where FA1's launcher switched
+to its column grid (kernels/plan/fa1_launch.py, D90).
 
 Masks: only steps whose tile crosses the causal diagonal (bottom-right aligned: query i sees
 key j iff j <= i + Sk - Sq) or the end of the keys compute one. Rows past seqlen_q arrive as
@@ -82,9 +83,10 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
 
 from .forward import LOG2E
-from .hopper_forward import (HOPPER_DTYPES, HOPPER_HEAD_DIMS, _in_partition, default_layout,
-                             mma_layout)
+from .hopper_forward import (HOPPER_DTYPES, HOPPER_HEAD_DIMS, _in_partition, _num_programs,
+                             default_layout, mma_layout, vector_rows_layout)
 from .launch_cache import CachedLaunch
+from .launch_order import WINDOW_BYTES, launch_slot
 from .plan.fa1_launch import bwd_column_parallel
 from .plan.hopper_backward import BLOCK_N as _BLOCK_N, CTAS_PER_SM, bwd_rows, bwd_stages
 from .tma import tma_ready
@@ -95,13 +97,34 @@ BWD_PRODUCER_REGS = gl.constexpr(24)  # the producer warp: TMA issue only
 
 
 @gluon.jit
-def _block_loop(seqlen_k, SEQ_PARALLEL: gl.constexpr):
-    """This program's column blocks: range(first, n_blocks, step). seq_parallel: the one of grid
-    axis 0; FA1's schedule: every block."""
+def _block_loop(seqlen_q, seqlen_k, group, SEQ_PARALLEL: gl.constexpr, causal: gl.constexpr,
+                HEAD_DIM: gl.constexpr):
+    """This program's kv head (b Hkv + h) and column blocks, range(first, n_blocks, step).
+    seq_parallel: one block, grid axis 0's (causal: the launch slot's, _longest_first); FA1's
+    schedule: every block of grid axis 1's head."""
     n_blocks = gl.cdiv(seqlen_k, BLOCK_N)
     if SEQ_PARALLEL:
-        return gl.program_id(0), n_blocks, n_blocks
-    return 0, n_blocks, 1
+        if causal:
+            bh, j = _longest_first(n_blocks, group, seqlen_q, HEAD_DIM)
+            return bh, j, n_blocks, n_blocks
+        return gl.program_id(1), gl.program_id(0), n_blocks, n_blocks
+    return gl.program_id(1), 0, n_blocks, 1
+
+
+@gluon.jit
+def _longest_first(n_blocks, group, seqlen_q, HEAD_DIM: gl.constexpr):
+    """Causal seq_parallel: (kv head, column block) of this launch slot. Column block j walks
+    the rows from j's diagonal down, so block 0 is the longest; with each head's blocks in
+    index order the last heads' long blocks start last and end alone (launch_tail.py's model:
+    a tail of 3-7% at 1k-8k). The Triton kernels' order (kernels/launch_order.py): windows of
+    kv heads, every head's block t before any head's block t + 1; a window's Q, dO and dQ's
+    float32 rows (8 bytes an element a query head) take about WINDOW_BYTES, so they stay in
+    the L2 while its blocks re-read them."""
+    n_heads = _num_programs(1)  # B Hkv
+    per_row = 8 * group * HEAD_DIM  # bytes of a kv head's Q, dO and dQ rows a query
+    window = gl.maximum(gl.minimum(n_heads, WINDOW_BYTES // per_row // seqlen_q), 1)
+    return launch_slot(gl.program_id(0), gl.program_id(1), n_blocks, n_heads, n_blocks, 0, 1,
+                       window)
 
 
 @gluon.jit
@@ -124,10 +147,10 @@ def _producer(args, SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr,
      inv_l_desc, delta_desc, seqlen_q, seqlen_k, heads_q, heads_kv, qk_scale,
      sm_scale) = args
     seqlen_q, seqlen_k = _in_partition(seqlen_q), _in_partition(seqlen_k)
-    bh = gl.program_id(1)
-    off_b, off_hkv = bh // heads_kv, bh % heads_kv
     group = heads_q // heads_kv
-    first, n_blocks, step = _block_loop(seqlen_k, SEQ_PARALLEL)
+    bh, first, n_blocks, step = _block_loop(seqlen_q, seqlen_k, group, SEQ_PARALLEL, causal,
+                                            k_desc.block_type.shape[3])
+    off_b, off_hkv = bh // heads_kv, bh % heads_kv
     nb = 0
     t = 0
     for j in range(first, n_blocks, step):
@@ -280,11 +303,11 @@ def _consumer(args, SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr,
     op_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
     col_layout: gl.constexpr = gl.SliceLayout(0, s_layout)  # a query's statistic
     key_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
-    bh = gl.program_id(1)
-    off_b, off_hkv = bh // heads_kv, bh % heads_kv
     group = heads_q // heads_kv
+    bh, first, n_blocks, step = _block_loop(seqlen_q, seqlen_k, group, SEQ_PARALLEL, causal,
+                                            HEAD_DIM)
+    off_b, off_hkv = bh // heads_kv, bh % heads_kv
     diag = seqlen_k - seqlen_q  # query i sees key j iff j <= i + diag
-    first, n_blocks, step = _block_loop(seqlen_k, SEQ_PARALLEL)
     # no producer warp (WARP_SPECIALIZE off, D86; seq_parallel only: one block, t from 0):
     # consumer 1 issues K_j, V_j and the first STAGES steps, then each step into the slot it
     # has just released, once consumer 0 has released it too
@@ -377,8 +400,11 @@ def _consumer(args, SPLIT_Q: gl.constexpr, SEQ_PARALLEL: gl.constexpr,
                              hi - lo, LOADS)
                 t += 1
         mbarrier.arrive(kv_empty.index(0), count=1)  # K_j, V_j read by every product
-        _store_block(dk * sm_scale, dv, DK, DV, off_b, off_hkv, heads_kv, start_n, seqlen_k,
-                     CONSUMER)
+        # the staging buffer of my last step's dQ (split-K: by its parity; before any step,
+        # the one the other consumer writes only after our first meeting)
+        staging = x_dq.index(CONSUMER if SPLIT_Q else ((t + 1) % 2) * 2 + 1 - CONSUMER)
+        _store_block(dk * sm_scale, dv, DK, DV, staging, off_b, off_hkv, heads_kv, start_n,
+                     seqlen_k, CONSUMER)
         nb += 1
     tma.store_wait(0)  # my last reduction has read its buffer before the block's memory goes
 
@@ -432,12 +458,18 @@ def _visible(keys, rows, seqlen_k, diag, causal: gl.constexpr):
 
 
 @gluon.jit
-def _store_block(dk, dv, DK, DV, off_b, off_hkv, heads_kv, start_n, seqlen_k,
+def _store_block(dk, dv, DK, DV, staging, off_b, off_hkv, heads_kv, start_n, seqlen_k,
                  CONSUMER: gl.constexpr):
-    """My 64 keys' dK, dV (contiguous (B, Hkv, Sk, D)), in their dtype."""
+    """My 64 keys' dK, dV (contiguous (B, Hkv, Sk, D)), in their dtype, 16 bytes a store: the
+    wgmma layout holds a thread's values 2 columns wide (4-byte stores, stalled on the LSU queue
+    at 2k: D112), so each passes through `staging` (the x_dq buffer my last step's dQ reduction
+    read from: free until I meet the other consumer again) to rows of 8 values a thread."""
     KEYS: gl.constexpr = dk.type.shape[0]
     HEAD_DIM: gl.constexpr = dk.type.shape[1]
-    layout: gl.constexpr = dk.type.layout
+    dtype: gl.constexpr = DK.dtype.element_ty
+    layout: gl.constexpr = vector_rows_layout(HEAD_DIM)
+    buf = staging._reinterpret(dtype, [KEYS, HEAD_DIM],
+                               gl.NVMMASharedLayout.get_default_for([KEYS, HEAD_DIM], dtype))
     keys = start_n + CONSUMER * KEYS + gl.arange(0, KEYS, layout=gl.SliceLayout(1, layout))
     cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, layout))
     offs = keys[:, None] * HEAD_DIM + cols[None, :]
@@ -445,8 +477,17 @@ def _store_block(dk, dv, DK, DV, off_b, off_hkv, heads_kv, start_n, seqlen_k,
     # hoisted out of the block's loop and kept (spilled) across it
     base = _in_partition(off_b * heads_kv + off_hkv).to(gl.int64) * seqlen_k * HEAD_DIM
     mask = (keys < seqlen_k)[:, None]
-    gl.store(DK + base + offs, dk.to(DK.dtype.element_ty), mask=mask)
-    gl.store(DV + base + offs, dv.to(DV.dtype.element_ty), mask=mask)
+    # hopper_forward's _through, written out: called here, its PTX has one more bar.sync
+    tma.store_wait(0)  # my last reduction has read the buffer (the issuing thread's wait ...
+    gl.thread_barrier()  # ... made my warpgroup's)
+    buf.store(dk.to(dtype))
+    gl.thread_barrier()  # every thread's part of dK stored
+    gl.store(DK + base + offs, buf.load(layout), mask=mask)
+    gl.thread_barrier()  # every thread's part of dK read
+    buf.store(dv.to(dtype))
+    gl.thread_barrier()
+    gl.store(DV + base + offs, buf.load(layout), mask=mask)
+    gl.thread_barrier()  # read before my next step's stores into the buffer
 
 
 @gluon.jit
@@ -617,10 +658,10 @@ def hopper_attn_bwd(q, k, v, o, stats, do, dlse, causal, softmax_scale, variant,
     heads_kv, seqlen_k = k.shape[1], k.shape[2]
     do = do if tma_ready(do) else do.contiguous()
     rows = bwd_rows(head_dim, variant)
+    dq = torch.empty((batch, heads_q, seqlen_q, head_dim), device=q.device,
+                     dtype=torch.float32)  # the TMA reductions' sum, zeroed by the preprocess
     delta, stat2, inv_l, _ = bwd_preprocess(q, k, v, o, stats, do, dlse, variant,
-                                            config, o_res, row_multiple=rows)
-    dq = torch.zeros((batch, heads_q, seqlen_q, head_dim), device=q.device,
-                     dtype=torch.float32)
+                                            config, o_res, row_multiple=rows, dq_acc=dq)
     dk = torch.empty(k.shape, device=k.device, dtype=k.dtype)  # contiguous
     dv = torch.empty(v.shape, device=v.device, dtype=v.dtype)
     n_blocks = triton.cdiv(seqlen_k, BLOCK_N.value)
@@ -681,5 +722,7 @@ def compile_for_sm90(variant, dtype="bfloat16", head_dim=128, causal=False,
     from triton.experimental.gluon._runtime import GluonASTSource
 
     signature, constexprs = sm90_signature(variant, dtype, head_dim, causal, consumer_registers)
-    source = GluonASTSource(_hopper_attn_bwd, signature, constexprs, {})
+    # dK and dV 16-byte aligned, as the launcher's torch tensors are (Triton specialises on it)
+    aligned = {(list(signature).index(name),): [["tt.divisibility", 16]] for name in ("DK", "DV")}
+    source = GluonASTSource(_hopper_attn_bwd, signature, constexprs, aligned)
     return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))

@@ -110,6 +110,13 @@ def mma_layout(n):
                                      instr_shape=[16, n, 16])
 
 
+@gluon.constexpr_function
+def vector_rows_layout(cols):
+    """One warpgroup's rows of 16-bit values, 8 a thread: the 16-byte stores that the wgmma
+    layout's 2-column pairs (4-byte stores) are staged into (D113)."""
+    return gl.BlockedLayout([1, 8], [256 // cols, cols // 8], [4, 1], [1, 0])
+
+
 @gluon.jit
 def _heads(bh, heads_q, group_size):
     """The batch, query head and kv head of (batch, head) index bh (grid axis 1, or a
@@ -119,10 +126,15 @@ def _heads(bh, heads_q, group_size):
 
 
 @gluon.jit
-def _num_programs():
-    """gl.num_programs(0), read in the partition (see _in_partition)."""
-    return gl.inline_asm_elementwise("mov.u32 $0, %nctaid.x;", "=r,r", [gl.to_tensor(0)],
-                                     dtype=gl.int32, is_pure=False, pack=1)
+def _num_programs(AXIS: gl.constexpr = 0):
+    """gl.num_programs(AXIS) (0 or 1), read in the partition (see _in_partition)."""
+    if AXIS == 0:
+        n = gl.inline_asm_elementwise("mov.u32 $0, %nctaid.x;", "=r,r", [gl.to_tensor(0)],
+                                      dtype=gl.int32, is_pure=False, pack=1)
+    else:
+        n = gl.inline_asm_elementwise("mov.u32 $0, %nctaid.y;", "=r,r", [gl.to_tensor(0)],
+                                      dtype=gl.int32, is_pure=False, pack=1)
+    return n
 
 
 @gluon.jit
@@ -777,28 +789,48 @@ def _running_output(acc_buf, j, o_layout: gl.constexpr):
 def _store_outputs(m_i, l_i, acc, O, O_RES, LSE, M, L, off_b, off_h, row0, seqlen_q, qk_scale,
                    stride_ob, stride_oh, stride_om, stride_lb, stride_lh,
                    DEFER_NORM: gl.constexpr, SPLIT_Q: gl.constexpr, CONSUMER: gl.constexpr,
-                   STORE_O_RES: gl.constexpr):
+                   STORE_O_RES: gl.constexpr, STAGED: gl.constexpr = False, staging=None):
     """My rows' O (my columns) and, from one consumer, their L (or m and l): the epilogue.
     STORE_O_RES: also O's rounding residual O - float(o) in o's dtype, at o's offsets (the
-    backward's Delta from the float32 output, D06)."""
+    backward's Delta from the float32 output, D06). STAGED: through `staging`, a free [BM,
+    COLS] buffer of o's dtype (my Q box, read already), each tile passes to rows of 8 values a
+    thread and leaves 16 bytes a store; else from the wgmma layout (2 values, 4 bytes)."""
     BM: gl.constexpr = ROWS_PER_WARPGROUP
-    o_layout: gl.constexpr = acc.type.layout
-    orow_layout: gl.constexpr = gl.SliceLayout(1, o_layout)
     COLS: gl.constexpr = acc.type.shape[1]
+    dtype: gl.constexpr = O.dtype.element_ty
     acc = _final_output(l_i, acc)
-    o_rows = row0 + gl.arange(0, BM, layout=orow_layout)
+    o = acc.to(dtype)
+    if STORE_O_RES:
+        residual = (acc - o.to(gl.float32)).to(dtype)
+    if not STAGED:
+        layout: gl.constexpr = acc.type.layout
+    else:
+        layout: gl.constexpr = vector_rows_layout(COLS)
+    o_rows = row0 + gl.arange(0, BM, layout=gl.SliceLayout(1, layout))
     cols = (0 if SPLIT_Q else CONSUMER * COLS) + gl.arange(0, COLS,
-                                                          layout=gl.SliceLayout(0, o_layout))
-    o_ptrs = (O + off_b.to(gl.int64) * stride_ob + off_h.to(gl.int64) * stride_oh
-              + o_rows.to(gl.int64)[:, None] * stride_om + cols[None, :])
-    gl.store(o_ptrs, acc.to(O.dtype.element_ty), mask=(o_rows < seqlen_q)[:, None])
+                                                          layout=gl.SliceLayout(0, layout))
+    offs = (off_b.to(gl.int64) * stride_ob + off_h.to(gl.int64) * stride_oh
+            + o_rows.to(gl.int64)[:, None] * stride_om + cols[None, :])
+    mask = (o_rows < seqlen_q)[:, None]
+    gl.store(O + offs, _through(o, staging, layout, STAGED), mask=mask)
     if STORE_O_RES:  # o's strides: the residual is allocated like o
-        res_ptrs = (O_RES + off_b.to(gl.int64) * stride_ob + off_h.to(gl.int64) * stride_oh
-                    + o_rows.to(gl.int64)[:, None] * stride_om + cols[None, :])
-        residual = acc - acc.to(O.dtype.element_ty).to(gl.float32)
-        gl.store(res_ptrs, residual.to(O.dtype.element_ty), mask=(o_rows < seqlen_q)[:, None])
+        gl.store(O_RES + offs, _through(residual, staging, layout, STAGED), mask=mask)
     _store_statistics(m_i, l_i, LSE, M, L, off_b, off_h, row0, seqlen_q, qk_scale, stride_lb,
                       stride_lh, DEFER_NORM, SPLIT_Q, CONSUMER)
+
+
+@gluon.jit
+def _through(x, staging, layout: gl.constexpr, STAGED: gl.constexpr):
+    """x in `layout`: as it is (not STAGED), or stored to staging and loaded back (every
+    thread's stores before any load, every load before the buffer's next store)."""
+    if STAGED:
+        gl.thread_barrier()  # the buffer's last readers (my warpgroup) are done
+        staging.store(x)
+        gl.thread_barrier()
+        y = staging.load(layout)
+    else:
+        y = x
+    return y
 
 
 @gluon.jit
@@ -986,11 +1018,28 @@ def _fa2_row_block(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_em
                                        n_before, DEFER_NORM, SPLIT_Q, True, CONSUMER)
             mbarrier.arrive(kv_empty.index(slot), count=1)
             _refill(loads, k_smem, v_smem, kv_ready, kv_empty, j + STAGES, LOADS)
-    if PERSISTENT:  # my products are done with Q: the producer may load a later row block's
+    # my products are done with Q (split-K: the other consumer's too, past the last tile's
+    # rendezvous). O passes through Q's buffer to 16-byte stores (D112) where the next load
+    # into it waits anyway (two Q buffers: it is the row block after next's; one program a row
+    # block: none), and Q is released after: split-Q's consumer through its own box, split-K's
+    # through its half of the box's bytes
+    STAGE_IN_Q: gl.constexpr = Q_BUFS == 2 or not PERSISTENT
+    if SPLIT_Q:
+        staging = q
+    else:
+        staging = q_smem.index(it % Q_BUFS)._reinterpret(
+            q_smem.dtype, [2 * BM, COLS],
+            gl.NVMMASharedLayout.get_default_for([2 * BM, COLS], q_smem.dtype)).slice(
+                CONSUMER * BM, BM, 0)
+    if PERSISTENT and not STAGE_IN_Q:  # the producer may load a later row block's
         mbarrier.arrive(q_empty.index(it % 2), count=1)
     _store_outputs(m_i, l_i, acc, O, O_RES, LSE, M, L, off_b, off_h, row0, seqlen_q,
                    qk_scale, stride_ob, stride_oh, stride_om, stride_lb, stride_lh,
-                   DEFER_NORM, SPLIT_Q, CONSUMER, STORE_O_RES)
+                   DEFER_NORM, SPLIT_Q, CONSUMER, STORE_O_RES, STAGE_IN_Q, staging)
+    if PERSISTENT and STAGE_IN_Q:
+        gl.thread_barrier()  # every thread's loads of the staged tiles done
+        fence_async_shared()  # my generic accesses before the producer's TMA writes
+        mbarrier.arrive(q_empty.index(it % 2), count=1)
     if causal:
         n_before += n_tiles - _full_tiles(start_m, seqlen_k - seqlen_q, seqlen_k, BLOCK_N)
     return g0 + n_tiles, n_before
@@ -1452,5 +1501,9 @@ def compile_for_sm90(variant, dtype="bfloat16", head_dim=128, block_n=128, stage
 
     signature, constexprs = sm90_signature(variant, dtype, head_dim, block_n, stages, causal,
                                            o_residual, persistent)
-    source = GluonASTSource(_hopper_attn_fwd, signature, constexprs, {})
+    # o and its residual 16-byte aligned with rows of whole 16-byte runs, as the launcher's
+    # tensors are (Triton specialises on both)
+    aligned = {(list(signature).index(name),): [["tt.divisibility", 16]]
+               for name in ("O", "O_RES", "stride_ob", "stride_oh", "stride_om")}
+    source = GluonASTSource(_hopper_attn_fwd, signature, constexprs, aligned)
     return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=dict(num_warps=4))

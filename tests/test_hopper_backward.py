@@ -39,6 +39,7 @@ from kernels.plan.hopper_backward import bwd_rows
 
 PROBE = """
 import json
+import re
 from fa2check.inspect.compile_gate import ptxas_usage, rerun_ptxas
 from kernels import Variant
 from kernels.hopper_backward import compile_for_sm90
@@ -53,7 +54,9 @@ for split_q, d, causal in ((True, 64, True), (False, 64, True), (True, 128, Fals
                                  atomics=ptx.count("atom.global") + ptx.count("red.global"),
                                  reductions=ptx.count("cp.reduce.async.bulk.tensor"),
                                  global_loads=ptx.count("ld.global"),
-                                 stat_copies=ptx.count("cp.async.bulk.tensor.3d"))
+                                 stat_copies=ptx.count("cp.async.bulk.tensor.3d"),
+                                 stores={w: len(re.findall(rf"st\\.global\\.{w}\\b", ptx))
+                                         for w in ("b16", "b32", "v2.b32", "v4.b32")})
 # the FA1 baseline at d=128, full and causal (it spilled 16-28 bytes), and split-Q
 # starved of registers (the worker consumer at 200): the spill check must reject the latter
 for key, variant, regs, causal in (("fa1 128", Variant(False, False, False), 240, False),
@@ -148,6 +151,16 @@ def test_row_statistics_arrive_by_tma(builds, split_q, d):
     assert (build["global_loads"], build["stat_copies"]) == (0, 2), build
 
 
+@pytest.mark.parametrize("split_q, d", CASES, ids=lambda x: str(x))
+def test_dk_dv_leave_in_16_byte_stores(builds, split_q, d):
+    """dK and dV reach global memory 16 bytes a store (through the x_dq staging buffer), not
+    in the wgmma layout's 4-byte pairs: each consumer's 64 x D of each, 8 values a store.
+    Fails on the build that stores from the wgmma layout ({"b32": 128} at d=128)."""
+    per_thread = 2 * 2 * 64 * d // 128 // 8  # 2 consumers x (dK, dV) over 128 threads each
+    assert builds[f"{split_q} {d}"]["stores"] == {"b16": 0, "b32": 0, "v2.b32": 0,
+                                                  "v4.b32": per_thread}
+
+
 def test_one_rendezvous_a_step_in_both(builds):
     """Split-Q's rendezvous (dS^T halves) and split-K's (the partials) are one each: the same
     mbarrier arrives in the PTX (the exchange is split-K's extra cost, not a second meeting)."""
@@ -221,6 +234,20 @@ def test_gpu_hopper_backward_passes_the_oracle(problem, device):
                  for split_q in (True, False)]
         assert torch.equal(grads[0][1], grads[1][1]), f"{fa2ish}: dK differs by the split"
         assert torch.equal(grads[0][2], grads[1][2]), f"{fa2ish}: dV differs by the split"
+
+
+@pytest.mark.gpu
+def test_gpu_causal_windows_run_every_column_block(device):
+    """Causal column blocks launch longest first in windows of kv heads (_longest_first): here
+    the window holds 8 of the 9 kv heads (Q, dO and dQ rows of 2 query heads at 2k, d=128), so
+    a full window and a narrower last one. A block run twice or never leaves dK, dV (torch.empty)
+    and dQ wrong: FA2's and FA1-style's gradients pass the oracle."""
+    problem = Problem(3, 6, 3, 2048, 2048, 128, "bfloat16", True, seed=55)
+    ref = Reference(problem, device, backward=True)
+    for variant in (Variant(), Variant(False, False, False)):
+        checks = ref.check(partial(flash_attention, backend="hopper"), variant)
+        failed = [str(c) for c in checks if not c.passed]
+        assert not failed, f"{variant} on {problem}: " + "; ".join(failed)
 
 
 BACKWARD_SWITCHES = [Variant(warp_specialize=False), Variant(overlap=True),

@@ -226,3 +226,37 @@ def test_hopper_forward_stores_os_residual_only_for_a_backward():
     statistics = 4  # the LSE store's (one consumer's rows)
     assert both_fa2 - o_fa2 == o_fa2 - statistics, counts
     assert tma_both == 2 * tma_fa1 > 0, counts
+
+
+STORES_PROBE = """
+import json, re
+from kernels import Variant
+from kernels.hopper_forward import compile_for_sm90
+out = {}
+for split_q in (True, False):
+    for d in (64, 128):
+        k = compile_for_sm90(Variant(True, True, split_q), head_dim=d, persistent=True)
+        out[f"{split_q} {d}"] = {w: len(re.findall(rf"st\\.global\\.{w}\\b", k.asm["ptx"]))
+                                 for w in ("b16", "b32", "v4.b32")}
+print(json.dumps(out))
+"""
+
+
+def test_o_leaves_in_16_byte_stores():
+    """The row-block epilogue passes O through Q's buffer (read already, released after;
+    split-Q a consumer's own box, split-K half of the shared box's bytes) to rows of 8 values a
+    thread: 16-byte stores, not the wgmma layout's 4-byte pairs (D112);
+    the 4-byte stores left are the LSE's (split-K: one consumer's). Fails on the build that
+    stores from the wgmma layout ({"b32": 68, "v4.b32": 0} at d=128, split-Q)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    proc = subprocess.run([sys.executable, "-c", STORES_PROBE], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    counts = json.loads(proc.stdout.strip().splitlines()[-1])
+    # a row block's O (2-byte values; split-Q 128 rows, split-K 64) stored by both consumers'
+    # code, each of 128 threads, 16 bytes a store
+    for split_q, rows, lse in ((True, 128, 4), (False, 64, 2)):
+        for d in (64, 128):
+            stores = rows * d * 2 // 128 // 16
+            assert counts[f"{split_q} {d}"] == {"b16": 0, "b32": lse, "v4.b32": stores}, counts
