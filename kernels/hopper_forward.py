@@ -1019,7 +1019,7 @@ def _fa2_row_block(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_em
             mbarrier.arrive(kv_empty.index(slot), count=1)
             _refill(loads, k_smem, v_smem, kv_ready, kv_empty, j + STAGES, LOADS)
     # my products are done with Q (split-K: the other consumer's too, past the last tile's
-    # rendezvous). O passes through Q's buffer to 16-byte stores (D112) where the next load
+    # rendezvous). O passes through Q's buffer to 16-byte stores (D113) where the next load
     # into it waits anyway (two Q buffers: it is the row block after next's; one program a row
     # block: none), and Q is released after: split-Q's consumer through its own box, split-K's
     # through its half of the box's bytes
