@@ -9,16 +9,12 @@ product, no reduction across slices, as few shared stores as split-Q) while the 
 with the launcher passing SPLIT_Q=True whatever the variant, the dQ comparison fails (bitwise
 equal to split-Q's)."""
 import dataclasses
-import json
-import os
 import re
-import subprocess
-import sys
 
 import pytest
 import torch
 
-from compile_cli import ROOT
+from compile_cli import run_probe
 from fa2check.core.checks import Reference
 from fa2check.core.problems import Problem
 from kernels import TileConfig, Variant, flash_attention
@@ -74,12 +70,7 @@ def slice_products(body: str, slices: int) -> list[tuple[str, str]]:
 
 @pytest.mark.parametrize("head_dim", [64, 128])
 def test_split_k_backward_sums_key_slices_across_warps_every_step(head_dim):
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-    proc = subprocess.run([sys.executable, "-c", PROBE.format(d=head_dim)], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out = run_probe(PROBE.format(d=head_dim))
     slices, split_k, split_q = out["slices"], out["False"], out["True"]
     assert slices > 1
 

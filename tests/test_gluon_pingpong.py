@@ -3,14 +3,10 @@ experiment) still compiles for sm_90 with Triton's Gluon as installed: warp-spec
 (setmaxnreg), wgmma, no register spills. Triton's interpreter cannot run Gluon, so this is all
 the CPU can check; its results are checked against the oracle on the GPU (`--check`,
 docs/decisions.md#D43)."""
-import json
-import os
-import subprocess
-import sys
 
 import pytest
 
-from compile_cli import ROOT
+from compile_cli import run_probe
 
 PROBE = """
 import json, sys
@@ -22,12 +18,7 @@ print(json.dumps(gluon_pingpong.compile_report(head_dim={d}, block_n=128, consum
 
 @pytest.mark.parametrize("head_dim,consumers", [(64, 2), (64, 3)])
 def test_pingpong_compiles_warp_specialised_without_spills(head_dim, consumers):
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-    proc = subprocess.run([sys.executable, "-c", PROBE.format(d=head_dim, c=consumers)],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    usage = json.loads(proc.stdout.strip().splitlines()[-1])
+    usage = run_probe(PROBE.format(d=head_dim, c=consumers))
     assert usage["spill_stores"] == 0 and usage["spill_loads"] == 0, usage
     assert usage["setmaxnreg"] > 0 and usage["wgmma"] > 0, usage
     assert usage["registers"] <= 65536 // (32 * 4 * (consumers + 1)), usage  # one program an SM

@@ -21,17 +21,13 @@ the split-Q checks on the split-K build and the reverse (the constexpr flipped),
 check on a split-Q build starved of registers. The switches' compile test failed with OVERLAP
 not passed to the build (no wait_group 1).
 """
-import json
-import os
 import re
-import subprocess
-import sys
 from functools import partial
 
 import pytest
 import torch
 
-from compile_cli import ROOT
+from compile_cli import run_probe
 from fa2check.core.checks import Reference
 from fa2check.core.problems import Problem
 from kernels import Variant, default_config, flash_attention
@@ -74,12 +70,7 @@ F32_TILE = re.compile(r"ttg\.local_(store|load) .*<(\d+)x(\d+)xf32")
 
 @pytest.fixture(scope="module")
 def builds():
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-    proc = subprocess.run([sys.executable, "-c", PROBE], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_probe(PROBE, timeout=900)
 
 
 def products(ttgir: str) -> set:
@@ -284,8 +275,6 @@ def test_the_backwards_switches_show_in_its_compiled_code():
     at d=128 causal (D108 spilled 8 bytes with the producer warp and overlap until the row
     statistics came by TMA, D110); the FA1-style flags refuse both switches (a Variant cannot
     be built)."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
     probe = """
 import json
 from fa2check.inspect.compile_gate import ptxas_usage, rerun_ptxas, sync_counts
@@ -301,11 +290,7 @@ for ws in (True, False):
                                       wait_1=sync_counts(ptx)["wgmma_waits"].get(1, 0))
 print(json.dumps(out))
 """
-    proc = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
-    for key, usage in out.items():
+    for key, usage in run_probe(probe, timeout=900).items():
         ws, overlap = (flag == "True" for flag in key.split())
         assert usage["warps"] == (12 if ws else 8), (key, usage)
         assert (usage["wait_1"] > 0) == overlap, (key, usage)

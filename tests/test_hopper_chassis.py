@@ -3,15 +3,11 @@ Gluon; `fa2check.verify --impl hopper` checks its outputs on the GPU): both spli
 for both products with no spills, split-Q's consumers own their rows and exchange nothing, and
 split-K's consumers share the rows, take half of each tile's keys (wgmma N = block_n / 2) and
 meet twice a tile through shared memory."""
-import json
-import os
 import re
-import subprocess
-import sys
 
 import pytest
 
-from compile_cli import ROOT
+from compile_cli import run_probe
 
 PROBE = """
 import json
@@ -33,12 +29,7 @@ print(json.dumps(out))
 
 @pytest.mark.parametrize("head_dim", [64, 128])
 def test_hopper_splits_compile_as_designed(head_dim):
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-    proc = subprocess.run([sys.executable, "-c", "import re\n" + PROBE.format(d=head_dim)],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    split_q, split_k = json.loads(proc.stdout.strip().splitlines()[-1]).values()
+    split_q, split_k = run_probe("import re\n" + PROBE.format(d=head_dim)).values()
     for usage in (split_q, split_k):
         assert usage["spill_stores"] == usage["spill_loads"] == 0, usage
         assert usage["wgmma"] > 0, usage
@@ -92,12 +83,7 @@ def test_hopper_causal_tiles_sanitise_values_only_where_a_key_is_hidden(defer_no
     D53), under a runtime branch taken on those tiles only: every such store sits inside an
     `scf.if` in the K/V loop, and is followed by the async-proxy fence. Without causal there is
     no such store. (Removing `_sanitise_values`' store, or running it on every tile, fails.)"""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-    proc = subprocess.run([sys.executable, "-c", SANITISE_PROBE.format(defer=defer_norm)],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    for key, ttgir in json.loads(proc.stdout.strip().splitlines()[-1]).items():
+    for key, ttgir in run_probe(SANITISE_PROBE.format(defer=defer_norm)).items():
         split_q, seq_parallel, causal = (word == "True" for word in key.split())
         lines = ttgir.splitlines()
         stores = [i for i, line in enumerate(lines) if V_STORE.search(line)]
@@ -137,12 +123,7 @@ def test_fa1_schedule_moves_its_partial_state_by_tma(head_dim):
     (the producer's prefetch) and leave by TMA stores whose completion in global memory is
     waited for (the non-.read wait_group) before the producer may load them again; no pointer
     loads of the scratch."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-    proc = subprocess.run([sys.executable, "-c", "import re\n" + FA1_PROBE.format(d=head_dim)],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    for usage in json.loads(proc.stdout.strip().splitlines()[-1]).values():
+    for usage in run_probe("import re\n" + FA1_PROBE.format(d=head_dim)).values():
         assert usage["tma_loads"] >= 2 and usage["tma_stores"] >= 2, usage  # O_TMP, STATS_TMP
         assert usage["global_loads"] == 0, usage
         assert usage["complete_waits"] >= 1, usage
@@ -165,12 +146,7 @@ print(json.dumps(dict(ptxas_usage(rerun_ptxas(k.asm["ptx"])), shared=k.metadata.
 def test_fa1_split_k_takes_fa1s_256_keys_128_a_consumer(block_n):
     """D67: FA1's split-K at its own 256-key tile (d=128, FA1's schedule): each consumer's S
     is 64 rows x 128 keys, P V in halves of D, no spills, within sm_90's 227 KB."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-    proc = subprocess.run([sys.executable, "-c", FA1_WIDE_PROBE.format(n=block_n)], cwd=ROOT,
-                          env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    usage = json.loads(proc.stdout.strip().splitlines()[-1])
+    usage = run_probe(FA1_WIDE_PROBE.format(n=block_n))
     assert usage["instr_shapes"] == ["16, 128, 16", "16, 64, 16"], usage
     assert usage["spill_stores"] == usage["spill_loads"] == 0, usage
     assert usage["shared"] <= 232448, usage
@@ -214,12 +190,7 @@ def test_hopper_forward_stores_os_residual_only_for_a_backward():
     """D91: with o_residual the chassis also stores O - float(o), the way it stores O: a second
     set of global stores in the row-block epilogue (as many as O's), a second TMA store in FA1's
     schedule; without it the kernel is the kernel of record (no more stores)."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-    proc = subprocess.run([sys.executable, "-c", RESIDUAL_PROBE], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    counts = json.loads(proc.stdout.strip().splitlines()[-1])
+    counts = run_probe(RESIDUAL_PROBE)
     fa2, fa1 = "+defer+seqpar+splitq", "-defer-seqpar-splitq"
     (o_fa2, _), (both_fa2, _) = counts[f"{fa2} False"], counts[f"{fa2} True"]
     (_, tma_fa1), (_, tma_both) = counts[f"{fa1} False"], counts[f"{fa1} True"]
@@ -248,12 +219,7 @@ def test_o_leaves_in_16_byte_stores():
     thread: 16-byte stores, not the wgmma layout's 4-byte pairs (D112);
     the 4-byte stores left are the LSE's (split-K: one consumer's). Fails on the build that
     stores from the wgmma layout ({"b32": 68, "v4.b32": 0} at d=128, split-Q)."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-    proc = subprocess.run([sys.executable, "-c", STORES_PROBE], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    counts = json.loads(proc.stdout.strip().splitlines()[-1])
+    counts = run_probe(STORES_PROBE)
     # a row block's O (2-byte values; split-Q 128 rows, split-K 64) stored by both consumers'
     # code, each of 128 threads, 16 bytes a store
     for split_q, rows, lse in ((True, 128, 4), (False, 64, 2)):

@@ -7,17 +7,12 @@ PTX shows each switch: OVERLAP's wait for S_j that leaves P V in flight, PINGPON
 WARP_SPECIALIZE's producer warp: 12 warps, 3 of them padding, against the consumers' 8).
 GPU (marker gpu): every combination against the float64 oracle, and bit for bit against FA2's
 chassis (the same operations in the same order, only issued differently)."""
-import json
-import os
-import re
-import subprocess
-import sys
 from functools import partial
 
 import pytest
 import torch
 
-from compile_cli import ROOT
+from compile_cli import run_probe
 from fa2check.core.checks import Reference
 from fa2check.core.problems import Problem
 from kernels import Variant, flash_attention
@@ -95,12 +90,7 @@ def test_every_hopper_combination_compiles_for_sm90_and_shows_its_switches():
     Triton's own barriers keep to ids below 8; WARP_SPECIALIZE's producer warp takes the CTA to
     12 warps (the consumers' 8, padded), without it 8. (Ignoring any constexpr in the kernel,
     or an unbalanced turn, fails.)"""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-    proc = subprocess.run([sys.executable, "-c", PROBE], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out = run_probe(PROBE)
     for name, usage in out.items():
         assert usage["spill_stores"] == usage["spill_loads"] == 0, (name, usage)
         assert not usage["wgmma_serialized"], (name, usage)
