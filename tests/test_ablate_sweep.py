@@ -241,3 +241,29 @@ def test_the_host_ahead_bench_times_the_gpu_not_the_host():
     assert plain > 1.5
     assert statistics.median(ahead.samples) < 0.5 and ahead.host_bound == 0
     assert min(ahead.host_us) > 2000
+
+
+def test_plan_counts_each_contenders_first_call_in_a_kernel_class_once():
+    """The gate's first call of a contender in each (head dim, dtype, mask) loads its kernels:
+    a second cell of the same class adds only its own calls, a cell of another class its first
+    calls too. (Counting first calls per cell, or per contender alone, fails.)"""
+    from dataclasses import replace
+
+    from fa2check.ablate import plan
+    from fa2check.ablate.grids import Cell
+    from fa2check.ablate.sweep import Settings
+
+    def gate(*cells):
+        return plan.estimate(list(cells), ["fwd"], lambda c, m: [("a", None), ("b", None)],
+                             Settings(), [], [], [], 1)["gate_s"]
+
+    one = Cell(1, 2, 2, 256, 64, "bfloat16", False)
+    same_class, other_class = replace(one, seqlen=512), replace(one, causal=True)
+    first = 2 * plan.FIRST_CALL_S  # two contenders
+
+    def own(cell):  # the cell's own calls, check and oracle
+        return gate(cell) - first
+
+    assert own(one) > 0
+    assert gate(one, same_class) == pytest.approx(own(one) + own(same_class) + first)
+    assert gate(one, other_class) == pytest.approx(own(one) + own(other_class) + 2 * first)

@@ -10,6 +10,8 @@ The model is deliberately simple and is written down so that a run can be compar
   time: warmup_ms + rep_ms + 9 * t, where t is the call's predicted time, and its sleeps: n
   timed calls (rep_ms / t, at most MAX_SAMPLES) each after HOST_AHEAD times HOST_MS[mode]; a
   slow call (t >= rep_ms / 2) is timed by `bench` itself in 1 + SLOW_SAMPLES calls;
+- the gate: two calls of each contender a cell, and FIRST_CALL_S for each contender's first
+  call in a kernel class (its compiled kernels loaded into the process);
 - t from the paper's FLOP count over a predicted rate: SDPA's backends at the rates measured on
   this H200 (shared/anchors: bf16 medians over the paper grid); our FA2 at about sdpa-flash's
   rate; seq_parallel off: FA1's launcher (D90) fills the GPU, its forward's schedule at
@@ -45,6 +47,11 @@ WORKER_START_S = 15.0
 # prediction (D63), not yet timed on the GPU; its rate is taken as ours (RATES)
 FLEX_COMPILE_S = 20.0
 OVERHEAD_MS = 3.0  # host work around each measurement
+# a contender's first gate call in each kernel class (head dim, dtype, mask) loads its compiled
+# kernels (precompiled by other processes) into this one: in the paper grid after D113 on an H100
+# (20261207-143220-*), each class's first cell took 13.6-18.4 s for 13 contenders, its later cells
+# 0.4-0.7 s; the gate took 168 s where 36 were planned without this term
+FIRST_CALL_S = 1.1
 # host ms a call before each timed call's sleep (timing.host_ahead_bench sleeps twice the largest
 # of its estimate's 5 calls): the 90th percentile of the timing calls' host medians in D99's paper
 # run on the H100's host, 0.41 forward and 1.55 forward and backward (medians 0.28 and 1.18); the
@@ -152,7 +159,14 @@ def estimate(cells, modes, contenders_for, settings, phase1: list, phase2: list,
     # with shards, the gate and the sweeps run in parallel: the largest group decides
     groups = split_by_cost([sweep + gate for sweep, gate in costs], settings.shards)
     sweep = max(sum(costs[i][0] for i in g) for g in groups)
-    gate = max(sum(costs[i][1] for i in g) for g in groups)
+
+    def gate_s(group):  # each shard loads the kernels of the classes it gates
+        first_calls = {(cells[i].head_dim, cells[i].dtype, cells[i].causal, name)
+                       for i in group for mode in modes
+                       for name, _ in contenders_for(cells[i], mode)}
+        return sum(costs[i][1] for i in group) + FIRST_CALL_S * len(first_calls)
+
+    gate = max(gate_s(g) for g in groups)
     if settings.shards > 1:
         gate += WORKER_START_S  # the shard processes start (torch, triton, the kernel cache)
     per_key = {}  # a key's candidates share its (part, variant, representative cell)
