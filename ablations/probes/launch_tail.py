@@ -13,7 +13,8 @@ program alone on an SM of two slots runs `--solo` times faster (with more slots,
 ignores that fewer CTAs on an SM run faster: it overstates the tail). The paper grid: 16k tokens a
 row of the batch, 2048 / head_dim heads, FA2's tuned tiles.
 The Hopper chassis's backward ('hopper-bwd') has column blocks only (dQ by TMA reductions, no
-dQ pass), 128 keys a program, one CTA an SM (ablations/patches/bwd-longest-first).
+dQ pass), 128 keys a program, one CTA an SM (its launch: `_longest_first` in
+kernels/hopper_backward.py, D113).
 Orders: 'index' is every head's programs in index order (the backward's launch: each kv
 head's column blocks, then its dQ row blocks; the forward's before kernels/launch_order.py);
 'window W' is kernels/launch_order.py (the forward's causal launch, and the backward's in
