@@ -677,12 +677,18 @@ def _pipelined_section(j, m_i, l_i, acc, p, q, k_smem, v_smem, kv_ready, kv_empt
     slot = g % STAGES
     prev = (g + STAGES - 1) % STAGES
     mbarrier.wait(kv_ready.index(slot), (g // STAGES) & 1)
+    # V tested before the pass, NaN put back only where a row of mine sees one (D102), where
+    # their registers fit: at head_dim 128 the test spilled (D114)
+    TEST_FIRST: gl.constexpr = HEAD_DIM <= 64
     sanitised, n_sanitised = _sanitise_if_masked(v_smem, slot, j, start_m, seqlen_q, seqlen_k,
-                                                 x_bad, bar_v, n_before, causal, 1, CONSUMER)
+                                                 x_bad, bar_v, n_before, causal, 1, CONSUMER,
+                                                 TEST_FIRST)
     if causal:
+        diag = seqlen_k - seqlen_q
+        if TEST_FIRST and sanitised:
+            sanitised = _seen_by_rows(x_bad, n_sanitised, row0 + BM - 1 + diag)
         if sanitised:  # before P_{j-1} V_{j-1} and P_j V_j are added (see the caller)
-            acc = _nan_where_seen(acc, x_bad, n_sanitised, row0, seqlen_k - seqlen_q, True,
-                                  CONSUMER)
+            acc = _nan_where_seen(acc, x_bad, n_sanitised, row0, diag, True, CONSUMER)
     k_t = k_smem.index(slot).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
     v_prev = v_smem.index(prev).reshape([BLOCK_N, HEAD_DIM])
     s_zero = gl.zeros([BM, BLOCK_N], gl.float32, s_layout)
