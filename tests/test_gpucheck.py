@@ -58,13 +58,16 @@ def test_a_step_past_its_limit_is_stopped_and_fails(monkeypatch, tmp_path):
     assert steps["tests"]["seconds"] < 8 + 25  # its limit, and the grace
 
 
-def _fuzz_writing(tmp_path, *per_backend):
-    """A stand-in fuzz step that exits 0 and writes a record of its campaigns' examples."""
-    record = {"examples": sum(per_backend), "counterexamples": 0,
-              "campaigns": [{"impl": f"backend{i}", "examples": n, "counterexample": None}
+def _fuzz_writing(tmp_path, *per_backend, found=None):
+    """A stand-in fuzz step that writes a record of its campaigns' examples and exits 0, or
+    (found: backend1's counterexample) 1."""
+    record = {"examples": sum(per_backend), "counterexamples": int(found is not None),
+              "campaigns": [{"impl": f"backend{i}", "examples": n,
+                             "counterexample": {"example": found} if found and i == 1
+                             else None}
                             for i, n in enumerate(per_backend)]}
     return (f"import json; json.dump({record!r}, "
-            f"open({str(tmp_path / 'fuzz.json')!r}, 'w'))")
+            f"open({str(tmp_path / 'fuzz.json')!r}, 'w')); raise SystemExit({int(bool(found))})")
 
 
 @pytest.mark.parametrize("per_backend, verdict", [
@@ -78,6 +81,23 @@ def test_a_campaign_with_too_few_examples_fails(monkeypatch, tmp_path, per_backe
     assert record["verdict"] == verdict and status == (verdict == "FAIL")
     assert all(s["returncode"] == 0 for s in record["steps"])
     assert (record["shortfall"] is None) == (verdict == "PASS")
+
+
+def test_the_verdict_names_a_counterexample_first_not_the_few_examples_it_left(monkeypatch,
+                                                                               tmp_path):
+    """D114's cold gate: a campaign stopped by its counterexample after 128 examples; the verdict
+    said only "too few examples". The counterexample leads, and its campaign is not short."""
+    example = "-defer+seqpar+splitq:b3-h6/2-q17-k29-d130-float16-causal-s0:normal:contiguous"
+    status, record = _main(monkeypatch, tmp_path, _stand_ins(
+        "raise SystemExit(1)", "print(2)", _fuzz_writing(tmp_path, 4673, 128, 4764,
+                                                         found=example)), min_examples=3000)
+    assert status == 1 and record["verdict"] == "FAIL" and record["shortfall"] is None
+    first, then, *rest = record["reasons"]
+    assert first == f"counterexample in backend1: {example}"
+    assert then.startswith("verify exited 1") and rest == []
+    _, passing = _main(monkeypatch, tmp_path, _stand_ins(
+        "print(1)", "print(2)", _fuzz_writing(tmp_path, 1200, 1100, 900)), min_examples=3000)
+    assert passing["verdict"] == "PASS" and passing["reasons"] == []
 
 
 def test_a_budget_too_short_for_a_cold_cache_is_refused_before_any_step(monkeypatch, tmp_path):

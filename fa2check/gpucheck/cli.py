@@ -206,10 +206,26 @@ def shortfall(fuzz: dict, minimum: int) -> str | None:
     total = fuzz.get("examples") or 0
     if total < minimum:
         return f"the fuzz campaign drew {total} examples, fewer than {minimum} (--min-examples)"
+    # a campaign stopped by a counterexample drew few for that reason, which fails the check
     few = [f"{c['impl']} {c['examples']}" for c in fuzz.get("campaigns") or []
-           if (c.get("examples") or 0) < minimum / 10]
+           if (c.get("examples") or 0) < minimum / 10 and not c.get("counterexample")]
     return (f"a backend's campaign drew fewer than {minimum // 10} examples: {', '.join(few)}"
             if few else None)
+
+
+def reasons(step_records: list, short: str | None) -> list[str]:
+    """Why the check fails, one line each, the most telling first: each counterexample (its
+    backend and example), then each other failing step (verify's counts, the tests' last line),
+    then too few examples; [] for a PASS."""
+    found = [f"counterexample in {c['impl']}: {c['counterexample']}"
+             for r in step_records for c in r.get("campaigns") or [] if c.get("counterexample")]
+    failed = []
+    for r in step_records:
+        if r["returncode"] == 0 or (r["name"] == "fuzz" and found):
+            continue
+        detail = json.dumps(r["counts"]) if r.get("counts") else (r.get("last_lines") or [""])[-1]
+        failed.append(f"{r['name']} exited {r['returncode']}" + (f": {detail}" if detail else ""))
+    return found + failed + ([f"too few examples: {short}"] if short else [])
 
 
 def _results(path: str) -> dict | None:
@@ -242,12 +258,13 @@ def main(argv=None) -> int:
                      "seconds": round(s.seconds, 1), "limit_seconds": round(s.limit, 1),
                      **details(s, out)} for s in steps]
     short = shortfall(step_records[-1], args.min_examples)
-    passed = all(step.returncode == 0 for step in steps) and short is None
+    why = reasons(step_records, short)
+    passed = not why
     record = {"environment": describe_environment(device, args.commit),
               "command": " ".join(["python", "-m", "fa2check.gpucheck", *(argv or sys.argv[1:])]),
               "verdict": "PASS" if passed else "FAIL", "seconds": round(wall, 1),
               "budget_seconds": args.minutes * 60, "min_examples": args.min_examples,
-              "shortfall": short, "steps": step_records}
+              "shortfall": short, "reasons": why, "steps": step_records}
     path = os.path.join(out, "gpu-check.json")
     write_json(path, record)
     table = Table(title=f"gpu-check ({out})")
@@ -262,7 +279,7 @@ def main(argv=None) -> int:
                   else (r.get("last_lines") or [""])[-1])
         table.add_row(s.name, str(s.returncode), f"{s.seconds:.0f}", detail)
     console.print(table)
-    if short:
-        console.print(f"too few examples: {short}")
+    for line in why:
+        console.print(line)
     console.print(f"{record['verdict']}: {wall:.0f} s of {args.minutes * 60:.0f}; record {path}")
     return 0 if passed else 1
