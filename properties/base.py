@@ -116,14 +116,26 @@ def allowed_errors(reference: Reference, outputs: Outputs) -> dict[str, float]:
     return {c.output: c.allowed for c in reference.judge(outputs)}
 
 
+WHERE_SHOWN = 12  # indices listed a dimension, where elements differ
+
+
 def compare_outputs(a: torch.Tensor, b: torch.Tensor) -> dict:
-    """Exact comparison: -inf equals -inf, NaN never equals anything."""
+    """Exact comparison: -inf equals -inf, NaN never equals anything. Where they differ: how
+    many elements, how many of those are NaN or inf on one side, the largest finite
+    difference, and (a and b of 2 or more dimensions) the indices along their last two
+    dimensions that hold a difference (o's rows and columns), the first WHERE_SHOWN of each."""
     a, b = a.detach().cpu().double(), b.detach().cpu().double()
     differ = a != b
     both = torch.isfinite(a) & torch.isfinite(b)
     diff = (a - b).abs()[both]
-    return {"equal": not bool(differ.any()), "mismatches": int(differ.sum()),
-            "max_abs_diff": float(diff.max()) if diff.numel() else 0.0}
+    numbers = {"equal": not bool(differ.any()), "mismatches": int(differ.sum()),
+               "nonfinite_mismatches": int((differ & ~both).sum()),
+               "max_abs_diff": float(diff.max()) if diff.numel() else 0.0}
+    if differ.any() and differ.dim() >= 2:
+        at = differ.nonzero()
+        numbers["where_last_two_dims"] = [sorted(set(at[:, d].tolist()))[:WHERE_SHOWN]
+                                          for d in (-2, -1)]
+    return numbers
 
 
 def bitwise(name: str, a: Outputs, b: Outputs, outputs=("o", "lse"), rows=None) -> Check:

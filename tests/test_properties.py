@@ -381,3 +381,23 @@ def test_seq_parallel_flip_is_bitwise_only_between_tiles_of_one_width():
     assert other.name == "seq_parallel_agree" and other.passed
     assert other.numbers["key_tiles"] == (256, 128)
     assert not seqpar((wrong, mine), {True: 128, False: 256}).passed
+
+
+def test_a_bitwise_difference_says_how_many_are_non_finite_and_where():
+    """What a failure seen only on a GPU must tell its reader (D114's counterexample said only
+    "252 elements differ"): how many of the differences are NaN or inf on one side, and the
+    rows and columns of o that hold them."""
+    from fa2check.core.explain import _differences
+    from properties.base import compare_outputs
+
+    a = torch.zeros(1, 2, 5, 4)
+    b = a.clone()
+    b[0, 1, 3, 2], b[0, 0, 1, 0] = 0.5, float("nan")
+    n = compare_outputs(a, b)
+    assert n == {"equal": False, "mismatches": 2, "nonfinite_mismatches": 1,
+                 "max_abs_diff": 0.5, "where_last_two_dims": [[1, 3], [0, 2]]}
+    assert _differences({"o": n}) == (
+        "o: 2 elements differ (1 NaN or inf on one side), by up to 0.5 where both are finite, "
+        "at indices [1, 3] x [0, 2] of its last two dimensions")
+    assert compare_outputs(a, a.clone()) == {"equal": True, "mismatches": 0,
+                                             "nonfinite_mismatches": 0, "max_abs_diff": 0.0}

@@ -175,8 +175,13 @@ def _differences(numbers) -> str:
             got.append(f"{output}: {n['mismatches']} elements differ, every one NaN or inf on "
                        "one side (no finite difference)")
         else:
-            got.append(f"{output}: {n['mismatches']} elements differ, by up to "
-                       f"{_g(n['max_abs_diff'])} where both are finite")
+            nonfinite = n.get("nonfinite_mismatches")
+            got.append(f"{output}: {n['mismatches']} elements differ"
+                       + (f" ({nonfinite} NaN or inf on one side)" if nonfinite else "")
+                       + f", by up to {_g(n['max_abs_diff'])} where both are finite")
+        if n.get("where_last_two_dims"):
+            rows, cols = n["where_last_two_dims"]
+            got[-1] += f", at indices {rows} x {cols} of its last two dimensions"
     return "; ".join(got) or "a difference"
 
 
