@@ -108,6 +108,27 @@ def test_every_hopper_combination_compiles_for_sm90_and_shows_its_switches():
     assert (pingpong["waits"], pingpong["arrives"]) == (plain["waits"], plain["arrives"])
 
 
+PIPELINED_D64 = """
+import json
+from fa2check.inspect.compile_gate import ptxas_usage, rerun_ptxas
+from kernels import Variant
+from kernels.hopper_forward import compile_for_sm90
+out = {}
+for v in (Variant(overlap=True), Variant(pingpong=True, overlap=True)):
+    kernel = compile_for_sm90(v, head_dim=64, block_n=128, stages=3, causal=True)
+    out[str(v)] = ptxas_usage(rerun_ptxas(kernel.asm["ptx"]))
+print(json.dumps(out))
+"""
+
+
+def test_the_pipelined_loop_tests_v_first_at_head_dim_64_without_spills():
+    """D114: at head_dim 64 FA3's pipelined loop tests V before the causal pass and skips the
+    NaN put-back where no row sees one; on the 3-stage ring the switches get there
+    (switch_ring) that spills nothing (at 128 it spilled, and the loop keeps the whole pass)."""
+    for name, usage in run_probe(PIPELINED_D64).items():
+        assert usage["spill_stores"] == usage["spill_loads"] == 0, (name, usage)
+
+
 GPU_PROBLEMS = [
     Problem(2, 4, 4, 1000, 1000, 128, "bfloat16", False, seed=1),
     Problem(1, 8, 2, 777, 1500, 64, "float16", True, seed=2),  # GQA, q < k, ragged
