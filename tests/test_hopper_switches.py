@@ -160,12 +160,14 @@ def test_gpu_hopper_switches_pass_and_match_fa2_bit_for_bit(problem, device):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_gpu_hopper_switches_keep_non_finite_values_where_fa2_does(dtype):
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_gpu_hopper_switches_keep_non_finite_values_where_fa2_does(dtype, head_dim):
     """Causal, non-finite V at keys some rows do not see (D53's sanitising and NaN put-back,
-    which the pipelined loop applies before P_j V_j rather than after): the same output as
-    FA2's chassis, NaN and inf included, and finite in the rows that see none of them."""
+    which the pipelined loop applies before P_j V_j rather than after; at head_dim 64 after
+    testing V first, D114): the same output as FA2's chassis, NaN and inf included, and finite
+    in the rows that see none of them."""
     gen = torch.Generator(device="cuda").manual_seed(7)
-    q, k, v = (torch.randn(1, 2, 300, 128, device="cuda", dtype=dtype, generator=gen)
+    q, k, v = (torch.randn(1, 2, 300, head_dim, device="cuda", dtype=dtype, generator=gen)
                for _ in range(3))
     v[:, :, 201, 3] = float("nan")
     v[:, :, 150, 5] = float("inf")
