@@ -132,9 +132,9 @@ def compare_outputs(a: torch.Tensor, b: torch.Tensor) -> dict:
                "nonfinite_mismatches": int((differ & ~both).sum()),
                "max_abs_diff": float(diff.max()) if diff.numel() else 0.0}
     if differ.any() and differ.dim() >= 2:
-        at = differ.nonzero()
-        numbers["where_last_two_dims"] = [sorted(set(at[:, d].tolist()))[:WHERE_SHOWN]
-                                          for d in (-2, -1)]
+        plane = differ.reshape(-1, *differ.shape[-2:]).any(0)  # (rows, columns): any differs
+        numbers["where_last_two_dims"] = [plane.any(1 - d).nonzero().flatten()[:WHERE_SHOWN]
+                                          .tolist() for d in (0, 1)]
     return numbers
 
 
