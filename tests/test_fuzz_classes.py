@@ -233,9 +233,10 @@ def test_seconds_alone_bound_a_campaign(tmp_path):
 @pytest.mark.parametrize("impl", [OURS, HOPPER])
 def test_every_campaign_fuzzes_the_headlines_kernels(impl):
     """A GPU campaign's 12 kernel classes always hold FA2 with each mask and the FA1-style
-    baseline; drawn freely from the chassis's 60 (variant, dtype, mask) combinations they
-    held no FA2 in 41% of seeds (the H100 gate at 14b43f1 drew FA2 on the chassis twice in
-    837 examples, both from the corpus). Fails on the free draw (seed 0 on the chassis)."""
+    baseline, and on the chassis FA3's switches all on, causal; drawn freely from the chassis's
+    60 (variant, dtype, mask) combinations they held no FA2 in 41% of seeds (the H100 gate at
+    14b43f1 drew FA2 on the chassis twice in 837 examples, both from the corpus). Fails on the
+    free draw (seed 0 on the chassis)."""
     space = Space.for_device(True, impl)
     assert (str(classes.FA2), str(classes.FA1_STYLE)) == ("+defer+seqpar+splitq",
                                                           "-defer-seqpar-splitq")
@@ -243,3 +244,6 @@ def test_every_campaign_fuzzes_the_headlines_kernels(impl):
         kernels = {c.kernel for c in classes.plan(space, classes.KERNEL_CLASSES, 2, seed)}
         assert {k.causal for k in kernels if k.variant == classes.FA2} == {False, True}, seed
         assert any(k.variant == classes.FA1_STYLE for k in kernels), seed
+        # the chassis: FA3's switches all on, causal (D114's gate drew no pingpong or overlap)
+        assert any(k.variant == classes.FA3_ALL and k.causal for k in kernels) == (
+            impl == HOPPER), seed

@@ -8,8 +8,8 @@ example needs kernels no example before it needed (2,000 draws: about 1,600 comp
 since Triton specialises every integer argument (lengths, strides, heads) on == 1 and on
 divisibility by 16. So a GPU campaign
 1. plans compiled classes (properties.strategies.CompiledClass): `kernels` kernel classes
-   (variant, dtype, head dims, mask), FA2 with each mask and the FA1-style baseline first,
-   then covering every (variant, dtype, mask) of the space as `kernels` allows, head
+   (variant, dtype, head dims, mask), FA2 with each mask, the FA1-style baseline and (the
+   chassis) FA3's switches all on, causal, first, then covering every (variant, dtype, mask) of the space as `kernels` allows, head
    dims rotating through its tile widths, every third another head dim, every fourth with v's
    own where the space allows; each with `shapes` shape classes (batch, heads, layout, and each
    length's residue modulo 16: 1, 0, 1, 15 or another, equal for q and k in two of five)
@@ -48,6 +48,7 @@ RESIDUES = ((ONE, 1), (0, 3), (1, 2), (SPECIALISED - 1, 2), (None, 2))
 # its kernels (0.6 s each there); another seed plans other classes
 KERNEL_CLASSES = 12
 FA2, FA1_STYLE = Variant(), Variant(False, False, False)  # the ablation's headline variants
+FA3_ALL = Variant(pingpong=True, overlap=True)  # the chassis's FA2 with FA3's switches all on
 SAME_RESIDUE = 0.4  # seqlen_k's residue is seqlen_q's: equal and nearly equal lengths
 
 
@@ -56,11 +57,14 @@ def kernel_classes(space: Space, count: int | None, rng: random.Random) -> list[
     (variant, dtype, mask) as evenly as `count` allows, in a seeded order. The headline's
     kernels come first, so that no campaign leaves them out: FA2 with each mask, then the
     FA1-style baseline (drawn freely, 12 classes of the chassis's 60 combinations held no FA2
-    in 122 of 300 seeds and FA2 with one mask only in 141 more; of ours' 48, none in 48)."""
+    in 122 of 300 seeds and FA2 with one mask only in 141 more; of ours' 48, none in 48);
+    where the space has FA3's switches, their all-on variant, causal, whose pipelined loop
+    the other pingpong and overlap variants share and `flash_attention`'s table picks (D114's
+    gate drew none of them)."""
     combos = [(v, d, c) for v in space.variants for d in space.dtypes for c in space.causal]
     rng.shuffle(combos)
     first = []
-    for variant, causal in [(FA2, False), (FA2, True), (FA1_STYLE, None)]:
+    for variant, causal in [(FA2, False), (FA2, True), (FA1_STYLE, None), (FA3_ALL, True)]:
         first += [combo for combo in combos if combo[0] == variant
                   and causal in (None, combo[2])][:1]  # its seeded dtype (and mask)
     combos = first + [combo for combo in combos if combo not in first]
