@@ -9,11 +9,11 @@ since Triton specialises every integer argument (lengths, strides, heads) on == 
 divisibility by 16. So a GPU campaign
 1. plans compiled classes (properties.strategies.CompiledClass): `kernels` kernel classes
    (variant, dtype, head dims, mask), FA2 with each mask, the FA1-style baseline and (the
-   chassis) FA3's switches all on, causal, first, then covering every (variant, dtype, mask) of the space as `kernels` allows, head
-   dims rotating through its tile widths, every third another head dim, every fourth with v's
-   own where the space allows; each with `shapes` shape classes (batch, heads, layout, and each
-   length's residue modulo 16: 1, 0, 1, 15 or another, equal for q and k in two of five)
-   (`plan`);
+   chassis) FA3's switches all on, causal, first, then covering every (variant, dtype, mask) of
+   the space as `kernels` allows, head dims rotating through its tile widths, every third
+   another head dim, every fourth with v's own where the space allows; each with `shapes` shape
+   classes (batch, heads, layout, and each length's residue modulo 16: 1, 0, 1, 15 or another,
+   equal for q and k in two of five) (`plan`);
 2. compiles one problem of each, forward and backward and forward alone (`representatives`),
    in worker processes within a time budget (`precompile`), which fills Triton's on-disk cache;
 3. fuzzes with Space.classes set: an example is one of the compiled classes with its lengths
