@@ -23,11 +23,8 @@ such a schedule change before device time is spent; it says nothing about dynami
 (memory, tensor cores, the other warps), so it is no substitute for a measurement.
 """
 import argparse
-import os
 import re
-import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -105,21 +102,16 @@ def kernel_sass(kernel: str, head_dim: int, dtype: str, causal: bool, variant,
     """`cuobjdump -sass` of a kernel of fa2check.compile_gate (attn_fwd: the main forward
     launch) for the config FIELDS, compiled for sm_90."""
     import torch
-    from triton import knobs
 
     from compare_kernels import config_overrides  # this script's folder is on sys.path
     from fa2check.inspect.compile_gate import compile_kernel_for_sm90
+    from fa2check.inspect.sass import cubin_sass
     from kernels import TileConfig, default_config
 
     config = replace(default_config(head_dim, True, variant, getattr(torch, dtype)),
                      **config_overrides(fields, TileConfig))
     _, compiled = compile_kernel_for_sm90(kernel, variant, dtype, head_dim, causal, config)
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "kernel.cubin")
-        with open(path, "wb") as f:
-            f.write(compiled.asm["cubin"])
-        return subprocess.run([knobs.nvidia.cuobjdump.path, "-sass", path], check=True,
-                              capture_output=True, text=True).stdout
+    return cubin_sass(compiled.asm["cubin"])
 
 
 def main(argv=None) -> int:

@@ -15,7 +15,9 @@ setmaxnreg, and every warpgroup-MMA kernel its synchronisation sites (`sync`: wg
 depth, mbarrier waits and arrives, the named-barrier turns of the Hopper switches;
 `--variant=+defer+seqpar+splitq+pingpong+overlap` shows them; `-warpspec` drops the producer
 warp, 8 warps instead of 12). A case fails if it does not
-compile or needs more shared memory than an sm_90 block may have.
+compile, needs more shared memory than an sm_90 block may have, or its machine code (SASS, from
+Triton's cuobjdump) reads a uniform register before writing it: ptxas miscompiled the REPAIR
+launch so (fa2check.inspect.sass, decisions D115).
 
 New kernels join the gate by adding a `KernelSpec` to `SPECS` (e.g. a backward kernel).
 The kernels must be `triton.jit` functions: with TRITON_INTERPRET set they are interpreter
@@ -49,6 +51,8 @@ from rich.text import Text
 from kernels import TILE_HEAD_DIMS, TileConfig, Variant, default_config
 from kernels.plan.tiles import block_d
 from kernels.forward import REPAIR_CHUNK, chunk_constexprs, sanitises_masked_tiles
+
+from .sass import cubin_sass, uninitialized_uniform_reads
 
 DTYPES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}  # torch name -> Triton type
 SM90_MAX_SHARED = 232448  # bytes of shared memory one block may opt in to on H100/H200 (227 KiB)
@@ -509,6 +513,11 @@ def compile_kernel_for_sm90(spec_name: str, variant: Variant, dtype: str, head_d
     if "setmaxnreg" in compiled.asm["ptx"]:
         report.partition_registers = partition_registers(compiled.asm["ptx"],
                                                          compiled.asm["ttgir"])
+    miscompiled = uninitialized_uniform_reads(cubin_sass(compiled.asm["cubin"]))
+    if miscompiled:
+        report.error = ("ptxas read uniform registers before writing them ("
+                        + "; ".join(f"{insn} at {addr}" for addr, insn, _ in miscompiled[:2])
+                        + "): its machine code is wrong (fa2check.inspect.sass, D115)")
     if report.shared_bytes > SM90_MAX_SHARED:
         report.error = (f"needs {report.shared_bytes} bytes of shared memory; "
                         f"an sm_90 block may have {SM90_MAX_SHARED}")
