@@ -260,11 +260,10 @@ def _merge_slices(o_s, w):
 
 
 @triton.jit
-def _fold_tile(m_i, l_i, acc, acc1, s, v, v1, start_n, offs_m, offs_n, seqlen_q, seqlen_k,
-               qk_scale, DEFER_NORM: tl.constexpr, SPLIT_Q: tl.constexpr,
-               KEY_SLICES: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-               BLOCK_DV: tl.constexpr, BLOCK_DV1: tl.constexpr,
-               INPUT_PRECISION: tl.constexpr, SANITIZE_V: tl.constexpr):
+def _fold_tile(m_i, l_i, acc, acc1, s, v, v1, qk_scale, DEFER_NORM: tl.constexpr,
+               SPLIT_Q: tl.constexpr, KEY_SLICES: tl.constexpr, BLOCK_M: tl.constexpr,
+               BLOCK_N: tl.constexpr, BLOCK_DV: tl.constexpr, BLOCK_DV1: tl.constexpr,
+               INPUT_PRECISION: tl.constexpr):
     """Fold one tile's raw scores S_ij and values V_j (BLOCK_N, BLOCK_DV; with BLOCK_DV1, v1 the
     next BLOCK_DV1 columns, into acc1) into the running (m_i, l_i, acc, acc1).
 
@@ -273,11 +272,6 @@ def _fold_tile(m_i, l_i, acc, acc1, s, v, v1, start_n, offs_m, offs_n, seqlen_q,
     compiler fuse s * qk_scale - m into one fma whose unrounded product differs from the
     rounded max by up to half an ulp of s * qk_scale: 8192 for logits near 2e11, enough to
     overflow exp2 (seen on the H200 with all-equal bfloat16 inputs of 133120)."""
-    if SANITIZE_V:
-        v, first_bad_key = _sanitized_values(v, start_n, offs_n, seqlen_k)
-        if BLOCK_DV1 > 0:
-            v1, first_bad_key1 = _sanitized_values(v1, start_n, offs_n, seqlen_k)
-
     if SPLIT_Q:
         m_new = tl.maximum(m_i, tl.max(s, 1))
         m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with nothing visible yet
@@ -330,12 +324,6 @@ def _fold_tile(m_i, l_i, acc, acc1, s, v, v1, start_n, offs_m, offs_n, seqlen_q,
         if BLOCK_DV1 > 0:
             acc1 = tl.dot(p.to(v.dtype), v1, acc1 * keep[:, None],
                           input_precision=INPUT_PRECISION)
-    if SANITIZE_V:
-        # after the update, so the product and its accumulation are the main launch's own
-        # code and a row that sees no non-finite V gets the same bits as there
-        acc = _nan_where_seen(acc, first_bad_key, offs_m, seqlen_q, seqlen_k)
-        if BLOCK_DV1 > 0:
-            acc1 = _nan_where_seen(acc1, first_bad_key1, offs_m, seqlen_q, seqlen_k)
     return m_new, l_new, acc, acc1
 
 
@@ -360,11 +348,24 @@ def _online_softmax_step(m_i, l_i, acc, acc1, q, q1, K_tile_ptrs, V_tile_ptrs, K
     kT1, v1 = _second_chunk_tiles(K1_tile_ptrs, V1_tile_ptrs, KD1, VD1, off_b, off_hkv, start_n,
                                   offs_n, seqlen_k, MASK, BLOCK_N, HEAD_DIM, BLOCK_D, BLOCK_D1,
                                   HEAD_DIM_V, BLOCK_DV, BLOCK_DV1, TMA)
+    if SANITIZE_V:
+        # before the scores' product: V's sanitised tiles then get shared memory of their own,
+        # not the K tiles' (the REPAIR builds that reused it were miscompiled by ptxas, D115)
+        v, first_bad_key = _sanitized_values(v, start_n, offs_n, seqlen_k)
+        if BLOCK_DV1 > 0:
+            v1, first_bad_key1 = _sanitized_values(v1, start_n, offs_n, seqlen_k)
     s = _tile_scores(q, kT, q1, kT1, start_n, offs_m, offs_n, seqlen_q, seqlen_k, MASK,
                      IS_CAUSAL, BLOCK_D1, INPUT_PRECISION)
-    return _fold_tile(m_i, l_i, acc, acc1, s, v, v1, start_n, offs_m, offs_n, seqlen_q,
-                      seqlen_k, qk_scale, DEFER_NORM, SPLIT_Q, KEY_SLICES, BLOCK_M, BLOCK_N,
-                      BLOCK_DV, BLOCK_DV1, INPUT_PRECISION, SANITIZE_V)
+    m_i, l_i, acc, acc1 = _fold_tile(m_i, l_i, acc, acc1, s, v, v1, qk_scale, DEFER_NORM,
+                                     SPLIT_Q, KEY_SLICES, BLOCK_M, BLOCK_N, BLOCK_DV,
+                                     BLOCK_DV1, INPUT_PRECISION)
+    if SANITIZE_V:
+        # after the update, so the product and its accumulation are the main launch's own
+        # code and a row that sees no non-finite V gets the same bits as there
+        acc = _nan_where_seen(acc, first_bad_key, offs_m, seqlen_q, seqlen_k)
+        if BLOCK_DV1 > 0:
+            acc1 = _nan_where_seen(acc1, first_bad_key1, offs_m, seqlen_q, seqlen_k)
+    return m_i, l_i, acc, acc1
 
 
 @triton.jit
@@ -608,10 +609,9 @@ def _fold_kv_block(Q, O, O_RES, LSE, M, L, FLAGS, ACC_TMP, M_TMP, L_TMP, kT, v, 
                              BLOCK_DV, HEAD_DIM_V - BLOCK_DV, BLOCK_DV1)
         s = _tile_scores(q, kT, q1, kT1, start_n, offs_m, offs_n, seqlen_q, seqlen_k, MASK,
                          IS_CAUSAL, BLOCK_D1, INPUT_PRECISION)
-        m_i, l_i, acc, acc1 = _fold_tile(m_i, l_i, acc, acc1, s, v, v1, start_n, offs_m, offs_n,
-                                         seqlen_q, seqlen_k, qk_scale, DEFER_NORM, SPLIT_Q,
-                                         KEY_SLICES, BLOCK_M, BLOCK_N, BLOCK_DV, BLOCK_DV1,
-                                         INPUT_PRECISION, False)
+        m_i, l_i, acc, acc1 = _fold_tile(m_i, l_i, acc, acc1, s, v, v1, qk_scale, DEFER_NORM,
+                                         SPLIT_Q, KEY_SLICES, BLOCK_M, BLOCK_N, BLOCK_DV,
+                                         BLOCK_DV1, INPUT_PRECISION)
         if SANITIZED_V:
             acc = _nan_where_seen(acc, first_bad_key, offs_m, seqlen_q, seqlen_k)
             if BLOCK_DV1 > 0:

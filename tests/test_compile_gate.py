@@ -207,6 +207,54 @@ def test_sync_counts_read_waits_mbarriers_and_turns_from_ptx():
     assert sync_label(counts) == "wait0 2 wait1 1, mbar 1/1, turns 3"
 
 
+# the prologue of the REPAIR build that ptxas 12.8 got wrong (d=130 fp16, D115), trimmed:
+# V's second chunk's descriptors for keys 16-63 came from UR8/UR9, which nothing had written
+MISCOMPILED_PROLOGUE = """
+        /*0040*/                   ULDC.64 UR4, c[0x0][0x250] ;        /* 0x0000940000047ab9 */
+        /*0220*/                   UMOV UR4, 0x400 ;                  /* 0x0000040000047882 */
+        /*0260*/                   ULDC UR7, c[0x0][0x290] ;          /* 0x0000a40000077ab9 */
+        /*02a0*/                   USHF.L.U32 UR7, UR7, 0x6, URZ ;    /* 0x0000000607077899 */
+        /*02e0*/                   UIADD3 UR8, UP0, UR8, 0x20, URZ ;  /* 0x0000002008087890 */
+        /*0320*/                   UIADD3.X UR9, UR9, -0x3ffffff0, URZ, UP0, !UPT ;
+        /*03e0*/                   UIADD3 UR12, UR4, 0xc000, URZ ;    /* 0x0000c00004127890 */
+        /*0b40*/                   UIADD3.X UR7, UR9, URZ, URZ, UP0, !UPT ;
+"""
+
+
+def test_the_sass_check_finds_uniform_registers_read_before_written():
+    """The gate's machine-code check (fa2check.inspect.sass): the miscompiled REPAIR prologue
+    reads UR8 and UR9 unwritten; written first (ULDC.64, as a sound build loads them), nothing
+    is flagged, and neither are reads by other units or of URZ."""
+    from fa2check.inspect.sass import uninitialized_uniform_reads
+
+    found = uninitialized_uniform_reads(MISCOMPILED_PROLOGUE)
+    assert [(address, reg) for address, _, reg in found] == [("02e0", 8), ("0320", 9)]
+    sound = MISCOMPILED_PROLOGUE.replace(
+        "/*0040*/                   ULDC.64 UR4, c[0x0][0x250] ;",
+        "/*0040*/                   ULDC.64 UR8, c[0x0][0x250] ;\n"
+        "        /*0041*/                   ULDC.64 UR4, c[0x0][0x250] ;")
+    assert uninitialized_uniform_reads(sound) == []
+    others = """
+        /*0010*/                   HGMMA.64x16x16.F32 R88, R108, gdesc[UR40].tnspB, R88 ;
+        /*0020*/                   LDS.64 R146, [R144+UR40+0x34000] ;
+        /*0030*/                   UIADD3 UR5, URZ, 0x1, URZ ;
+"""
+    assert uninitialized_uniform_reads(others) == []
+
+
+def test_the_repair_launch_compiles_to_sound_machine_code_where_v_has_two_chunks(tmp_path):
+    """The fuzz's GPU-only counterexample (tests/regressions/kernels.flash_attention-de8fdb9e37,
+    d=130 fp16, -defer split-Q): REPAIR read keys 16-63 of V's second column chunk through
+    descriptors built from unwritten uniform registers. Before D115's change the gate failed
+    the REPAIR build of every split-Q variant at every head dim with a second chunk (40, 72, 96
+    and 130 here: chunks of 32+16, 64+16, 64+32 and 128+16)."""
+    proc, reports = gate(tmp_path, "--kernel", "attn_fwd_repair", "--variant", "fa2",
+                         "--variant=-defer+seqpar+splitq", "--dtype", "float16",
+                         "--head-dims", "40,72,96,130", "--causal", "--jobs", "2")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert len(reports) == 8 and all(r["error"] is None for r in reports), reports
+
+
 def test_float32_d128_split_k_fits_when_seqlen_k_is_one(tmp_path):
     """Found by the H200 fuzz campaign: a call with seqlen_k == 1 (compiled as a constant) made
     3 pipeline stages of float32 d=128 tiles need 245760 bytes; float32 d>=128 now uses 2.
