@@ -238,11 +238,16 @@ def _sanitized_values(v, start_n, offs_n, seqlen_k):
 
 
 @triton.jit
-def _nan_where_seen(acc, first_bad_key, offs_m, seqlen_q, seqlen_k):
-    """acc with NaN in the columns where a row sees a non-finite V that _sanitized_values
-    zeroed (causal: query i sees key j iff j <= i + seqlen_k - seqlen_q)."""
-    sees_bad = first_bad_key[None, :] <= offs_m[:, None] + (seqlen_k - seqlen_q)
-    return tl.where(sees_bad, float("nan"), acc)
+def _nan_where_seen(acc, acc1, first_bad_key, first_bad_key1, offs_m, seqlen_q, seqlen_k,
+                    BLOCK_DV1: tl.constexpr):
+    """acc (and acc1, V's second column chunk, where BLOCK_DV1 > 0) with NaN in the columns
+    where a row sees a non-finite V that _sanitized_values zeroed (causal: query i sees key j
+    iff j <= i + seqlen_k - seqlen_q)."""
+    diag = seqlen_k - seqlen_q
+    acc = tl.where(first_bad_key[None, :] <= offs_m[:, None] + diag, float("nan"), acc)
+    if BLOCK_DV1 > 0:
+        acc1 = tl.where(first_bad_key1[None, :] <= offs_m[:, None] + diag, float("nan"), acc1)
+    return acc, acc1
 
 
 @triton.jit
@@ -352,6 +357,7 @@ def _online_softmax_step(m_i, l_i, acc, acc1, q, q1, K_tile_ptrs, V_tile_ptrs, K
         # before the scores' product: V's sanitised tiles then get shared memory of their own,
         # not the K tiles' (the REPAIR builds that reused it were miscompiled by ptxas, D115)
         v, first_bad_key = _sanitized_values(v, start_n, offs_n, seqlen_k)
+        first_bad_key1 = 0
         if BLOCK_DV1 > 0:
             v1, first_bad_key1 = _sanitized_values(v1, start_n, offs_n, seqlen_k)
     s = _tile_scores(q, kT, q1, kT1, start_n, offs_m, offs_n, seqlen_q, seqlen_k, MASK,
@@ -362,9 +368,8 @@ def _online_softmax_step(m_i, l_i, acc, acc1, q, q1, K_tile_ptrs, V_tile_ptrs, K
     if SANITIZE_V:
         # after the update, so the product and its accumulation are the main launch's own
         # code and a row that sees no non-finite V gets the same bits as there
-        acc = _nan_where_seen(acc, first_bad_key, offs_m, seqlen_q, seqlen_k)
-        if BLOCK_DV1 > 0:
-            acc1 = _nan_where_seen(acc1, first_bad_key1, offs_m, seqlen_q, seqlen_k)
+        acc, acc1 = _nan_where_seen(acc, acc1, first_bad_key, first_bad_key1, offs_m, seqlen_q,
+                                    seqlen_k, BLOCK_DV1)
     return m_i, l_i, acc, acc1
 
 
@@ -613,9 +618,8 @@ def _fold_kv_block(Q, O, O_RES, LSE, M, L, FLAGS, ACC_TMP, M_TMP, L_TMP, kT, v, 
                                          SPLIT_Q, KEY_SLICES, BLOCK_M, BLOCK_N, BLOCK_DV,
                                          BLOCK_DV1, INPUT_PRECISION)
         if SANITIZED_V:
-            acc = _nan_where_seen(acc, first_bad_key, offs_m, seqlen_q, seqlen_k)
-            if BLOCK_DV1 > 0:
-                acc1 = _nan_where_seen(acc1, first_bad_key1, offs_m, seqlen_q, seqlen_k)
+            acc, acc1 = _nan_where_seen(acc, acc1, first_bad_key, first_bad_key1, offs_m,
+                                        seqlen_q, seqlen_k, BLOCK_DV1)
         if LAST:  # no NaN flags: nothing hidden leaks here, and REPAIR does not run
             _store_row_block(O, O_RES, LSE, M, L, FLAGS, acc, acc1, m_i, l_i,
                              first_block + row_block, offs_m, row_ok, off_b, off_h, stride_ob,
