@@ -246,8 +246,8 @@ def test_the_repair_launch_compiles_to_sound_machine_code_where_v_has_two_chunks
     """The fuzz's GPU-only counterexample (tests/regressions/kernels.flash_attention-de8fdb9e37,
     d=130 fp16, -defer split-Q): REPAIR read keys 16-63 of V's second column chunk through
     descriptors built from unwritten uniform registers. Before D115's change the gate failed
-    the REPAIR build of every split-Q variant at every head dim with a second chunk (40, 72, 96
-    and 130 here: chunks of 32+16, 64+16, 64+32 and 128+16)."""
+    the REPAIR build of every split-Q variant at each of these head dims (chunks of 32+16,
+    64+16, 64+32 and 128+16)."""
     proc, reports = gate(tmp_path, "--kernel", "attn_fwd_repair", "--variant", "fa2",
                          "--variant=-defer+seqpar+splitq", "--dtype", "float16",
                          "--head-dims", "40,72,96,130", "--causal", "--jobs", "2")

@@ -513,14 +513,15 @@ def compile_kernel_for_sm90(spec_name: str, variant: Variant, dtype: str, head_d
     if "setmaxnreg" in compiled.asm["ptx"]:
         report.partition_registers = partition_registers(compiled.asm["ptx"],
                                                          compiled.asm["ttgir"])
-    miscompiled = uninitialized_uniform_reads(cubin_sass(compiled.asm["cubin"]))
-    if miscompiled:
-        report.error = ("ptxas read uniform registers before writing them ("
-                        + "; ".join(f"{insn} at {addr}" for addr, insn, _ in miscompiled[:2])
-                        + "): its machine code is wrong (fa2check.inspect.sass, D115)")
     if report.shared_bytes > SM90_MAX_SHARED:
         report.error = (f"needs {report.shared_bytes} bytes of shared memory; "
                         f"an sm_90 block may have {SM90_MAX_SHARED}")
+    miscompiled = uninitialized_uniform_reads(cubin_sass(compiled.asm["cubin"]))
+    if miscompiled:  # beside a shared-memory failure, not instead of it
+        report.error = "; ".join(filter(None, [report.error, (
+            "ptxas read uniform registers before writing them ("
+            + "; ".join(f"{insn} at {addr}" for addr, insn, _ in miscompiled[:2])
+            + "): its machine code is wrong (fa2check.inspect.sass, D115)")]))
     return report, compiled
 
 
