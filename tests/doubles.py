@@ -107,6 +107,13 @@ def refusing_lse(bug: str = "none"):
     return attention
 
 
+def no_causal(q, k, v, causal=False, softmax_scale=None, return_lse=False):
+    """A kernel without a causal mask, which says so (NotImplementedError) when asked for one."""
+    if causal:
+        raise NotImplementedError("this kernel has no causal mask")
+    return double()(q, k, v, softmax_scale=softmax_scale, return_lse=return_lse)
+
+
 def bshd(bug: str = "none", lse: bool = False):
     """double(bug) taking and returning (batch, seqlen, heads, head_dim), as flash-attention and
     most public kernels do; lse (with `lse`) as (batch, heads, seqlen_q). Refuses (raises

@@ -326,6 +326,15 @@ def test_cli_reports_reproduces_and_saves_where_it_is_told(tmp_path, capsys, dev
     assert after == before  # the repository's corpus is not touched by tests
 
 
+def test_a_replay_the_implementation_refuses_is_neither_a_pass_nor_a_failure(capsys):
+    example = "+defer+seqpar+splitq:b1-h2/1-q5-k7-d8-float32-{}-s0:normal:contiguous"
+    assert fuzz.main(["--replay", example.format("causal"), "--impl", "doubles:no_causal"]) == 3
+    out = capsys.readouterr().out
+    assert "NOT RUN" in out and "this kernel has no causal mask" in out
+    assert "PASS" not in out and "Traceback" not in out
+    assert fuzz.main(["--replay", example.format("full"), "--impl", "doubles:no_causal"]) == 0
+
+
 def test_cli_fuzzes_our_kernels(tmp_path, capsys):
     """A smoke test through the interpreter: a few examples, all passing, with throughput and
     coverage reported."""

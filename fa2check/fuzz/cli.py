@@ -9,7 +9,8 @@ a Python snippet that reproduce it, and saved as a JSON file in --out (default
 ~/.local/share/fa2check/counterexamples: a run never writes into the project). Adding one to
 the regression corpus (tests/regressions/), which make test replays against our kernels, is a
 separate, explicit step: --add-to-corpus FILE. The corpus's examples are tried first on every
-run. Exits 1 when a counterexample is found.
+run. Exits 1 when a counterexample is found; a replay exits 3 when the implementation does not
+take the example (it raised NotImplementedError: nothing was checked).
 
   python -m fa2check.fuzz                                 # our kernels, every variant
   python -m fa2check.fuzz --impl mykernels:flash_attention  # a modified copy of the kernels
@@ -129,7 +130,8 @@ def parse_args(argv=None):
                              "dev and nightly, none for ci)")
     parser.add_argument("--replay", default=None, metavar="EXAMPLE|FILE",
                         help="run one example (VARIANT:PROBLEM:DISTRIBUTION:LAYOUT) or one "
-                             "corpus entry (a file)")
+                             "corpus entry (a file); exit 3 when the implementation does not "
+                             "take it")
     parser.add_argument("--json", dest="json_path", default=None, help="write the outcome here")
     parser.add_argument("--list", action="store_true",
                         help="list the checks, distributions and layouts, and exit")
@@ -485,11 +487,17 @@ def _summary(console, escape, outcome, elapsed):
 def _replay(console, escape, args, impl, impl_name, entry, checks, device) -> int:
     from properties.strategies import Example
 
+    from ..core.implementations import Unsupported
     from . import corpus
     from .fuzzer import check_example
 
     example = (Example.from_dict(entry["example"]) if entry else Example.parse(args.replay))
-    report = check_example(impl, example, device, checks, args.layout)
+    try:
+        report = check_example(impl, example, device, checks, args.layout)
+    except Unsupported as refusal:  # neither a pass nor a failure: its own exit status
+        console.print(f"[yellow]NOT RUN[/] {escape(impl_name)} {escape(str(example))}: the "
+                      f"implementation does not take it ({escape(str(refusal))})", soft_wrap=True)
+        return 3
     for check in report.checks:
         colour = "green" if check.passed else "red"
         console.print(f"[{colour}]{escape(str(check) if check.passed else _describe(check))}[/]",
