@@ -13,10 +13,10 @@ import re
 import pytest
 
 from compile_cli import ROOT, run_cli
-from fa2check.inspect.compile_gate import (SPECS, _forward_specialization, make_case,
-                                           partition_registers, ptxas_usage, sync_counts,
-                                           sync_label)
-from kernels import TILE_HEAD_DIMS, Variant
+from fa2check.inspect.compile_gate import (DEFAULT_HEAD_DIMS, SPECS, _forward_specialization,
+                                           make_case, partition_registers, ptxas_usage,
+                                           sync_counts, sync_label)
+from kernels import Variant
 from kernels.forward import _attn_fwd
 from kernels.plan.hopper_forward import shared_bytes
 
@@ -73,7 +73,7 @@ def test_every_backward_variant_compiles_for_sm90(all_variants_bf16_d64, variant
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("head_dim", TILE_HEAD_DIMS)
+@pytest.mark.parametrize("head_dim", DEFAULT_HEAD_DIMS)
 def test_fa2_compiles_for_every_head_dim_and_dtype(fa2_all_shapes, dtype, head_dim):
     proc, reports = fa2_all_shapes
     r = reports[("attn_fwd", str(Variant()), dtype, head_dim, True)]

@@ -582,6 +582,11 @@ def describe_error(e: BaseException) -> str:
     return text
 
 
+# the tile widths, and head dims whose tiles have a second column chunk (32 + 16, 64 + 32,
+# 128 + 16): ptxas miscompiled REPAIR only there (D115)
+DEFAULT_HEAD_DIMS = (*TILE_HEAD_DIMS, 40, 96, 130)
+
+
 def gate_cases(variants, dtypes, head_dims, causals, specs=tuple(SPECS), overrides=None,
                length_one=()) -> list[tuple[str, Case]]:
     """(kernel spec, case) for every combination a launcher can reach. A head dim is an int
@@ -798,7 +803,8 @@ BOOL_OVERRIDES = ("tma", "nan_flags", "bwd_dq_pass")
 def parse_args(argv):
     p = argparse.ArgumentParser(prog="python -m fa2check.compile_gate", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_case_arguments(p, "all", "all", "16, 32, 64, 128 and 256 (any from 1 to 256 may be asked for)")
+    add_case_arguments(p, "all", "all", "16, 32, 64, 128 and 256, and 40, 96 and 130 (two "
+                       "column chunks); any from 1 to 256 may be asked for")
     p.add_argument("--causal", action=argparse.BooleanOptionalAction, default=None,
                    help="only causal / only non-causal; default: both")
     for field in INT_OVERRIDES:
@@ -825,7 +831,7 @@ def main(argv=None) -> int:
                  if getattr(args, f) is not None}
     variants = args.variant or Variant.all()
     dtypes = args.dtype or list(DTYPES)
-    head_dims = args.head_dim or list(TILE_HEAD_DIMS)
+    head_dims = args.head_dim or list(DEFAULT_HEAD_DIMS)
     causals = [args.causal] if args.causal is not None else [False, True]
     specs = args.kernel or list(SPECS)
     total = len(gate_cases(variants, dtypes, head_dims, causals, specs))
