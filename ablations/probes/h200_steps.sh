@@ -43,7 +43,8 @@
 #   gpu-check      make gpu-check (python -m fa2check.gpucheck, GPU_CHECK_MINUTES, default 9.5):
 #                  verify's full tier, the backends' GPU tests and a fuzz campaign, one verdict
 #   replay         python -m fa2check.fuzz --replay REPLAY (a corpus file or an example) on each of
-#                  REPLAY_IMPLS (default hopper,sdpa_cudnn,ours), one log line a verdict
+#                  REPLAY_IMPLS (default hopper,sdpa_cudnn,ours), one log line a verdict; exit 1
+#                  where any fails it (one that does not take it says NOT RUN)
 #   ab             ablations/probes/compare_kernels.py $AB_ARGS (AB_TIMEOUT, default 400 s; carry
 #                  ablations/ab for its copies), its JSON in the archive
 #   fuzz           python -m fa2check.fuzz --impl FUZZ_IMPL (default hopper; e.g. ours,hopper,gluon)
@@ -132,7 +133,8 @@ for s in "$@"; do case $s in
              step gpu-tests 240 python3 -m pytest -q -m gpu -rf $XDIST ${GPU_TESTS:-tests} ;;
   gpu-check) M=${GPU_CHECK_MINUTES:-9.5}
              step gpu-check $(python3 -c "print(int($M * 60 + 30))") python3 -m fa2check.gpucheck --minutes $M --out "$W/gpu-check" $C ;;
-  replay) step replay 240 bash -c 'for impl in ${1//,/ }; do python3 -m fa2check.fuzz --impl $impl --replay "$2"; done' _ "${REPLAY_IMPLS:-hopper,sdpa_cudnn,ours}" "${REPLAY:?set REPLAY=<corpus file or example>}" ;;
+  replay) # fails when any implementation fails it; one that does not take it (exit 3) is NOT RUN
+          step replay 240 bash -c 'rc=0; for impl in ${1//,/ }; do python3 -m fa2check.fuzz --impl $impl --replay "$2"; r=$?; [ $r = 0 ] || [ $r = 3 ] || rc=1; done; exit $rc' _ "${REPLAY_IMPLS:-hopper,sdpa_cudnn,ours}" "${REPLAY:?set REPLAY=<corpus file or example>}" ;;
   ab) step ab ${AB_TIMEOUT:-400} python3 ablations/probes/compare_kernels.py $AB_ARGS --json "$W/ab.json" $C ;;
   fuzz) F=${FUZZ_SECONDS:-300}
         step fuzz $((F + 60)) python3 -m fa2check.fuzz --impl ${FUZZ_IMPL:-hopper} --seconds $F ${FUZZ_ARGS:-} --json "$W/fuzz.json" --out "$W/fuzz-found" ;;
