@@ -238,6 +238,17 @@ def _sanitized_values(v, start_n, offs_n, seqlen_k):
 
 
 @triton.jit
+def _sanitized_chunks(v, v1, start_n, offs_n, seqlen_k, BLOCK_DV1: tl.constexpr):
+    """_sanitized_values of V_j's column chunks: (v, first_bad_key, v1, first_bad_key1), v1
+    and first_bad_key1 left as they are (0) where there is no second chunk."""
+    v, first_bad_key = _sanitized_values(v, start_n, offs_n, seqlen_k)
+    first_bad_key1 = 0
+    if BLOCK_DV1 > 0:
+        v1, first_bad_key1 = _sanitized_values(v1, start_n, offs_n, seqlen_k)
+    return v, first_bad_key, v1, first_bad_key1
+
+
+@triton.jit
 def _nan_where_seen(acc, acc1, first_bad_key, first_bad_key1, offs_m, seqlen_q, seqlen_k,
                     BLOCK_DV1: tl.constexpr):
     """acc (and acc1, V's second column chunk, where BLOCK_DV1 > 0) with NaN in the columns
@@ -356,10 +367,8 @@ def _online_softmax_step(m_i, l_i, acc, acc1, q, q1, K_tile_ptrs, V_tile_ptrs, K
     if SANITIZE_V:
         # before the scores' product: V's sanitised tiles then get shared memory of their own,
         # not the K tiles' (the REPAIR builds that reused it were miscompiled by ptxas, D115)
-        v, first_bad_key = _sanitized_values(v, start_n, offs_n, seqlen_k)
-        first_bad_key1 = 0
-        if BLOCK_DV1 > 0:
-            v1, first_bad_key1 = _sanitized_values(v1, start_n, offs_n, seqlen_k)
+        v, first_bad_key, v1, first_bad_key1 = _sanitized_chunks(v, v1, start_n, offs_n,
+                                                                 seqlen_k, BLOCK_DV1)
     s = _tile_scores(q, kT, q1, kT1, start_n, offs_m, offs_n, seqlen_q, seqlen_k, MASK,
                      IS_CAUSAL, BLOCK_D1, INPUT_PRECISION)
     m_i, l_i, acc, acc1 = _fold_tile(m_i, l_i, acc, acc1, s, v, v1, qk_scale, DEFER_NORM,
@@ -701,11 +710,8 @@ def _attn_fwd_kv_outer(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, KD1, VD1, AC
         first, ends, unmasked = _row_blocks_seeing(start_n, seqlen_q, seqlen_k, BLOCK_M,
                                                    BLOCK_N, IS_CAUSAL)
         if IS_CAUSAL:  # the row blocks the diagonal crosses: ending here, then going on
-            v_ok, first_bad_key = _sanitized_values(v, start_n, offs_n, seqlen_k)
-            v1_ok = v1
-            first_bad_key1 = 0
-            if BLOCK_DV1 > 0:
-                v1_ok, first_bad_key1 = _sanitized_values(v1, start_n, offs_n, seqlen_k)
+            v_ok, first_bad_key, v1_ok, first_bad_key1 = _sanitized_chunks(
+                v, v1, start_n, offs_n, seqlen_k, BLOCK_DV1)
             _fold_kv_block(Q, O, O_RES, LSE, M, L, FLAGS, ACC_TMP, M_TMP, L_TMP, kT, v_ok,
                            first_bad_key, kT1, v1_ok, first_bad_key1, start_n, first,
                            tl.minimum(ends, row_blocks), split, n_splits, first_block, off_b,
@@ -744,9 +750,8 @@ def _attn_fwd_kv_outer(Q, K, V, O, O_RES, LSE, M, L, FLAGS, KD, VD, KD1, VD1, AC
     first_bad_key = 0  # not read without causal: no key of a tile is hidden from a row
     first_bad_key1 = 0
     if IS_CAUSAL:
-        v, first_bad_key = _sanitized_values(v, final_start, offs_n, seqlen_k)
-        if BLOCK_DV1 > 0:
-            v1, first_bad_key1 = _sanitized_values(v1, final_start, offs_n, seqlen_k)
+        v, first_bad_key, v1, first_bad_key1 = _sanitized_chunks(v, v1, final_start, offs_n,
+                                                                 seqlen_k, BLOCK_DV1)
     _fold_kv_block(Q, O, O_RES, LSE, M, L, FLAGS, ACC_TMP, M_TMP, L_TMP, kT, v, first_bad_key,
                    kT1, v1, first_bad_key1, final_start, first, row_blocks, split, n_splits,
                    first_block, off_b, off_h, stride_qb, stride_qh, stride_qm, stride_qd,
